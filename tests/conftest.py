@@ -1,0 +1,19 @@
+"""Test set-up shared by every test module.
+
+Eight host CPU devices are requested before JAX is imported anywhere, so that the sharding
+tests can build real meshes (data 8, data 4 x model 2) on a CPU-only machine. Single-device
+code is unaffected: arrays land on the first device unless told otherwise.
+"""
+
+import os
+
+os.environ.setdefault("XLA_FLAGS", "")
+if "xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
+    os.environ["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", False)
