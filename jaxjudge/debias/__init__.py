@@ -1,0 +1,55 @@
+"""Debiasing: pure, jit-compatible functions from `[N, K]` candidate logits to adjusted ones.
+
+Every method is a logit adjustment, `adjusted = log_softmax(logits + sum_c lambda_c * B_c)`,
+where each B is a prior correction (random-number, content-free, batch or Beta-fitted human
+prior) or an assistant model's log-probabilities (contrastive decoding). Strengths and
+temperatures are traced arguments, so any of these functions can be vmapped over a grid.
+"""
+
+from jaxjudge.debias.calibration import (
+    BetaFit,
+    batch_calibration,
+    batch_prior,
+    beta_candidate_prior,
+    contextual_calibration,
+    contextual_prior,
+    distribution_calibration,
+    distribution_correction,
+    fit_beta,
+    human_prior,
+    rescale_scores,
+)
+from jaxjudge.debias.contrastive import contrastive
+from jaxjudge.debias.prior import (
+    PRIOR_FLOOR,
+    adjust,
+    latent_prior,
+    least_perplexity,
+    prior_correction,
+    rectify,
+)
+from jaxjudge.debias.scores import expected_score, greedy_score, renormalize
+
+__all__ = [
+    "BetaFit",
+    "PRIOR_FLOOR",
+    "adjust",
+    "batch_calibration",
+    "batch_prior",
+    "beta_candidate_prior",
+    "contextual_calibration",
+    "contextual_prior",
+    "contrastive",
+    "distribution_calibration",
+    "distribution_correction",
+    "expected_score",
+    "fit_beta",
+    "greedy_score",
+    "human_prior",
+    "latent_prior",
+    "least_perplexity",
+    "prior_correction",
+    "rectify",
+    "renormalize",
+    "rescale_scores",
+]
