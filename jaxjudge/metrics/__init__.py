@@ -1,0 +1,85 @@
+"""Metrics: agreement with human scores, score-distribution divergence, validity, intervals.
+
+Conventions shared by every metric here:
+
+* `x` are predictions (e.g. the judge's expected score), `y` human scores, both `[N]`.
+* `mask` is a bool `[N]` (None = all rows); unselected rows are ignored entirely (ranks,
+  means and pairs see only the selected rows), and may hold NaN.
+* `weights` is a float `[N]` >= 0 (None = ones); integer weights are exactly equivalent to
+  repeating rows, which is how the grouped bootstrap evaluates a resample without building it.
+* Everything is float32, pure and jittable, and vmappable over `x`, `y`, `mask`, `weights`
+  (e.g. a hyper-parameter grid times cross-validation folds).
+* Undefined values are NaN inside the jitted cores: a correlation on fewer than 2 rows or on a
+  constant `x` or `y` (as scipy). Eager calls instead validate their inputs first and raise
+  ValueError naming the problem (shape mismatch, NaN in selected rows, an empty mask, an
+  unknown metric, human scores outside the scale) or warn (constant input). Under `jit` or
+  `vmap` only the static shape checks run.
+
+Metrics:
+
+* `pearson`, `spearman` (average ranks for ties; one sort, O(N log N)), `kendall` (tau-b, as
+  scipy's `kendalltau(variant='b')`; O(N^2) time, O(128 N) memory), `mse`, `neg_mse`.
+  `METRICS` / `get_metric(name)` look them up by name.
+* `grouped(metric, x, y, groups, ...)`: summary-level variant, the mean over groups (e.g.
+  SummEval source documents) of the within-group metric, skipping groups where it is
+  undefined; `per_group` returns the per-group values, `grouped_metric` binds the groups into a
+  plain `(x, y, mask)` metric, `encode_groups` turns arbitrary ids into codes 0..G-1.
+* `sdd(probs, human, lo)`: Score Distribution Divergence, the mean KL(Q || P) between the human
+  score spread over its two neighbouring integer scores and the judge's score distribution.
+* `validity_rate(valid)`: fraction of valid judge outputs.
+* `bootstrap_ci`, `metric_ci`, `paired_difference_ci`: percentile intervals from a bootstrap
+  that resamples whole groups, paired across methods.
+"""
+
+from jaxjudge.metrics.bootstrap import (
+    Interval,
+    bootstrap_ci,
+    bootstrap_distribution,
+    metric_ci,
+    paired_difference_ci,
+    resample_weights,
+)
+from jaxjudge.metrics.correlation import (
+    HIGHER_IS_BETTER,
+    METRICS,
+    GroupCodes,
+    MetricFn,
+    encode_groups,
+    get_metric,
+    grouped,
+    grouped_metric,
+    kendall,
+    mse,
+    neg_mse,
+    pearson,
+    per_group,
+    spearman,
+)
+from jaxjudge.metrics.distribution import SDD_EPS, score_targets, sdd, validity_rate
+
+__all__ = [
+    "HIGHER_IS_BETTER",
+    "METRICS",
+    "SDD_EPS",
+    "GroupCodes",
+    "Interval",
+    "MetricFn",
+    "bootstrap_ci",
+    "bootstrap_distribution",
+    "encode_groups",
+    "get_metric",
+    "grouped",
+    "grouped_metric",
+    "kendall",
+    "metric_ci",
+    "mse",
+    "neg_mse",
+    "paired_difference_ci",
+    "pearson",
+    "per_group",
+    "resample_weights",
+    "score_targets",
+    "sdd",
+    "spearman",
+    "validity_rate",
+]
