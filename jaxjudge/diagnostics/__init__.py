@@ -1,0 +1,85 @@
+"""Judge-bias diagnostics and honest reporting.
+
+- `pairwise`: position bias of pairwise judging (prompt as data, same-document pair builder,
+  consistency / first-slot rate / tie-aware agreement with humans).
+- `length`: length bias (correlation with length, length-controlled comparisons).
+- `agreement`: Cohen's kappa, unweighted / linear / quadratic.
+- `corrected`: bias-corrected accuracy of pass/fail judging with intervals that carry the
+  calibration-set uncertainty, and calibration budget allocation.
+- `paired`: two judges or methods on the same items, standard errors clustered by document.
+
+These are float64 numpy functions rather than jitted JAX: each diagnostic is a few vector
+reductions evaluated once per report, so compilation would cost more than it saves, and the
+project runs JAX with x64 disabled while intervals and worked examples here need double
+precision. No function returns NaN: undefined statistics raise ValueError with the reason.
+"""
+
+from jaxjudge.diagnostics.agreement import cohen_kappa, confusion_matrix, to_integer_scale
+from jaxjudge.diagnostics.corrected import (
+    CalibrationRates,
+    CorrectedAccuracy,
+    allocate_calibration,
+    bias_corrected_accuracy,
+    calibration_rates,
+    corrected_accuracy,
+    corrected_accuracy_ci,
+    corrected_accuracy_se,
+)
+from jaxjudge.diagnostics.length import (
+    LengthBias,
+    LengthControlledDifference,
+    length_bias,
+    length_controlled_difference,
+    length_residuals,
+)
+from jaxjudge.diagnostics.paired import (
+    CorrelationDifference,
+    PairedDifference,
+    clustered_mean_se,
+    paired_correlation_difference,
+    paired_difference,
+)
+from jaxjudge.diagnostics.pairwise import (
+    ASPECT_DEFINITIONS,
+    SUMMARY_PAIRWISE,
+    PairwiseTemplate,
+    Pairs,
+    PositionBias,
+    build_pairs,
+    pairs_from_examples,
+    position_bias,
+    slot_verdicts,
+)
+
+__all__ = [
+    "ASPECT_DEFINITIONS",
+    "CalibrationRates",
+    "CorrectedAccuracy",
+    "CorrelationDifference",
+    "LengthBias",
+    "LengthControlledDifference",
+    "PairedDifference",
+    "Pairs",
+    "PairwiseTemplate",
+    "PositionBias",
+    "SUMMARY_PAIRWISE",
+    "allocate_calibration",
+    "bias_corrected_accuracy",
+    "build_pairs",
+    "calibration_rates",
+    "clustered_mean_se",
+    "cohen_kappa",
+    "confusion_matrix",
+    "corrected_accuracy",
+    "corrected_accuracy_ci",
+    "corrected_accuracy_se",
+    "length_bias",
+    "length_controlled_difference",
+    "length_residuals",
+    "paired_correlation_difference",
+    "paired_difference",
+    "pairs_from_examples",
+    "position_bias",
+    "slot_verdicts",
+    "to_integer_scale",
+]

@@ -1,0 +1,157 @@
+"""Small float64 statistics the diagnostics need, without scipy (a test-only dependency).
+
+Correlations here raise on constant input instead of returning NaN, so no undefined value can
+leak into a report.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+import numpy as np
+
+
+def normal_quantile(q: float) -> float:
+    """Quantile of the standard normal distribution (stdlib, exact to double precision)."""
+    return NormalDist().inv_cdf(q)
+
+
+def _t_abs_cdf(t: float, df: int) -> float:
+    """P(|T| <= t) for Student's t with integer `df`, by the finite series of A&S 26.7.3-4.
+
+    With theta = atan(t / sqrt(df)) the probability is a finite trigonometric sum, exact for
+    every integer df (no continued fractions or special functions needed).
+    """
+    theta = math.atan(t / math.sqrt(df))
+    s, c2 = math.sin(theta), math.cos(theta) ** 2
+    if df % 2 == 1:
+        if df == 1:
+            return 2.0 * theta / math.pi
+        # sum over k = 0..(df-3)/2 of cos^(2k+1) theta * (2*4*..*2k) / (1*3*..*(2k+1))
+        term, acc = math.cos(theta), math.cos(theta)
+        for k in range(1, (df - 1) // 2):
+            term *= c2 * (2 * k) / (2 * k + 1)
+            acc += term
+        return 2.0 / math.pi * (theta + s * acc)
+    # even df: sum over k = 0..(df-2)/2 of cos^(2k) theta * (1*3*..*(2k-1)) / (2*4*..*2k)
+    term, acc = 1.0, 1.0
+    for k in range(1, df // 2):
+        term *= c2 * (2 * k - 1) / (2 * k)
+        acc += term
+    return s * acc
+
+
+def t_quantile(q: float, df: int) -> float:
+    """Quantile of Student's t with integer `df` >= 1, for q in (0.5, 1).
+
+    Beyond df = 10_000 the normal quantile is used (they differ by < 1e-4 there).
+    """
+    if not 0.5 < q < 1.0:
+        raise ValueError(f"t_quantile needs q in (0.5, 1), got {q}")
+    if df < 1:
+        raise ValueError(f"t_quantile needs df >= 1, got {df}")
+    if df > 10_000:
+        return normal_quantile(q)
+    target = 2.0 * q - 1.0  # P(|T| <= t)
+    lo, hi = 0.0, 1.0
+    while _t_abs_cdf(hi, df) < target:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if _t_abs_cdf(mid, df) < target:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
+
+
+def average_ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks 1..N with ties given their average rank.
+
+    Args:
+      x: float array [N].
+
+    Returns:
+      float64 ranks [N].
+    """
+    order = np.argsort(x, kind="stable")
+    sorted_x = x[order]
+    # A new tie block starts wherever the sorted value changes.
+    starts = np.r_[True, sorted_x[1:] != sorted_x[:-1]]
+    block = np.cumsum(starts) - 1  # [N] block index in sorted order
+    first = np.flatnonzero(starts)  # [U] 0-based first position of each block
+    sizes = np.diff(np.r_[first, x.shape[0]])  # [U]
+    block_rank = first + (sizes + 1) / 2.0  # average of positions first+1 .. first+size
+    ranks = np.empty(x.shape[0], dtype=np.float64)
+    ranks[order] = block_rank[block]
+    return ranks
+
+
+def pearson(x: np.ndarray, y: np.ndarray, *, x_name: str = "x", y_name: str = "y") -> float:
+    """Pearson correlation of two float vectors [N]; raises if either is constant."""
+    xc, yc = x - x.mean(), y - y.mean()
+    sxx, syy = float(xc @ xc), float(yc @ yc)
+    # Relative threshold: a vector that is constant up to rounding has no defined correlation.
+    if sxx <= 1e-24 * max(1.0, float(x @ x)):
+        raise ValueError(f"correlation undefined: {x_name} is constant")
+    if syy <= 1e-24 * max(1.0, float(y @ y)):
+        raise ValueError(f"correlation undefined: {y_name} is constant")
+    r = float(xc @ yc) / math.sqrt(sxx * syy)
+    return max(-1.0, min(1.0, r))
+
+
+def spearman(x: np.ndarray, y: np.ndarray, *, x_name: str = "x", y_name: str = "y") -> float:
+    """Spearman correlation (Pearson on average ranks); raises if either is constant."""
+    return pearson(average_ranks(x), average_ranks(y), x_name=x_name, y_name=y_name)
+
+
+def weighted_pearson(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Pearson correlation under per-item weights, batched over replicates.
+
+    Args:
+      x: values [B, N] or [N].
+      y: values [B, N] or [N].
+      w: non-negative weights [B, N] (e.g. bootstrap multiplicities).
+
+    Returns:
+      correlations [B]; NaN where a replicate has zero variance in x or y (callers drop
+      and count those, never return them).
+    """
+    wsum = w.sum(axis=-1, keepdims=True)  # [B, 1]
+    mx = (w * x).sum(axis=-1, keepdims=True) / wsum
+    my = (w * y).sum(axis=-1, keepdims=True) / wsum
+    xc, yc = x - mx, y - my
+    sxy = (w * xc * yc).sum(axis=-1)
+    sxx = (w * xc * xc).sum(axis=-1)
+    syy = (w * yc * yc).sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = sxy / np.sqrt(sxx * syy)
+    tiny = 1e-24 * np.maximum(1.0, wsum[:, 0])
+    r = np.where((sxx <= tiny) | (syy <= tiny), np.nan, r)
+    return np.clip(r, -1.0, 1.0)
+
+
+def weighted_average_ranks(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Average ranks of the items of `x` in the multiset where item i appears w[b, i] times.
+
+    This is the rank each copy of an item gets in a bootstrap resample, computed without
+    materialising the resample: rank = (copies of smaller values) + (copies of equal values
+    + 1) / 2.
+
+    Args:
+      x: values [N] (shared by all replicates).
+      w: integer multiplicities [B, N].
+
+    Returns:
+      ranks [B, N] (entries for items with w = 0 are defined but carry no weight).
+    """
+    uniq, inv = np.unique(x, return_inverse=True)  # [U], [N]
+    onehot = np.zeros((x.shape[0], uniq.shape[0]), dtype=np.float64)  # [N, U]
+    onehot[np.arange(x.shape[0]), inv] = 1.0
+    w_eq = w @ onehot  # [B, U] copies of each distinct value
+    w_less = np.cumsum(w_eq, axis=-1) - w_eq  # [B, U] copies of strictly smaller values
+    block_rank = w_less + (w_eq + 1.0) / 2.0  # [B, U]
+    return block_rank[:, inv]  # [B, N]
