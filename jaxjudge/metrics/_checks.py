@@ -148,13 +148,13 @@ def check_groups(groups: Any, n: int, num_groups: int | None) -> tuple[jax.Array
       TypeError: non-integer codes.
     """
     check_vector(groups, "groups", n)
-    groups = jnp.asarray(groups)
-    if not jnp.issubdtype(groups.dtype, jnp.integer):
+    dtype = groups.dtype if hasattr(groups, "dtype") else np.asarray(groups).dtype
+    if not np.issubdtype(dtype, np.integer):
         raise TypeError(
-            f"groups must be integer codes 0..G-1, got dtype {groups.dtype}; "
+            f"groups must be integer codes 0..G-1, got dtype {dtype}; "
             "convert arbitrary ids with jaxjudge.metrics.encode_groups"
         )
-    groups = groups.astype(jnp.int32)
+    groups = jnp.asarray(groups, jnp.int32)
     if is_traced(groups):
         if num_groups is None:
             raise ValueError("num_groups must be given (static) when groups is traced")
