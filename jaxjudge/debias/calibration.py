@@ -170,14 +170,21 @@ def _beta_nll(log_ab: Array, mean_log_u: Array, mean_log_1mu: Array) -> Array:
   return betaln(a, b) - (a - 1.0) * mean_log_u - (b - 1.0) * mean_log_1mu
 
 
-@partial(jax.jit, static_argnames=("steps",))
-def _fit_beta_jit(u: Array, w: Array, steps: int) -> BetaFit:
+@jax.jit
+def _beta_stats(u: Array, w: Array) -> Array:
+  """Weighted [mean log u, mean log(1 - u), mean u, variance of u]."""
   w = w / jnp.sum(w)  # [N]
-  mean_log_u = jnp.sum(w * jnp.log(u))
-  mean_log_1mu = jnp.sum(w * jnp.log1p(-u))
-  # Method-of-moments start: close to the optimum, so a few L-BFGS steps suffice.
   m = jnp.sum(w * u)
-  v = jnp.maximum(jnp.sum(w * (u - m) ** 2), 1e-8)
+  return jnp.stack([
+      jnp.sum(w * jnp.log(u)), jnp.sum(w * jnp.log1p(-u)), m, jnp.sum(w * (u - m) ** 2)
+  ])
+
+
+# The optimisation sees only four scalars, so it compiles once whatever the number of rows.
+@partial(jax.jit, static_argnames=("steps",))
+def _fit_beta_jit(stats: Array, steps: int) -> BetaFit:
+  mean_log_u, mean_log_1mu, m, v = stats[0], stats[1], stats[2], jnp.maximum(stats[3], 1e-8)
+  # Method-of-moments start: close to the optimum, so a few L-BFGS steps suffice.
   common = jnp.maximum(m * (1.0 - m) / v - 1.0, 1e-2)
   init = jnp.log(jnp.stack([m * common, (1.0 - m) * common]))
 
@@ -237,7 +244,7 @@ def fit_beta(u: Array, mask: Array | None = None, *, steps: int = 50) -> BetaFit
           f"fit_beta: observations must lie strictly inside (0, 1) (rescale scores with "
           f"rescale_scores); row {int(bad[0])} is {un[bad[0]]}"
       )
-  return _fit_beta_jit(u, w, steps)
+  return _fit_beta_jit(_beta_stats(u, w), steps)
 
 
 def beta_candidate_prior(a: Array, b: Array, k: int) -> Array:
