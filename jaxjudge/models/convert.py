@@ -1,0 +1,201 @@
+"""Hugging Face tensors -> decoder parameters, through one declarative key table.
+
+Both sources (a safetensors folder via :mod:`jaxjudge.models.hf`, a GGUF file via
+:mod:`jaxjudge.models.gguf`) produce ``tensors: dict[str, np.ndarray]`` with Hugging Face names
+and layouts. :data:`KEY_TABLE` maps each name pattern to a parameter path of
+:class:`~jaxjudge.models.decoder.Decoder` and a layout transform; :func:`build_model` fills the
+arrays into an ``nnx.eval_shape`` skeleton (nothing is allocated twice) and refuses a tensor
+that maps nowhere, a parameter that no tensor fills, and a shape that does not match, naming
+the key each time.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Mapping
+
+import jax
+import numpy as np
+from flax import nnx
+
+from jaxjudge.models.config import DecoderConfig
+from jaxjudge.models.decoder import Decoder, as_dtype
+
+__all__ = [
+    "ConversionError",
+    "KEY_TABLE",
+    "IGNORED_KEYS",
+    "abstract_model",
+    "build_model",
+    "expected_keys",
+]
+
+
+class ConversionError(ValueError):
+    """A checkpoint that does not match the config (missing, unused or misshapen tensor)."""
+
+
+def _transpose(w: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """torch Linear ``[out, in]`` -> kernel ``[in, *out]`` (o_proj: ``[D, N*H]`` -> ``[N, H, D]``)."""
+    if w.ndim != 2:
+        raise ValueError(f"expected a 2-D weight, got shape {w.shape}")
+    return w.T.reshape(shape)
+
+
+def _reshape(w: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Same values, target shape (biases ``[N*H]`` -> ``[N, H]``; identity for norms)."""
+    return w.reshape(shape)
+
+
+# hf key pattern -> (parameter path, transform). `{0}` is the layer index.
+KEY_TABLE: tuple[tuple[str, str, Callable[[np.ndarray, tuple[int, ...]], np.ndarray]], ...] = (
+    (r"model\.embed_tokens\.weight", "embed_tokens.embedding", _reshape),
+    (r"model\.layers\.(\d+)\.input_layernorm\.weight", "layers.{0}.input_layernorm.scale", _reshape),
+    (r"model\.layers\.(\d+)\.post_attention_layernorm\.weight",
+     "layers.{0}.post_attention_layernorm.scale", _reshape),
+    (r"model\.layers\.(\d+)\.self_attn\.([qkvo])_proj\.weight",
+     "layers.{0}.self_attn.{1}_proj.kernel", _transpose),
+    (r"model\.layers\.(\d+)\.self_attn\.([qkvo])_proj\.bias",
+     "layers.{0}.self_attn.{1}_proj.bias", _reshape),
+    (r"model\.layers\.(\d+)\.mlp\.(gate|up|down)_proj\.weight", "layers.{0}.mlp.{1}_proj.kernel",
+     _transpose),
+    (r"model\.layers\.(\d+)\.mlp\.(gate|up|down)_proj\.bias", "layers.{0}.mlp.{1}_proj.bias",
+     _reshape),
+    (r"model\.norm\.weight", "norm.scale", _reshape),
+    (r"lm_head\.weight", "lm_head.kernel", _transpose),
+)
+
+# Buffers some exporters save that carry no parameters (recomputed from the config).
+IGNORED_KEYS: tuple[str, ...] = (r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq",)
+
+_COMPILED = tuple((re.compile(p), path, fn) for p, path, fn in KEY_TABLE)
+_IGNORED = tuple(re.compile(p) for p in IGNORED_KEYS)
+
+
+def _param_path(key: str) -> tuple[str, Callable] | None:
+    for pattern, path, fn in _COMPILED:
+        m = pattern.fullmatch(key)
+        if m:
+            return path.format(*m.groups()), fn
+    return None
+
+
+def abstract_model(cfg: DecoderConfig, dtype: Any = "float32") -> Decoder:
+    """The decoder with ``ShapeDtypeStruct`` leaves: shapes and dtypes, no memory.
+
+    Args:
+        cfg: the config.
+        dtype: parameter and compute dtype (``"float32"`` or ``"bfloat16"``).
+
+    Returns:
+        An abstract :class:`Decoder` (``nnx.eval_shape``).
+    """
+    d = as_dtype(dtype)
+    return nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0), dtype=d, param_dtype=d))
+
+
+def _flat(state: nnx.State) -> dict[str, nnx.Variable]:
+    """Dotted parameter path (``layers.0.self_attn.q_proj.kernel``) -> Variable."""
+    return {".".join(str(p) for p in path): v for path, v in nnx.to_flat_state(state)}
+
+
+def expected_keys(cfg: DecoderConfig) -> dict[str, str]:
+    """Parameter path -> the Hugging Face tensor name that fills it, for this config."""
+    _, state = nnx.split(abstract_model(cfg))
+    out = {}
+    for path in _flat(state):
+        out[path] = _hf_name(path)
+    return out
+
+
+def _hf_name(path: str) -> str:
+    """Inverse of the table for error messages (``layers.3.mlp.up_proj.kernel`` -> HF key)."""
+    if path == "lm_head.kernel":
+        return "lm_head.weight"
+    if path == "embed_tokens.embedding":
+        return "model.embed_tokens.weight"
+    name = path.replace(".kernel", ".weight").replace(".scale", ".weight")
+    return "model." + name
+
+
+def build_model(
+    cfg: DecoderConfig,
+    tensors: Mapping[str, np.ndarray],
+    dtype: Any = "float32",
+    *,
+    mesh: Any = None,
+    rules: Mapping[str, str | None] | None = None,
+) -> Decoder:
+    """Fills Hugging Face tensors into a :class:`Decoder`.
+
+    Args:
+        cfg: the config the tensors belong to.
+        tensors: Hugging Face name -> array in the Hugging Face layout (float16/bfloat16/float32;
+            q/k rows in Hugging Face order).
+        dtype: parameter and compute dtype, ``"float32"`` or ``"bfloat16"``.
+        mesh: optional mesh; each parameter is then placed directly with its sharding
+            (:mod:`jaxjudge.models.sharding`), never gathered whole on one device.
+        rules: logical-axis rules for ``mesh`` (default: the project table).
+
+    Returns:
+        The decoder, parameters on device.
+
+    Raises:
+        ConversionError: naming an unused tensor key, a parameter no tensor fills, or a tensor
+            whose shape does not match the config.
+    """
+    d = as_dtype(dtype)
+    graphdef, abstract = nnx.split(abstract_model(cfg, d))
+    slots = _flat(abstract)
+    shardings = None
+    if mesh is not None:
+        from jaxjudge.models import sharding as _sh
+
+        shardings = _flat(_sh.param_shardings(abstract, mesh, rules or _sh.LOGICAL_AXIS_RULES))
+
+    filled: dict[str, Any] = {}
+    for key in sorted(tensors):
+        value = tensors[key]
+        if any(p.fullmatch(key) for p in _IGNORED):
+            continue
+        if key == "lm_head.weight" and cfg.tie_word_embeddings:
+            # Some exporters write the tied head out as well; accept it only if it is the tie.
+            emb = tensors.get("model.embed_tokens.weight")
+            if emb is None or emb.shape != value.shape or not np.array_equal(emb, value):
+                raise ConversionError(
+                    "tensor 'lm_head.weight' differs from 'model.embed_tokens.weight' but the config "
+                    "ties the embeddings (tie_word_embeddings=True)"
+                )
+            continue
+        hit = _param_path(key)
+        if hit is None or hit[0] not in slots:
+            raise ConversionError(
+                f"tensor {key!r} is not used by the {cfg.model_type} decoder built from this config"
+                + ("" if hit is None else f" (it would fill {hit[0]!r}, which the config lacks)")
+            )
+        path, fn = hit
+        target = tuple(slots[path].shape)
+        arr = np.asarray(value)
+        try:
+            arr = fn(arr, target)
+        except ValueError as e:
+            raise ConversionError(
+                f"tensor {key!r} has shape {tuple(np.shape(value))}, which does not fit parameter "
+                f"{path!r} of shape {target}: {e}"
+            ) from None
+        if np.dtype(arr.dtype).kind not in "fV":
+            raise ConversionError(f"tensor {key!r} has non-float dtype {arr.dtype}")
+        arr = arr.astype(d)
+        filled[path] = jax.device_put(arr, None if shardings is None else shardings[path])
+
+    missing = sorted(set(slots) - set(filled))
+    if missing:
+        names = ", ".join(f"{_hf_name(p)!r} (for {p})" for p in missing[:5])
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise ConversionError(f"missing tensor(s) {names}{more}")
+
+    state = nnx.from_flat_state(
+        [(path, v.replace(filled[".".join(str(p) for p in path)]))
+         for path, v in nnx.to_flat_state(abstract)]
+    )
+    return nnx.merge(graphdef, state)

@@ -1,0 +1,209 @@
+"""Reading a Hugging Face model folder (or Hub repo id) without torch.
+
+:func:`load_hf` returns the same tuple as the GGUF reader, ``(hf_config, tensors, tokenizer,
+chat_template)``, so both sources go through :func:`jaxjudge.models.config.config_from_hf` and
+:func:`jaxjudge.models.convert.build_model` alike:
+
+- ``hf_config``: the ``config.json`` dict;
+- ``tensors``: Hugging Face name -> ``np.ndarray`` (safetensors' numpy loader; bfloat16 arrives
+  as ``ml_dtypes.bfloat16``), from ``model.safetensors`` or the shards listed in
+  ``model.safetensors.index.json``;
+- ``tokenizer``: ``tokenizers.Tokenizer`` from ``tokenizer.json``;
+- ``chat_template``: the Jinja template from ``chat_template.jinja``, ``chat_template.json`` or
+  ``tokenizer_config.json`` (None when the model has none).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "load_hf",
+    "read_config",
+    "read_safetensors",
+    "read_tokenizer",
+    "resolve_source",
+    "source_sha256",
+    "special_tokens",
+]
+
+_HUB_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "tokenizer.model"]
+
+
+def resolve_source(source: str | os.PathLike) -> Path:
+    """A local folder for ``source``: the path itself, or a Hub snapshot for a repo id.
+
+    A string that is not an existing path but looks like ``owner/name`` is fetched with
+    ``huggingface_hub.snapshot_download`` (only configs, safetensors and tokenizer files). With
+    ``HF_HUB_OFFLINE=1`` only an already cached snapshot is used.
+
+    Raises:
+        FileNotFoundError: the path does not exist and cannot be fetched.
+    """
+    path = Path(source).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ValueError(f"{path} is a file; a Hugging Face source must be a folder")
+        return path
+    text = str(source)
+    if text.count("/") == 1 and not text.startswith((".", "/", "~")):
+        try:
+            from huggingface_hub import snapshot_download
+
+            return Path(snapshot_download(text, allow_patterns=_HUB_PATTERNS))
+        except Exception as e:  # offline, unknown repo, gated repo, ...
+            raise FileNotFoundError(f"could not fetch Hugging Face repo {text!r}: {e}") from e
+    raise FileNotFoundError(f"model folder {path} does not exist")
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    """The parsed ``config.json`` of ``folder``."""
+    path = folder / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON: {e}") from None
+
+
+def read_safetensors(folder: Path) -> dict[str, np.ndarray]:
+    """All tensors of ``folder``'s single or sharded safetensors checkpoint.
+
+    Raises:
+        FileNotFoundError: no checkpoint, or a shard named by the index is missing.
+        ValueError: a file is truncated or corrupted (named), or a key appears twice.
+    """
+    from safetensors import safe_open
+
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError) as e:
+            raise ValueError(f"{index} is not a valid safetensors index: {e}") from None
+        files = sorted(set(weight_map.values()))
+    elif (folder / "model.safetensors").is_file():
+        weight_map, files = None, ["model.safetensors"]
+    else:
+        raise FileNotFoundError(
+            f"{folder} has neither model.safetensors nor model.safetensors.index.json"
+        )
+    tensors: dict[str, np.ndarray] = {}
+    for name in files:
+        path = folder / name
+        if not path.is_file():
+            raise FileNotFoundError(f"safetensors shard {path} (listed in the index) is missing")
+        try:
+            with safe_open(str(path), framework="np") as f:
+                for key in f.keys():
+                    if key in tensors:
+                        raise ValueError(f"tensor {key!r} appears in more than one shard ({name})")
+                    tensors[key] = f.get_tensor(key)
+        except ValueError:
+            raise
+        except Exception as e:  # safetensors raises its own error types on bad headers/data
+            raise ValueError(f"cannot read safetensors file {path}: {e}") from e
+    if weight_map is not None:
+        absent = sorted(set(weight_map) - set(tensors))
+        if absent:
+            raise ValueError(f"tensor(s) {absent[:5]} listed in {index.name} are not in the shards")
+    return tensors
+
+
+def _template_from_value(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list):  # [{"name": "default", "template": ...}, ...]
+        named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
+        return named.get("default") or next(iter(named.values()), None)
+    raise ValueError(f"unrecognised chat_template value of type {type(value).__name__}")
+
+
+def read_tokenizer(folder: Path):
+    """(``tokenizers.Tokenizer``, chat template or None, tokenizer_config dict) of ``folder``."""
+    from tokenizers import Tokenizer
+
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing (a fast tokenizer file is required)")
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as e:
+        raise ValueError(f"cannot read tokenizer file {path}: {e}") from e
+    tok_cfg: dict[str, Any] = {}
+    cfg_path = folder / "tokenizer_config.json"
+    if cfg_path.is_file():
+        tok_cfg = json.loads(cfg_path.read_text())
+    template = None
+    if (folder / "chat_template.jinja").is_file():
+        template = (folder / "chat_template.jinja").read_text()
+    elif (folder / "chat_template.json").is_file():
+        template = _template_from_value(
+            json.loads((folder / "chat_template.json").read_text()).get("chat_template"))
+    else:
+        template = _template_from_value(tok_cfg.get("chat_template"))
+    return tokenizer, template, tok_cfg
+
+
+def special_tokens(tok_cfg: dict[str, Any]) -> dict[str, str]:
+    """``bos_token``/``eos_token``/... strings from a tokenizer_config (str or AddedToken dict)."""
+    out = {}
+    for name in ("bos_token", "eos_token", "pad_token", "unk_token"):
+        value = tok_cfg.get(name)
+        if isinstance(value, dict):
+            value = value.get("content")
+        if isinstance(value, str):
+            out[name] = value
+    return out
+
+
+def load_hf(source: str | os.PathLike):
+    """Reads a Hugging Face model folder (or Hub repo id).
+
+    Args:
+        source: a folder with ``config.json``, safetensors and ``tokenizer.json``, or a Hub repo
+            id (fetched when not a local path).
+
+    Returns:
+        ``(hf_config dict, tensors dict[str, np.ndarray], tokenizers.Tokenizer, chat_template or
+        None)``; ``hf_config`` gains no keys. The tokenizer_config's special-token strings are
+        available from :func:`read_tokenizer`.
+    """
+    folder = resolve_source(source)
+    hf_config = read_config(folder)
+    tensors = read_safetensors(folder)
+    tokenizer, template, _ = read_tokenizer(folder)
+    return hf_config, tensors, tokenizer, template
+
+
+def source_sha256(source: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """Content hash of a model source: a file's sha256, or for a folder the sha256 over
+    (relative name, file sha256) of its config, tokenizer and safetensors files, sorted."""
+    path = Path(source)
+
+    def file_hash(p: Path) -> str:
+        h = hashlib.sha256()
+        with open(p, "rb") as f:
+            while block := f.read(chunk):
+                h.update(block)
+        return h.hexdigest()
+
+    if path.is_file():
+        return file_hash(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path} does not exist")
+    names = sorted(
+        p for p in path.iterdir()
+        if p.is_file() and (p.suffix in (".json", ".safetensors", ".jinja") or p.name == "tokenizer.model")
+    )
+    outer = hashlib.sha256()
+    for p in names:
+        outer.update(p.name.encode() + b"\0" + file_hash(p).encode() + b"\n")
+    return outer.hexdigest()
