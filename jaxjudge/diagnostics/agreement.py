@@ -100,7 +100,9 @@ def cohen_kappa(rater_a, rater_b, *, weights: Weights = None, labels: Sequence[f
       weights: None or "unweighted", "linear", "quadratic".
       labels: the label scale (any sortable numbers); or lo, hi: the integer scale lo..hi; or
         neither: the union of observed values. Stating the scale matters for weighted kappa
-        (K enters the weights) and makes results comparable across subsets.
+        when the data skip an inner label (with scores {1, 2, 5} observed, 5 is three steps
+        from 2 on the scale 1..5 but one step on the observed labels); unused labels at the
+        ends change nothing, since a common factor in the weights cancels.
 
     Returns:
       kappa in [-1, 1].

@@ -223,7 +223,9 @@ def allocate_calibration(
         m0 / m1 = sqrt(a) / sqrt(b) = (1 - theta) sqrt(q0 (1 - q0)) / (theta sqrt(q1 (1 - q1))),
 
     i.e. each class gets labels in proportion to the square root of its variance contribution.
-    theta is the pilot's corrected accuracy clipped to [0, 1]. The continuous optimum is rounded
+    theta is the pilot's unclipped corrected accuracy, the point where the delta-method
+    derivatives are evaluated (as in `corrected_accuracy_se`); clipping a noisy pilot estimate
+    to 0 or 1 would zero one class's weight outright. The continuous optimum is rounded
     to the integer split (within [min_per_class, budget - min_per_class]) with the smaller V.
     When both contributions vanish (a pilot with q0 and q1 at 0 or 1) the budget is split
     evenly. A pilot rate of exactly 0 or 1 gives its class only `min_per_class`; smooth pilot
@@ -251,7 +253,7 @@ def allocate_calibration(
         raise ValueError(f"min_per_class must be >= 1, got {min_per_class}")
     if budget < 2 * min_per_class:
         raise ValueError(f"budget must be >= 2 * min_per_class = {2 * min_per_class}, got {budget}")
-    theta = float(corrected_accuracy(float(p_pilot), float(q0_pilot), float(q1_pilot), clip=True))
+    theta = float(corrected_accuracy(float(p_pilot), float(q0_pilot), float(q1_pilot), clip=False))
     a = (1.0 - theta) ** 2 * q0_pilot * (1.0 - q0_pilot)
     b = theta**2 * q1_pilot * (1.0 - q1_pilot)
     lo, hi = min_per_class, budget - min_per_class
