@@ -118,7 +118,8 @@ def test_corrected_accuracy_errors_and_clip():
         D.corrected_accuracy(0.4, 0.7, float("nan"))
     # p below the false-pass rate 1 - q0: the raw estimate is negative, the default clips to 0.
     assert D.corrected_accuracy(0.2, 0.7, 0.9, clip=False) == pytest.approx(-1 / 6)
-    assert D.corrected_accuracy(0.2, 0.7, 0.9) == 0.0
+    assert D.corrected_accuracy(0.2, 0.7, 0.9) == 0.0 and isinstance(D.corrected_accuracy(0.2, 0.7, 0.9), float)
+    assert D.corrected_accuracy(Fraction(9, 10), Fraction(7, 10), Fraction(9, 10)) == 1
     low, high = D.corrected_accuracy_ci(0.2, 0.7, 0.9, 100, 30, 30)
     assert 0.0 == low < high <= 1.0
     # Perfect calibration rates: the adjusted interval stays non-degenerate.
@@ -453,6 +454,20 @@ def test_pairwise_template():
         t.format_user(document="x", summary_a="a", summary_b="b", aspect="humour")
     assert "be funny" in t.format_user(document="x", summary_a="a", summary_b="b", aspect="humour",
                                        aspect_definition="be funny")
+
+
+def test_render_pair_prompts():
+    groups, ids, scores = ["d", "d", "e", "e"], ["x", "y", "x", "y"], [1.0, 3.0, 4.0, 2.0]
+    docs = ["DOC D", "DOC D", "DOC E", "DOC E"]
+    summ = ["sum dx", "sum dy", "sum ex", "sum ey"]
+    pairs = D.build_pairs(groups, ids, scores, seed=1)
+    fwd, swp = D.render_pair_prompts(pairs, docs, summ, "coherence")
+    assert len(fwd) == len(swp) == 2
+    for k, (f, t) in enumerate(zip(pairs.first, pairs.second)):
+        assert fwd[k].index(summ[f]) < fwd[k].index(summ[t]) and docs[f] in fwd[k]
+        assert swp[k].index(summ[t]) < swp[k].index(summ[f])
+    with pytest.raises(ValueError, match="mixes two different documents"):
+        D.render_pair_prompts(pairs, ["a", "b", "c", "d"], summ, "coherence")
 
 
 # --------------------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ from jaxjudge.diagnostics.pairwise import (
     build_pairs,
     pairs_from_examples,
     position_bias,
+    render_pair_prompts,
     slot_verdicts,
 )
 
@@ -80,6 +81,7 @@ __all__ = [
     "paired_difference",
     "pairs_from_examples",
     "position_bias",
+    "render_pair_prompts",
     "slot_verdicts",
     "to_integer_scale",
 ]

@@ -93,7 +93,8 @@ def corrected_accuracy(p, q0, q1, *, clip: bool = True):
     _check_better_than_chance(q0, q1)
     if _is_scalar(p, q0, q1):
         theta = (p + q0 - 1) / (q0 + q1 - 1)
-        return min(max(theta, 0), 1) if clip else theta
+        zero = theta * 0  # keeps the input's number type (float or Fraction) when clipping
+        return min(max(theta, zero), zero + 1) if clip else theta
     p, q0, q1 = (np.asarray(v, dtype=np.float64) for v in (p, q0, q1))
     theta = (p + q0 - 1.0) / (q0 + q1 - 1.0)
     return np.clip(theta, 0.0, 1.0) if clip else theta

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from jaxjudge.diagnostics._checks import as_float_vector, as_groups, as_logprob_pairs, same_length
+from jaxjudge.diagnostics.paired import clustered_mean_se
 
 # --------------------------------------------------------------------------------------------
 # Prompt wording (data, rendered by the engine; the chat template is applied by the prompts
@@ -261,6 +262,33 @@ def pairs_from_examples(examples: Iterable, aspect: str, *, min_gap: float = 1.0
                        min_gap=min_gap, n_pairs=n_pairs, seed=seed)
 
 
+def render_pair_prompts(pairs: Pairs, documents: Sequence[str], summaries: Sequence[str], aspect: str, *,
+                        template: PairwiseTemplate = SUMMARY_PAIRWISE) -> tuple[list[str], list[str]]:
+    """User messages for both orders of every pair, ready for the chat template and the engine.
+
+    Args:
+      pairs: from `build_pairs` / `pairs_from_examples`.
+      documents: source document of each item, indexed like the items given to `build_pairs`.
+      summaries: text of each item, same indexing.
+      aspect: aspect name for the template.
+      template: the pairwise prompt.
+
+    Returns:
+      (forward [P], swapped [P]): in `forward[k]` the pair's `first` is Summary A; in
+      `swapped[k]` its `second` is. Score the answers with `template.choices` and pass the two
+      resulting [P, 2] arrays to `position_bias` in this order.
+    """
+    forward, swapped = [], []
+    for f, t in zip(pairs.first.tolist(), pairs.second.tolist()):
+        if documents[f] != documents[t]:
+            raise ValueError(f"pair ({f}, {t}) mixes two different documents; check the indexing of documents")
+        forward.append(template.format_user(document=documents[f], summary_a=summaries[f],
+                                            summary_b=summaries[t], aspect=aspect))
+        swapped.append(template.format_user(document=documents[f], summary_a=summaries[t],
+                                            summary_b=summaries[f], aspect=aspect))
+    return forward, swapped
+
+
 # --------------------------------------------------------------------------------------------
 # Verdict analysis.
 
@@ -406,8 +434,6 @@ def position_bias(logp_forward, logp_swapped, human_pref=None, *, groups: Sequen
         decisive = combined != 0
         soft = np.sign(prob_first - 0.5).astype(np.int64)
         if groups is not None:
-            from jaxjudge.diagnostics.paired import clustered_mean_se
-
             _, se = clustered_mean_se(credit, groups)
         else:
             se = float(credit.std(ddof=1) / np.sqrt(p)) if p > 1 else 0.0
