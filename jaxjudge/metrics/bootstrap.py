@@ -68,12 +68,20 @@ def _replicates(
     n_boot: int,
     batch_size: int,
 ) -> tuple[jax.Array, jax.Array]:
-    estimate = stat_fn(*arrays, jnp.ones(groups.shape, jnp.float32))
+    def one(args):
+        k, is_estimate = args
+        w = resample_weights(k, groups, num_groups)
+        # The point estimate (all weights 1) rides along as item 0, so that stat_fn is traced
+        # and compiled once, in its batched form only.
+        return stat_fn(*arrays, jnp.where(is_estimate, 1.0, w))
 
-    def one(k):
-        return stat_fn(*arrays, resample_weights(k, groups, num_groups))
-
-    reps = jax.lax.map(one, jax.random.split(key, n_boot), batch_size=batch_size)  # [n_boot]
+    keys = jax.random.split(key, n_boot + 1)
+    # Pad to a whole number of batches: a remainder batch would be traced and compiled again.
+    pad = -(n_boot + 1) % batch_size
+    keys = jnp.concatenate([keys, keys[:pad]]) if pad else keys
+    is_estimate = jnp.arange(keys.shape[0]) == 0
+    values = jax.lax.map(one, (keys, is_estimate), batch_size=batch_size)
+    estimate, reps = values[0], values[1 : n_boot + 1]  # scalar, [n_boot]
     return estimate, reps
 
 
@@ -153,7 +161,7 @@ def bootstrap_distribution(
         jax.random.key(seed),
         num_groups=num_groups,
         n_boot=int(n_boot),
-        batch_size=int(min(batch_size, n_boot)),
+        batch_size=int(min(batch_size, n_boot + 1)),
     )
 
 

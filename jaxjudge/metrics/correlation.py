@@ -207,7 +207,9 @@ _CORES: dict[str, Callable[..., jax.Array]] = {
     "mse": _jit_groups(_mse_groups),
     "neg_mse": _jit_groups(_neg_mse_groups),
 }
-_IS_CORRELATION = {"pearson": True, "spearman": True, "kendall": True, "mse": False, "neg_mse": False}
+_IS_CORRELATION = {
+    "pearson": True, "spearman": True, "kendall": True, "mse": False, "neg_mse": False
+}
 
 
 # ----------------------------------------------------------------------------------------
@@ -381,15 +383,17 @@ def per_group(
     """The metric inside each group `[G]`; NaN for groups that are skipped.
 
     Args:
-      metric: a registered name or metric function, or any `(x, y, mask, *, weights)` callable.
+      metric: a registered name or metric function, or any jittable
+        `(x, y, mask, *, weights)` callable (vmapped over group masks, G full passes).
       x, y: predictions and human scores `[N]`.
       groups: int codes `[N]` in 0..G-1 (see `encode_groups`).
       mask, weights: as in `pearson`.
       num_groups: G, static. Inferred as max(groups)+1 in eager calls; required under jit.
 
     Returns:
-      float32 `[G]`. A correlation is NaN for a group with < 2 selected rows or constant x or y
-      on them; MSE is NaN only for a group with no selected row.
+      float32 `[G]`. A correlation (and any unregistered callable) is NaN for a group with < 2
+      selected rows or constant x or y on them; MSE is NaN only for a group with no selected
+      row.
     """
     x, y, w, groups, num_groups, _ = _check_grouped(metric, x, y, groups, mask, weights, num_groups)
     return _group_values(metric, x, y, w, groups, num_groups)
@@ -436,7 +440,7 @@ def grouped_metric(
     Selection code can then treat dataset-level and summary-level metrics alike, e.g.
     `jax.vmap(grouped_metric("spearman", doc_ids, G), in_axes=(0, None, None))`.
     """
-    if not isinstance(metric, str) and _metric_name(metric) is None and not callable(metric):
+    if not isinstance(metric, str) and not callable(metric):
         raise TypeError(f"metric must be a name or a callable, got {type(metric).__name__}")
     _metric_name(metric)  # raises for an unknown name now rather than at call time
     if not _checks.is_traced(groups):
@@ -472,6 +476,7 @@ def encode_groups(ids: Any) -> GroupCodes:
     if ids.size == 0:
         raise ValueError("group ids are empty")
     if ids.dtype.kind == "f" and np.isnan(ids).any():
-        raise ValueError(f"group ids contain NaN at rows {_checks.format_rows(np.flatnonzero(np.isnan(ids)))}")
+        bad = _checks.format_rows(np.flatnonzero(np.isnan(ids)))
+        raise ValueError(f"group ids contain NaN at rows {bad}")
     names, codes = np.unique(ids, return_inverse=True)
     return GroupCodes(codes.astype(np.int32).ravel(), int(names.shape[0]), names)
