@@ -213,6 +213,8 @@ def test_grouped_jit_vmap_over_folds_and_generic_callable():
     x, y = rng.normal(size=(2, 72)).astype(np.float32)
     folds = np.stack([codes % 3 == f for f in range(3)])  # grouped folds: whole documents
     fn = jm.grouped_metric("spearman", codes, num_groups)
+    assert fn.higher_is_better is True
+    assert jm.grouped_metric("mse", codes, num_groups).higher_is_better is False
     got = jax.jit(jax.vmap(fn, in_axes=(None, None, 0)))(x, y, folds)
     want = [_loop_grouped("spearman", x, y, codes, m) for m in folds]
     np.testing.assert_allclose(np.asarray(got), want, atol=TOL)

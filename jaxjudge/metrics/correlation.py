@@ -449,7 +449,10 @@ def grouped_metric(
     def fn(x, y, mask=None, *, weights=None):
         return grouped(metric, x, y, groups, mask, num_groups=num_groups, weights=weights)
 
-    fn.__name__ = f"grouped_{_metric_name(metric) or getattr(metric, '__name__', 'metric')}"
+    name = _metric_name(metric)
+    fn.__name__ = f"grouped_{name or getattr(metric, '__name__', 'metric')}"
+    # Selection reads the optimisation direction from this attribute for unregistered names.
+    fn.higher_is_better = HIGHER_IS_BETTER.get(name) if name else None
     return fn
 
 
