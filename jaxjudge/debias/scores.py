@@ -18,46 +18,46 @@ Array = jax.Array
 
 
 def renormalize(logits: Array, temperature: float | Array = 1.0) -> Array:
-  """Log-probabilities over the score candidates at a temperature.
+    """Log-probabilities over the score candidates at a temperature.
 
-  Args:
-    logits: `[..., K]` logits or log-probabilities of the K score candidates (any per-row
-      offset, e.g. a full-vocabulary log-normaliser, is irrelevant).
-    temperature: positive scalar; the distribution is `softmax(logits / temperature)`.
-      Lower values sharpen it towards the greedy choice.
+    Args:
+        logits: `[..., K]` logits or log-probabilities of the K score candidates (any per-row
+            offset, e.g. a full-vocabulary log-normaliser, is irrelevant).
+        temperature: positive scalar; the distribution is `softmax(logits / temperature)`.
+            Lower values sharpen it towards the greedy choice.
 
-  Returns:
-    `[..., K]` log-probabilities that sum to one (in probability) over the last axis.
-  """
-  return jax.nn.log_softmax(logits / temperature, axis=-1)
+    Returns:
+        `[..., K]` log-probabilities that sum to one (in probability) over the last axis.
+    """
+    return jax.nn.log_softmax(logits / temperature, axis=-1)
 
 
 def expected_score(logits: Array, values: Array, temperature: float | Array = 1.0) -> Array:
-  """Probability-weighted score, `sum_k p_k(T) * values_k`.
+    """Probability-weighted score, `sum_k p_k(T) * values_k`.
 
-  The random-number debiasing paper reads scores at temperature 0.2 (a sharpened distribution);
-  temperature 1 is the plain expectation under the judge's candidate distribution.
+    The random-number debiasing paper reads scores at temperature 0.2 (a sharpened distribution);
+    temperature 1 is the plain expectation under the judge's candidate distribution.
 
-  Args:
-    logits: `[..., K]` logits or log-probabilities of the score candidates.
-    values: `[K]` numeric value of each candidate (e.g. `[1., 2., 3., 4., 5.]`).
-    temperature: positive scalar applied before the softmax.
+    Args:
+        logits: `[..., K]` logits or log-probabilities of the score candidates.
+        values: `[K]` numeric value of each candidate (e.g. `[1., 2., 3., 4., 5.]`).
+        temperature: positive scalar applied before the softmax.
 
-  Returns:
-    `[...]` expected scores.
-  """
-  probs = jax.nn.softmax(logits / temperature, axis=-1)  # [..., K]
-  return jnp.einsum("...k,k->...", probs, jnp.asarray(values, probs.dtype))
+    Returns:
+        `[...]` expected scores.
+    """
+    probs = jax.nn.softmax(logits / temperature, axis=-1)  # [..., K]
+    return jnp.einsum("...k,k->...", probs, jnp.asarray(values, probs.dtype))
 
 
 def greedy_score(logits: Array, values: Array) -> Array:
-  """Value of the most probable candidate (ties go to the first, i.e. lowest, candidate).
+    """Value of the most probable candidate (ties go to the first, i.e. lowest, candidate).
 
-  Args:
-    logits: `[..., K]` logits or log-probabilities of the score candidates.
-    values: `[K]` numeric value of each candidate.
+    Args:
+        logits: `[..., K]` logits or log-probabilities of the score candidates.
+        values: `[K]` numeric value of each candidate.
 
-  Returns:
-    `[...]` greedy scores.
-  """
-  return jnp.asarray(values)[jnp.argmax(logits, axis=-1)]
+    Returns:
+        `[...]` greedy scores.
+    """
+    return jnp.asarray(values)[jnp.argmax(logits, axis=-1)]
