@@ -1,0 +1,459 @@
+"""The :class:`Judge`: a converted decoder with its tokenizer, chat template and provenance.
+
+Two levels of use:
+
+- the simple path, for notebooks and checks: ``judge.next_token_logits(prompts) -> [B, V]``
+  (raw strings, no chat template), ``judge.generate_text(prompts, max_new_tokens=...)``,
+  ``judge.sequence_nll(texts)``, ``judge.apply_chat_template(messages)``;
+- the fast path, for the engine (arrays in, arrays out, one jit compilation per shape):
+  ``forward`` (logits at chosen positions only), ``prefill`` / ``extend`` (KV cache and shared
+  prefix) and ``generate_tokens`` (decoding with the cache). Shapes and the padding convention
+  are those of :mod:`jaxjudge.models.decoder`.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxjudge.models import decoder as _dec
+from jaxjudge.models.config import DecoderConfig, config_from_hf
+from jaxjudge.models.convert import build_model
+from jaxjudge.models.decoder import KVCache, pad_batch
+
+__all__ = ["Judge", "bucket_length", "render_chat_template"]
+
+
+def bucket_length(n: int, minimum: int = 16) -> int:
+    """Padded length for ``n`` tokens: a power of two up to 512, then a multiple of 256.
+
+    Few distinct shapes means few jit compilations; the padding costs at most 2x (short) or
+    256 tokens (long).
+    """
+    if n <= minimum:
+        return minimum
+    if n <= 512:
+        return 1 << (n - 1).bit_length()
+    return -(-n // 256) * 256
+
+
+def _last_real_index(mask_bt: np.ndarray) -> np.ndarray:
+    """Index of the last True of each row [B] (works for either padding side)."""
+    mask_bt = np.asarray(mask_bt, bool)
+    if not mask_bt.any(axis=1).all():
+        raise ValueError("every row needs at least one real token (mask row all False)")
+    t = mask_bt.shape[1]
+    return (t - 1 - np.argmax(mask_bt[:, ::-1], axis=1)).astype(np.int32)
+
+
+def render_chat_template(template: str, messages: Sequence[Mapping[str, Any]], *,
+                         add_generation_prompt: bool = True, **variables: Any) -> str:
+    """Renders a Hugging Face chat template with Jinja2 the way transformers sets it up.
+
+    A sandboxed environment with ``trim_blocks``/``lstrip_blocks``, the ``loopcontrols``
+    extension, a ``tojson`` filter that keeps non-ASCII text, and the ``raise_exception`` and
+    ``strftime_now`` globals that published templates call.
+
+    Args:
+        template: the Jinja source.
+        messages: ``[{"role": "system"|"user"|"assistant", "content": str}, ...]``.
+        add_generation_prompt: append the assistant turn opener.
+        **variables: further template variables (``bos_token``, ``eos_token``, ``tools``, ...).
+
+    Returns:
+        The rendered prompt text (special tokens as text; tokenise it with the judge).
+    """
+    from jinja2.exceptions import TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message):
+        raise TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping) or "role" not in m:
+            raise ValueError(f"message {i} must be a mapping with a 'role' (and 'content')")
+    return env.from_string(template).render(
+        messages=list(messages), add_generation_prompt=add_generation_prompt, **variables)
+
+
+class Judge:
+    """A judge model ready to score: config, parameters, tokenizer, chat template, provenance.
+
+    Args:
+        config: the decoder config.
+        model: the :class:`~jaxjudge.models.decoder.Decoder` holding the parameters.
+        tokenizer: a ``tokenizers.Tokenizer`` (adds BOS itself when its post-processor does).
+        chat_template: Jinja chat template or None.
+        source: where the model came from (path or repo id).
+        sha256: content hash of the source (the cache key).
+        special_tokens: optional ``{"bos_token": str, "eos_token": str}`` for chat templates;
+            by default the strings of the config's BOS/first EOS ids.
+
+    Attributes:
+        config, tokenizer, chat_template, source, sha256: as given.
+        graphdef, state: ``nnx.split(model)``; the jitted functions take these.
+        dtype: compute dtype.
+        mesh: the mesh after :meth:`shard`, else None.
+    """
+
+    def __init__(
+        self,
+        config: DecoderConfig,
+        model: _dec.Decoder,
+        tokenizer: Any,
+        chat_template: str | None = None,
+        *,
+        source: str | None = None,
+        sha256: str | None = None,
+        special_tokens: Mapping[str, str] | None = None,
+    ):
+        self.config = config
+        self.graphdef, self.state = nnx.split(model)
+        self.dtype = model.dtype
+        self.tokenizer = tokenizer
+        self.chat_template = chat_template
+        self.source = source
+        self.sha256 = sha256
+        self.mesh = None
+        tokens = dict(special_tokens or {})
+        if tokenizer is not None:
+            if "bos_token" not in tokens and config.bos_token_id is not None:
+                tok = tokenizer.id_to_token(config.bos_token_id)
+                if tok is not None:
+                    tokens["bos_token"] = tok
+            if "eos_token" not in tokens and config.eos_token_ids:
+                tok = tokenizer.id_to_token(config.eos_token_ids[0])
+                if tok is not None:
+                    tokens["eos_token"] = tok
+        self.special_tokens = tokens
+
+    @classmethod
+    def from_parts(
+        cls,
+        hf_config: Mapping[str, Any],
+        tensors: Mapping[str, np.ndarray],
+        tokenizer: Any,
+        chat_template: str | None = None,
+        *,
+        dtype: Any = "float32",
+        source: str | None = None,
+        sha256: str | None = None,
+        mesh: Any = None,
+    ) -> "Judge":
+        """Builds a judge from the ``(hf_config, tensors, tokenizer, chat_template)`` tuple that
+        both :func:`jaxjudge.models.hf.load_hf` and the GGUF reader return."""
+        cfg = config_from_hf(hf_config)
+        model = build_model(cfg, tensors, dtype, mesh=mesh)
+        judge = cls(cfg, model, tokenizer, chat_template, source=source, sha256=sha256)
+        judge.mesh = mesh
+        return judge
+
+    # ------------------------------------------------------------------ basics
+
+    @property
+    def model(self) -> _dec.Decoder:
+        """The decoder module (merged from graphdef and state)."""
+        return nnx.merge(self.graphdef, self.state)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
+    def pad_id(self) -> int:
+        return self.config.pad_token_id if self.config.pad_token_id is not None else 0
+
+    def __repr__(self) -> str:
+        return (f"Judge({type(self.config).__name__}, {self.config.num_params() / 1e6:.1f}M params, "
+                f"dtype={jnp.dtype(self.dtype).name}, source={self.source!r})")
+
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of ``text`` (BOS added when the tokenizer's post-processor adds it)."""
+        return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def shard(self, mesh: Any, rules: Mapping[str, str | None] | None = None) -> "Judge":
+        """Places the parameters on ``mesh`` by the logical-axis rules (in place; returns self)."""
+        from jaxjudge.models import sharding
+
+        self.state = sharding.shard_state(self.state, mesh, rules or sharding.LOGICAL_AXIS_RULES)
+        self.mesh = mesh
+        return self
+
+    def _batch(self, x: Any) -> jax.Array:
+        if self.mesh is not None:
+            from jaxjudge.models import sharding
+
+            return sharding.shard_batch(jnp.asarray(x), self.mesh)
+        return jnp.asarray(x)
+
+    # ------------------------------------------------------------------ fast path
+
+    def forward(self, tokens_bt: Any, mask_bt: Any, read_idx_br: Any,
+                positions_bt: Any = None) -> jax.Array:
+        """Logits at ``read_idx`` only, no cache.
+
+        Args:
+            tokens_bt: [B, T] int token ids (padding anywhere, see ``mask_bt``).
+            mask_bt: [B, T] bool, True for real tokens.
+            read_idx_br: [B, R] int, indices in [0, T) whose next-token logits are returned.
+            positions_bt: [B, T] int rotary positions (default: count of real tokens before).
+
+        Returns:
+            logits [B, R, V] float32 (a device array).
+        """
+        tokens_bt, mask_bt = np.asarray(tokens_bt, np.int32), np.asarray(mask_bt, bool)
+        args = [self._batch(tokens_bt), self._batch(mask_bt),
+                self._batch(np.asarray(read_idx_br, np.int32))]
+        pos = None if positions_bt is None else self._batch(np.asarray(positions_bt, np.int32))
+        logits, _ = _dec.forward(self.graphdef, self.state, *args, pos)
+        return logits
+
+    def new_cache(self, batch: int, max_length: int) -> KVCache:
+        """An empty KV cache of ``batch`` rows and ``max_length`` slots in the compute dtype."""
+        return _dec.init_cache(self.config, batch, max_length, self.dtype)
+
+    def prefill(self, tokens_bt: Any, mask_bt: Any = None, *, max_length: int | None = None,
+                read_idx_br: Any = None) -> tuple[jax.Array, KVCache]:
+        """Runs tokens into a fresh cache.
+
+        For a shared prefix pass one row (``[1, P]``) and keep the default ``max_length`` (P):
+        the result is the ``prefix`` argument of :meth:`extend`.
+
+        Args:
+            tokens_bt: [B, T] token ids.
+            mask_bt: [B, T] bool (default all True).
+            max_length: cache slots S >= T (default T); leave room for continuations or
+                generated tokens when this cache will be extended.
+            read_idx_br: [B, R] positions to read (default: each row's last real token).
+
+        Returns:
+            (logits [B, R, V], cache of B rows, S slots, ``length == T``).
+        """
+        tokens_bt = np.asarray(tokens_bt, np.int32)
+        b, t = tokens_bt.shape
+        s = t if max_length is None else max_length
+        if s < t:
+            raise ValueError(f"max_length={s} is shorter than the {t} tokens to prefill")
+        return self.extend(tokens_bt, mask_bt, read_idx_br=read_idx_br, cache=self.new_cache(b, s))
+
+    def extend(
+        self,
+        tokens_bt: Any,
+        mask_bt: Any = None,
+        *,
+        read_idx_br: Any = None,
+        prefix: KVCache | None = None,
+        cache: KVCache | None = None,
+        max_length: int | None = None,
+        positions_bt: Any = None,
+    ) -> tuple[jax.Array, KVCache | None]:
+        """Continues a shared prefix and/or a per-row cache with new tokens.
+
+        Args:
+            tokens_bt: [B, T] token ids of the continuations.
+            mask_bt: [B, T] bool (default all True).
+            read_idx_br: [B, R] indices into the T tokens to read logits at (default: each
+                row's last real token, R = 1).
+            prefix: a batch-1 cache (from :meth:`prefill`) every row continues; read only, so
+                one prefix serves any number of calls.
+            cache: a batch-B cache to append to; it is DONATED (consumed), use the returned one.
+            max_length: when no ``cache`` is given, allocate a fresh one of this many slots
+                (for generating afterwards); when both are None no cache is kept (cheapest).
+            positions_bt: [B, T] rotary positions (default: continue the count of real tokens
+                in prefix and cache).
+
+        Returns:
+            (logits [B, R, V] float32, the updated or new cache, or None).
+        """
+        tokens_bt = np.asarray(tokens_bt, np.int32)
+        b, t = tokens_bt.shape
+        mask_bt = np.ones((b, t), bool) if mask_bt is None else np.asarray(mask_bt, bool)
+        if mask_bt.shape != (b, t):
+            raise ValueError(f"mask shape {mask_bt.shape} != tokens shape {(b, t)}")
+        if read_idx_br is None:
+            read_idx_br = _last_real_index(mask_bt)[:, None]
+        read_idx_br = np.asarray(read_idx_br, np.int32)
+        if read_idx_br.ndim != 2 or read_idx_br.shape[0] != b:
+            raise ValueError(f"read_idx must be [B={b}, R], got shape {read_idx_br.shape}")
+        if read_idx_br.size and (read_idx_br.min() < 0 or read_idx_br.max() >= t):
+            raise ValueError(f"read_idx values must lie in [0, {t})")
+        if prefix is not None and prefix.batch_size != 1:
+            raise ValueError(f"a prefix must have batch 1, got {prefix.batch_size}")
+        if cache is None and max_length is not None:
+            if max_length < t:
+                raise ValueError(f"max_length={max_length} is shorter than the {t} new tokens")
+            cache = self.new_cache(b, max_length)
+        if cache is not None:
+            if cache.batch_size != b:
+                raise ValueError(f"cache has batch {cache.batch_size}, tokens have {b}")
+            used = int(cache.length)
+            if used + t > cache.max_length:
+                raise ValueError(
+                    f"cache overflow: {used} slots used + {t} new tokens > {cache.max_length} slots")
+        pos = None if positions_bt is None else self._batch(np.asarray(positions_bt, np.int32))
+        return _dec.forward(self.graphdef, self.state, self._batch(tokens_bt),
+                            self._batch(mask_bt), self._batch(read_idx_br), pos, cache, prefix)
+
+    def generate_tokens(
+        self,
+        logits_bv: jax.Array,
+        cache: KVCache,
+        *,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        seed: int = 0,
+        top_k: int | None = None,
+        prefix: KVCache | None = None,
+        stop_at_eos: bool = True,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Decodes from a prompt's cache (see :func:`jaxjudge.models.decoder.generate`).
+
+        Args:
+            logits_bv: logits after each row's last prompt token [B, V].
+            cache: the prompt cache with ``max_new_tokens - 1`` free slots (DONATED).
+            max_new_tokens: G.
+            temperature: 0 for greedy.
+            seed: sampling seed (step g uses ``fold_in(PRNGKey(seed), g)``).
+            top_k: optional top-k restriction.
+            prefix: the prefix the cache continues, if any.
+            stop_at_eos: report tokens after the first EOS as padding.
+
+        Returns:
+            (tokens [B, G] int32 numpy, lengths [B]: tokens up to and including EOS).
+        """
+        if max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be >= 1")
+        if temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        free = cache.max_length - int(cache.length)
+        if free < max_new_tokens - 1:
+            raise ValueError(f"cache has {free} free slots; generating {max_new_tokens} tokens "
+                             f"needs {max_new_tokens - 1}")
+        tokens, lengths, _ = _dec.generate(
+            self.graphdef, self.state, jnp.asarray(logits_bv), cache, jax.random.key(seed), prefix,
+            max_new_tokens=max_new_tokens, temperature=float(temperature), top_k=top_k,
+            eos_ids=tuple(self.config.eos_token_ids) if stop_at_eos else (), pad_id=self.pad_id)
+        return np.asarray(tokens), np.asarray(lengths)
+
+    # ------------------------------------------------------------------ simple path
+
+    def _encode_batch(self, prompts: Sequence[str] | Sequence[Sequence[int]]) -> list[list[int]]:
+        if isinstance(prompts, str):
+            raise TypeError("prompts must be a list of strings, not one string")
+        out = []
+        for i, p in enumerate(prompts):
+            ids = self.encode(p) if isinstance(p, str) else [int(x) for x in p]
+            if not ids:
+                raise ValueError(f"prompt {i} encodes to no tokens")
+            out.append(ids)
+        return out
+
+    def next_token_logits(self, prompts: Sequence[str], *, batch_size: int = 8) -> np.ndarray:
+        """Next-token logits after each raw prompt (no chat template applied).
+
+        Prompts are tokenised, left-padded to a length bucket and run ``batch_size`` at a time.
+
+        Args:
+            prompts: B strings (or token-id lists).
+            batch_size: rows per forward call.
+
+        Returns:
+            logits [B, V] float32 numpy.
+        """
+        seqs = self._encode_batch(prompts)
+        out = []
+        for start in range(0, len(seqs), batch_size):
+            chunk = seqs[start:start + batch_size]
+            rows = len(chunk)
+            # Pad the row count too, so the last partial chunk reuses the compiled shape.
+            chunk = chunk + [chunk[-1]] * (min(batch_size, len(seqs)) - rows)
+            tokens, mask = pad_batch(chunk, length=bucket_length(max(map(len, chunk))),
+                                     pad_id=self.pad_id)
+            read = np.full((len(chunk), 1), tokens.shape[1] - 1, np.int32)
+            out.append(np.asarray(self.forward(tokens, mask, read))[:rows, 0])
+        return np.concatenate(out, axis=0)
+
+    def generate(
+        self,
+        prompts: Sequence[str] | Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        seed: int = 0,
+        top_k: int | None = None,
+        stop_at_eos: bool = True,
+    ) -> list[list[int]]:
+        """Generates after each raw prompt with the KV cache.
+
+        Returns:
+            B lists of generated token ids (up to and including the first EOS).
+        """
+        seqs = self._encode_batch(prompts)
+        tokens, mask = pad_batch(seqs, length=bucket_length(max(map(len, seqs))), pad_id=self.pad_id)
+        t = tokens.shape[1]
+        logits, cache = self.prefill(tokens, mask, max_length=t + max_new_tokens)
+        out, lengths = self.generate_tokens(logits[:, 0], cache, max_new_tokens=max_new_tokens,
+                                            temperature=temperature, seed=seed, top_k=top_k,
+                                            stop_at_eos=stop_at_eos)
+        return [row[:n].tolist() for row, n in zip(out, lengths)]
+
+    def generate_text(self, prompts: Sequence[str], **kwargs: Any) -> list[str]:
+        """:meth:`generate`, decoded to strings (special tokens dropped)."""
+        return [self.decode(ids) for ids in self.generate(prompts, **kwargs)]
+
+    def sequence_nll(self, texts: Sequence[str] | Sequence[Sequence[int]], *, chunk: int = 128,
+                     batch_size: int = 8) -> tuple[np.ndarray, np.ndarray]:
+        """Summed token negative log-likelihood of each text (for prompt perplexity).
+
+        Every token after the first is scored given the ones before it (the BOS, when the
+        tokenizer adds one, is context only).
+
+        Returns:
+            (summed NLL in nats [B] float64, number of scored tokens [B] int); the
+            perplexity is ``exp(sum / count)``.
+        """
+        seqs = self._encode_batch(texts)
+        sums, counts = [], []
+        for start in range(0, len(seqs), batch_size):
+            chunk_seqs = seqs[start:start + batch_size]
+            tokens, mask = pad_batch(chunk_seqs, length=bucket_length(max(map(len, chunk_seqs))),
+                                     pad_id=self.pad_id)
+            s, c = _dec.sequence_nll(self.graphdef, self.state, self._batch(tokens),
+                                     self._batch(mask), chunk=chunk)
+            sums.append(np.asarray(s, np.float64))
+            counts.append(np.asarray(c))
+        return np.concatenate(sums), np.concatenate(counts)
+
+    def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], *,
+                            add_generation_prompt: bool = True, **variables: Any) -> str:
+        """Renders ``messages`` with the model's chat template (see :func:`render_chat_template`).
+
+        The result is text; BOS appears in it only if the template writes it, so tokenise with
+        ``encode(text, add_special_tokens=False)`` when the template already starts with BOS.
+
+        Raises:
+            ValueError: the model has no chat template.
+        """
+        if not self.chat_template:
+            raise ValueError(f"model {self.source!r} has no chat template")
+        merged = {**self.special_tokens, **variables}
+        return render_chat_template(self.chat_template, messages,
+                                    add_generation_prompt=add_generation_prompt, **merged)
