@@ -1,0 +1,125 @@
+"""The project's own judge templates, and the random-number prompts used for the number prior.
+
+Templates live as text files in ``jaxjudge/resources/templates/`` (the same format users load
+the papers' prompts from, see `Template.from_file`), one per task and aspect:
+
+==========  ==============================================================  ==================
+task        aspects                                                         truncated on overflow
+==========  ==============================================================  ==================
+summeval    coherence, consistency, fluency, relevance                      the article (end cut)
+stsb        similarity                                                      nothing
+semrel      relatedness                                                     nothing
+helpsteer2  helpfulness, correctness, coherence, complexity, verbosity       the conversation (start cut)
+==========  ==============================================================  ==================
+
+Every template puts the instructions and the source (article, conversation) in the shared
+prefix, the judged text and the question in the suffix, and ends with ``... ({min}-{max}):`` so
+the score is the next token.
+
+Random-number prompts. ``random_number_prompts.txt`` holds 100 of the project's own
+paraphrases of "generate a random integer between {min} and {max}". Reading the judge's
+distribution over the score candidates after such a prompt estimates its prior preference for
+each number, independent of any content. The Deb-T variant prepends the judge template's task
+instruction, so the prior is measured in the task's framing.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from jaxjudge.prompts.chat import ChatFormat
+from jaxjudge.prompts.scale import ScoreScale
+from jaxjudge.prompts.template import RenderedPrompt, Template
+
+__all__ = [
+    "TEMPLATE_SPECS",
+    "get_template",
+    "list_templates",
+    "load_random_number_paraphrases",
+    "random_number_prompts",
+    "resource_path",
+]
+
+# (task, aspect) -> (file name, truncate_field, truncate_side)
+TEMPLATE_SPECS: dict[tuple[str, str], tuple[str, str | None, str]] = {
+    **{("summeval", a): (f"summeval_{a}.txt", "document", "right") for a in ("coherence", "consistency", "fluency", "relevance")},
+    ("stsb", "similarity"): ("stsb_similarity.txt", None, "right"),
+    ("semrel", "relatedness"): ("semrel_relatedness.txt", None, "right"),
+    **{
+        ("helpsteer2", a): (f"helpsteer2_{a}.txt", "prompt", "left")
+        for a in ("helpfulness", "correctness", "coherence", "complexity", "verbosity")
+    },
+}
+
+
+def resource_path(*parts: str) -> Path:
+    """Path of a file shipped in ``jaxjudge/resources``."""
+    return Path(str(resources.files("jaxjudge").joinpath("resources", *parts)))
+
+
+def list_templates() -> list[tuple[str, str]]:
+    """All ``(task, aspect)`` pairs with a built-in template."""
+    return sorted(TEMPLATE_SPECS)
+
+
+def get_template(task: str, aspect: str) -> Template:
+    """The project's template for a task and aspect (e.g. ``get_template("summeval", "coherence")``).
+
+    Raises:
+      KeyError: no template for that pair (the message lists the available ones).
+    """
+    key = (task, aspect)
+    if key not in TEMPLATE_SPECS:
+        known = ", ".join(f"{t}/{a}" for t, a in list_templates())
+        raise KeyError(f"no built-in template for task {task!r}, aspect {aspect!r}; available: {known}")
+    file, truncate_field, side = TEMPLATE_SPECS[key]
+    return Template.from_file(
+        resource_path("templates", file), name=f"{task}/{aspect}", truncate_field=truncate_field, truncate_side=side
+    )
+
+
+def load_random_number_paraphrases() -> list[str]:
+    """The 100 raw paraphrases, each with ``{min}`` and ``{max}``."""
+    lines = resource_path("random_number_prompts.txt").read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if line.strip()]
+
+
+def random_number_prompts(
+    scale: ScoreScale,
+    *,
+    task_template: Template | None = None,
+    chat: ChatFormat | None = None,
+    answer_cue: str | None = "Answer:",
+    paraphrases: list[str] | None = None,
+) -> list[RenderedPrompt]:
+    """Random-number prompts for a scale, ready for the engine.
+
+    Args:
+      scale: fills ``{min}``/``{max}``.
+      task_template: if given, the Deb-T variant: its task instruction (`Template.
+        instruction_text`) is the shared prefix of every prompt.
+      chat: wrap in this chat template (None: raw text).
+      answer_cue: a line after the request that the number follows (raw prompts need one so
+        the number is the natural next token); None for none.
+      paraphrases: override the built-in 100 (each must contain ``{min}`` and ``{max}``).
+
+    Returns:
+      One `RenderedPrompt` per paraphrase, ids ``"random/000"``..., group ``"random"``.
+    """
+    texts = load_random_number_paraphrases() if paraphrases is None else list(paraphrases)
+    for i, t in enumerate(texts):
+        if "{min}" not in t or "{max}" not in t:
+            raise ValueError(f"random-number paraphrase {i} lacks {{min}} or {{max}}: {t!r}")
+    prefix = "" if task_template is None else task_template.instruction_text(scale) + "\n\n"
+    prompts = []
+    for i, t in enumerate(texts):
+        body = t.replace("{min}", scale.min_label).replace("{max}", scale.max_label)
+        suffix = body if answer_cue is None else f"{body}\n{answer_cue}"
+        pid = f"random/{i:03d}"
+        if chat is None:
+            prompts.append(RenderedPrompt(prefix, suffix, pid, "random", " ", True))
+        else:
+            head, tail = chat.render(prefix, suffix)
+            prompts.append(RenderedPrompt(head, tail, pid, "random", chat.separator, False))
+    return prompts

@@ -1,0 +1,229 @@
+"""Render examples into prompts, with a caller-chosen policy for prompts longer than the context.
+
+Context overflow policy
+-----------------------
+``overflow="raise"`` (default): a prompt whose tokens plus ``reserve_tokens`` exceed
+``max_tokens`` raises `ContextOverflowError` naming the example id and the lengths.
+
+``overflow="truncate"``: the template's ``truncate_field`` (the source text: the SummEval
+article, the HelpSteer2 conversation) is cut at a token boundary, from the end
+(``truncate_side="right"``) or the start (``"left"``), until the longest prompt of its group
+fits. The summary/response and the question are never cut. All examples that share the source
+get the same cut, so they keep sharing the prompt prefix. Each `RenderedPrompt` records the
+number of source tokens removed in ``truncated_tokens`` and `RenderResult.n_truncated` counts
+the truncated examples, so a run can report them. A prompt that does not fit even with the
+source removed entirely, or a template without a truncatable field, raises.
+
+``reserve_tokens`` is the room the answer needs after the prompt:
+`ScoreCandidates.extra_input_tokens` + 1 for teacher-forced scoring.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from jaxjudge.data.example import Example
+from jaxjudge.prompts.candidates import as_tokenizer
+from jaxjudge.prompts.chat import ChatFormat
+from jaxjudge.prompts.scale import ScoreScale
+from jaxjudge.prompts.template import RenderedPrompt, Template, TemplateError
+
+__all__ = ["ContextOverflowError", "RenderResult", "render", "render_all", "truncate_text"]
+
+OverflowPolicy = Literal["raise", "truncate"]
+
+
+class ContextOverflowError(ValueError):
+    """A prompt longer than the model's context (names the example and the lengths)."""
+
+
+@dataclass(frozen=True)
+class RenderResult:
+    """Rendered prompts in example order, with the truncation count.
+
+    Attributes:
+      prompts: one `RenderedPrompt` per example.
+      n_truncated: how many prompts had their source text truncated.
+    """
+
+    prompts: list[RenderedPrompt]
+    n_truncated: int = 0
+
+    @property
+    def truncated_ids(self) -> list[str]:
+        return [p.example_id for p in self.prompts if p.truncated_tokens > 0]
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def __iter__(self) -> Iterator[RenderedPrompt]:
+        return iter(self.prompts)
+
+    def __getitem__(self, i: int) -> RenderedPrompt:
+        return self.prompts[i]
+
+
+def _render_fields(
+    template: Template, example_id: str, group: str, fields: Any, scale: ScoreScale, chat: ChatFormat | None
+) -> RenderedPrompt:
+    prefix, suffix = template.render_parts(fields, scale)
+    if chat is None:
+        return RenderedPrompt(prefix, suffix, example_id, group, template.answer_separator, True)
+    chat_prefix, chat_suffix = chat.render(prefix, suffix)
+    return RenderedPrompt(chat_prefix, chat_suffix, example_id, group, chat.separator, False)
+
+
+def render(template: Template, example: Example, scale: ScoreScale, *, chat: ChatFormat | None = None) -> RenderedPrompt:
+    """Render one example (no length checks; see `render_all`).
+
+    Args:
+      template: the judge template.
+      example: supplies the text fields, id and group.
+      scale: fills ``{min}``/``{max}``.
+      chat: wrap in this chat template (None: raw prompt).
+    """
+    return _render_fields(template, example.id, example.group, example.fields, scale, chat)
+
+
+def truncate_text(tokenizer: Any, text: str, keep: int, side: Literal["right", "left"] = "right") -> str:
+    """Keep the first (``side="right"``) or last (``"left"``) ``keep`` tokens of ``text``.
+
+    The cut is made at the character offset of a token boundary of ``text`` tokenised alone.
+    """
+    if keep < 0:
+        raise ValueError(f"keep must be >= 0, got {keep}")
+    enc = as_tokenizer(tokenizer).encode(text, add_special_tokens=False)
+    n = len(enc.ids)
+    if keep >= n:
+        return text
+    if keep == 0:
+        return ""
+    if side == "right":
+        return text[: enc.offsets[keep - 1][1]].rstrip()
+    return text[enc.offsets[n - keep][0]:].lstrip()
+
+
+def _check_shared_prefix_fields(template: Template, examples: Sequence[Example]) -> None:
+    names = template.placeholders("prefix")
+    if not names:
+        return
+    first: dict[str, Example] = {}
+    for ex in examples:
+        ref = first.setdefault(ex.group, ex)
+        for name in names:
+            key = next((k for k in ex.fields if k.lower() == name.lower()), None)
+            ref_key = next((k for k in ref.fields if k.lower() == name.lower()), None)
+            if key is not None and ref_key is not None and ex.fields[key] != ref.fields[ref_key]:
+                raise TemplateError(
+                    f"template {template.name!r} uses field {name!r} in its shared prefix, but it differs within "
+                    f"group {ex.group!r} (examples {ref.id!r} and {ex.id!r}); move it after {{{{/prefix}}}}"
+                )
+
+
+def render_all(
+    template: Template,
+    examples: Sequence[Example],
+    scale: ScoreScale,
+    *,
+    chat: ChatFormat | None = None,
+    tokenizer: Any = None,
+    max_tokens: int | None = None,
+    overflow: OverflowPolicy = "raise",
+    reserve_tokens: int = 0,
+) -> RenderResult:
+    """Render many examples, checking prefix sharing and (optionally) the context length.
+
+    Args:
+      template: the judge template.
+      examples: the examples, any order (the output keeps it).
+      scale: fills ``{min}``/``{max}``.
+      chat: wrap in this chat template (None: raw prompts).
+      tokenizer: needed when ``max_tokens`` is given.
+      max_tokens: the model's context length; None skips the length check.
+      overflow: ``"raise"`` or ``"truncate"`` (see the module docstring).
+      reserve_tokens: tokens kept free after the prompt for the answer.
+
+    Returns:
+      `RenderResult` with one prompt per example.
+
+    Raises:
+      TemplateError: a prefix field differs within a group, or a placeholder has no field.
+      ContextOverflowError: a prompt does not fit (``overflow="raise"``, or nothing to cut).
+    """
+    if overflow not in ("raise", "truncate"):
+        raise ValueError(f"overflow must be 'raise' or 'truncate', got {overflow!r}")
+    ids = [ex.id for ex in examples]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise ValueError(f"render_all: duplicate example id {dup!r}")
+    _check_shared_prefix_fields(template, examples)
+    prompts = [render(template, ex, scale, chat=chat) for ex in examples]
+    if max_tokens is None:
+        return RenderResult(prompts, 0)
+    if tokenizer is None:
+        raise ValueError("render_all: max_tokens needs a tokenizer")
+    if max_tokens <= reserve_tokens:
+        raise ValueError(f"max_tokens ({max_tokens}) must exceed reserve_tokens ({reserve_tokens})")
+    tok = as_tokenizer(tokenizer)
+    limit = max_tokens - reserve_tokens
+
+    def lengths(ps: Sequence[RenderedPrompt]) -> list[int]:
+        # Chat text carries its own special tokens; raw prompts get the tokenizer's (BOS).
+        return [len(e.ids) for e in tok.encode_batch([p.text for p in ps], add_special_tokens=ps[0].add_special_tokens)]
+
+    n_tokens = lengths(prompts)
+    over = [i for i, n in enumerate(n_tokens) if n > limit]
+    if not over:
+        return RenderResult(prompts, 0)
+
+    def overflow_error(i: int, n: int, why: str) -> ContextOverflowError:
+        return ContextOverflowError(
+            f"example {examples[i].id!r}: prompt is {n} tokens but the context allows {max_tokens} "
+            f"({reserve_tokens} reserved for the answer, so at most {limit}){why}"
+        )
+
+    if overflow == "raise":
+        i = over[0]
+        raise overflow_error(i, n_tokens[i], "; pass overflow='truncate' to cut the source text")
+    field = template.truncate_field
+    if field is None:
+        i = over[0]
+        raise overflow_error(i, n_tokens[i], f"; template {template.name!r} has no truncatable field")
+
+    # Examples that share a source are cut together, so they keep sharing the prefix.
+    clusters: dict[tuple[str, str], list[int]] = {}
+    for i in over:
+        ex = examples[i]
+        if field not in ex.fields:
+            raise overflow_error(i, n_tokens[i], f"; it has no field {field!r} to truncate")
+        clusters.setdefault((ex.group, ex.fields[field]), [])
+    for i, ex in enumerate(examples):
+        key = (ex.group, ex.fields.get(field))
+        if key in clusters:
+            clusters[key].append(i)
+
+    n_truncated = 0
+    for (_, source), members in clusters.items():
+        source_len = len(tok.encode(source, add_special_tokens=False).ids)
+        excess = max(n_tokens[i] for i in members) - limit
+        keep = source_len - excess
+        while True:
+            if keep <= 0:
+                worst = max(members, key=lambda i: n_tokens[i])
+                raise overflow_error(worst, n_tokens[worst], f"; it does not fit even with {field!r} removed")
+            cut = truncate_text(tok, source, keep, template.truncate_side)
+            trial = [
+                _render_fields(template, examples[i].id, examples[i].group, {**examples[i].fields, field: cut}, scale, chat)
+                for i in members
+            ]
+            excess = max(lengths(trial)) - limit
+            if excess <= 0:
+                break
+            keep -= excess
+        removed = source_len - len(tok.encode(cut, add_special_tokens=False).ids)
+        for i, p in zip(members, trial, strict=True):
+            prompts[i] = replace(p, truncated_tokens=removed)
+        n_truncated += len(members)
+    return RenderResult(prompts, n_truncated)
