@@ -106,12 +106,34 @@ def load_judge(folder: Path, dtype: str = "float32") -> Judge:
                             sha256=hf.source_sha256(folder))
 
 
-@pytest.fixture(scope="module", params=sorted(CASES))
-def case(request, tmp_path_factory):
-    family, overrides = CASES[request.param]
-    folder = tmp_path_factory.mktemp(request.param)
-    model = make_hf_model(folder, family, overrides)
-    return request.param, model, load_judge(folder)
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Builds each case once per module, on first use: name -> (name, torch model, judge)."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            family, overrides = CASES[name]
+            folder = tmp_path_factory.mktemp(name)
+            model = make_hf_model(folder, family, overrides)
+            cache[name] = (name, model, load_judge(folder))
+        return cache[name]
+
+    return get
+
+
+# Family-independent paths run on a representative subset to keep the file fast.
+SUBSET = ("llama_tied_rope3", "qwen2", "gemma")
+
+
+@pytest.fixture(params=sorted(CASES))
+def case(request, built):
+    return built(request.param)
+
+
+@pytest.fixture(params=SUBSET)
+def subset_case(request, built):
+    return built(request.param)
 
 
 def test_logits_match_torch(case):
@@ -156,14 +178,8 @@ def test_next_token_logits_from_strings(case):
                                    rtol=0)
 
 
-# Family-independent paths run on a representative subset to keep the file fast.
-SUBSET = ("llama_tied_rope3", "qwen2", "gemma")
-
-
-def test_sequence_nll_matches_torch_loss(case):
-    name, model, judge = case
-    if name not in SUBSET:
-        pytest.skip("checked on a subset of the families")
+def test_sequence_nll_matches_torch_loss(subset_case):
+    name, model, judge = subset_case
     texts = ["w1 w2 w3 w4 w5 w6", "w9 w8", "w20 w21 w22 w23 w24 w25 w26 w27 w28 w29 w30"]
     sums, counts = judge.sequence_nll(texts, chunk=4, batch_size=2)
     for text, s, c in zip(texts, sums, counts):
@@ -174,10 +190,8 @@ def test_sequence_nll_matches_torch_loss(case):
         assert s / c == pytest.approx(loss, abs=1e-5)
 
 
-def test_bfloat16_close_to_float32_reference(case):
-    name, model, judge = case
-    if name not in SUBSET:
-        pytest.skip("checked on a subset of the families")
+def test_bfloat16_close_to_float32_reference(subset_case):
+    name, model, judge = subset_case
     family, overrides = CASES[name]
     j16 = Judge(judge.config, convert.build_model(judge.config, hf.read_safetensors(
         Path(judge.source)), "bfloat16"), judge.tokenizer)
@@ -191,10 +205,8 @@ def test_bfloat16_close_to_float32_reference(case):
     assert (ours.argmax(-1) == ref.argmax(-1)).mean() > 0.9
 
 
-def test_chat_template_matches_transformers(case):
-    name, _, judge = case
-    if name != "llama":
-        pytest.skip("the template path does not depend on the family")
+def test_chat_template_matches_transformers(built):
+    _, _, judge = built("llama")
     fast = tf.PreTrainedTokenizerFast(tokenizer_file=str(Path(judge.source) / "tokenizer.json"),
                                       bos_token="<s>", eos_token="</s>")
     fast.chat_template = CHAT_TEMPLATE
