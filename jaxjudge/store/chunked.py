@@ -1,0 +1,484 @@
+"""A resumable, content-keyed store of extraction outputs, written chunk by chunk.
+
+Layout of a store folder::
+
+    manifest.json          key (what was computed), its hash, format, creation info
+    chunks/000000.npz      arrays of chunk 0 (leading axis = examples of the chunk)
+    chunks/000001.npz      ...
+
+The key is a JSON-able dict describing everything the outputs depend on (model file sha256,
+template text, score scale, prompt style, example ids and chunking, ...). Opening a folder
+whose manifest has another key raises `StoreKeyMismatch` naming the differing entries, so a
+sweep never mixes outputs of two configurations. `store_path(base, key)` gives each key its own
+folder under a common base.
+
+Crash safety. Every file is written to a unique temporary name in the same folder, flushed to
+disk and renamed into place (an atomic replace on POSIX), so a chunk file either exists
+complete or not at all; a process killed at any point leaves at worst a stray ``*.tmp`` file,
+which readers ignore. A chunk's existence is its completion record: there is no shared index
+to update, so several processes (hosts of a multi-host run) can write distinct chunks into the
+same folder at once, or into separate folders merged afterwards with `merge_stores`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import re
+import uuid
+import zipfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "FORMAT",
+    "Store",
+    "StoreError",
+    "StoreKeyMismatch",
+    "assign_chunks",
+    "canonical_key",
+    "chunk_bounds",
+    "hash_key",
+    "merge_stores",
+    "store_path",
+]
+
+FORMAT = "jaxjudge-store/1"
+_MANIFEST = "manifest.json"
+_CHUNKS = "chunks"
+_CHUNK_RE = re.compile(r"^(\d{6,})\.npz$")
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
+class StoreError(RuntimeError):
+    """A store folder that cannot be used as asked (missing or inconsistent chunks, bad files)."""
+
+
+class StoreKeyMismatch(StoreError, ValueError):
+    """The folder holds outputs for a different key."""
+
+
+# -- keys ---------------------------------------------------------------------------------------
+
+
+def _normalise(value: Any, path: str) -> Any:
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        if not math.isfinite(float(value)):
+            raise ValueError(f"store key {path}: non-finite number {value!r}")
+        return float(value)
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, np.ndarray):
+        return _normalise(value.tolist(), path)
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise TypeError(f"store key {path}: mapping keys must be str, got {k!r}")
+            out[k] = _normalise(v, f"{path}.{k}")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_normalise(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    raise TypeError(f"store key {path}: {type(value).__name__} is not JSON-able; use str/number/bool/list/dict")
+
+
+def canonical_key(key: Mapping[str, Any]) -> dict[str, Any]:
+    """The key with tuples as lists, numpy scalars/arrays as Python values, paths as str.
+
+    Raises:
+      TypeError: a value that has no JSON form (the message names where it is).
+    """
+    if not isinstance(key, Mapping):
+        raise TypeError(f"store key must be a dict, got {type(key).__name__}")
+    return _normalise(key, "key")
+
+
+def _key_json(key: Mapping[str, Any]) -> str:
+    return json.dumps(canonical_key(key), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def hash_key(key: Mapping[str, Any]) -> str:
+    """sha256 (hex) of the key's canonical JSON (sorted keys, no whitespace)."""
+    import hashlib  # noqa: PLC0415
+
+    return hashlib.sha256(_key_json(key).encode("utf-8")).hexdigest()
+
+
+def store_path(base: str | os.PathLike, key: Mapping[str, Any], *, name: str | None = None) -> Path:
+    """A folder for ``key`` under ``base``: ``base/<name->-<first 16 hex of the key hash>``."""
+    h = hash_key(key)[:16]
+    return Path(base) / (f"{name}-{h}" if name else h)
+
+
+def _short(value: Any, n: int = 80) -> str:
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def _key_differences(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
+    diffs = []
+    for k in sorted(set(stored) | set(wanted)):
+        if k not in stored:
+            diffs.append(f"'{k}' is not in the stored key (requested {_short(wanted[k])})")
+        elif k not in wanted:
+            diffs.append(f"'{k}' is missing from the requested key (stored {_short(stored[k])})")
+        elif stored[k] != wanted[k]:
+            diffs.append(f"'{k}' differs (stored {_short(stored[k])}, requested {_short(wanted[k])})")
+    return diffs
+
+
+# -- chunking helpers ---------------------------------------------------------------------------
+
+
+def chunk_bounds(n_items: int, chunk_size: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` of each chunk when ``n_items`` are cut into chunks of ``chunk_size``."""
+    if n_items < 0 or chunk_size <= 0:
+        raise ValueError(f"need n_items >= 0 and chunk_size > 0, got {n_items}, {chunk_size}")
+    return [(s, min(s + chunk_size, n_items)) for s in range(0, n_items, chunk_size)]
+
+
+def assign_chunks(chunk_ids: Iterable[int], process_index: int, process_count: int) -> list[int]:
+    """The chunks one process of ``process_count`` works on (strided, so work stays balanced
+    when the missing chunks are not contiguous)."""
+    if not 0 <= process_index < process_count:
+        raise ValueError(f"process_index must be in [0, {process_count}), got {process_index}")
+    return [c for j, c in enumerate(sorted(chunk_ids)) if j % process_count == process_index]
+
+
+# -- atomic file writes -------------------------------------------------------------------------
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _tmp_name(target: Path) -> Path:
+    return target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+
+
+def _write_atomic(target: Path, write) -> None:
+    """Write via ``write(fileobj)`` to a temporary file, fsync, and rename onto ``target``."""
+    tmp = _tmp_name(target)
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(target.parent)
+
+
+# -- the store ----------------------------------------------------------------------------------
+
+
+class Store:
+    """A folder of chunked arrays for one key. Use `Store.open`.
+
+    Attributes:
+      root: the folder.
+      key: the canonical key.
+      key_hash: sha256 hex of the key.
+      meta: the manifest (format, key, key_hash, n_chunks, created, info).
+    """
+
+    def __init__(self, root: Path, manifest: dict[str, Any]):
+        self.root = root
+        self.meta = manifest
+        self.key = manifest["key"]
+        self.key_hash = manifest["key_hash"]
+        self.n_chunks: int | None = manifest.get("n_chunks")
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.root)!r}, key_hash={self.key_hash[:12]}, n_chunks={self.n_chunks})"
+
+    @classmethod
+    def open(
+        cls,
+        root: str | os.PathLike,
+        key: Mapping[str, Any] | None = None,
+        *,
+        n_chunks: int | None = None,
+        info: Mapping[str, Any] | None = None,
+        create: bool = True,
+    ) -> Store:
+        """Open (or create) the store at ``root`` for ``key``.
+
+        Args:
+          root: the store folder.
+          key: what the outputs are of; None opens an existing store for reading, whatever its key.
+          n_chunks: the total number of chunks of the work list, recorded on creation and
+            checked on reopening (None leaves it to the calls of `missing_chunks`/`load`).
+          info: free-form, non-key information recorded on creation (host, versions, ...).
+          create: create the folder if there is no manifest.
+
+        Raises:
+          StoreKeyMismatch: the folder was created for another key or chunk count.
+          FileNotFoundError: no store there and ``create`` is False or ``key`` is None.
+        """
+        root = Path(root)
+        manifest_path = root / _MANIFEST
+        if key is None:
+            if not manifest_path.is_file():
+                raise FileNotFoundError(f"no store at {root} (no {_MANIFEST})")
+            return cls(root, cls._read_manifest(manifest_path))
+        ckey = canonical_key(key)
+        khash = hash_key(ckey)
+        if n_chunks is not None and (not isinstance(n_chunks, int) or n_chunks <= 0):
+            raise ValueError(f"n_chunks must be a positive int, got {n_chunks!r}")
+        if not manifest_path.is_file():
+            if not create:
+                raise FileNotFoundError(f"no store at {root} (no {_MANIFEST})")
+            cls._create(root, ckey, khash, n_chunks, info)
+        manifest = cls._read_manifest(manifest_path)
+        if manifest["key_hash"] != khash or manifest["key"] != ckey:
+            diffs = _key_differences(manifest["key"], ckey)
+            raise StoreKeyMismatch(
+                f"store at {root} holds outputs for a different key: " + "; ".join(diffs or ["key hash differs"])
+                + ". Use another folder (e.g. jaxjudge.store.store_path(base, key))."
+            )
+        stored_n = manifest.get("n_chunks")
+        if n_chunks is not None and stored_n is not None and stored_n != n_chunks:
+            raise StoreKeyMismatch(f"store at {root}: 'n_chunks' differs (stored {stored_n}, requested {n_chunks})")
+        store = cls(root, manifest)
+        if store.n_chunks is None:
+            store.n_chunks = n_chunks
+        return store
+
+    @staticmethod
+    def _read_manifest(path: Path) -> dict[str, Any]:
+        try:
+            manifest = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as e:
+            raise StoreError(f"{path}: unreadable manifest ({e})") from None
+        if manifest.get("format") != FORMAT:
+            raise StoreError(f"{path}: format {manifest.get('format')!r} is not {FORMAT!r}")
+        for field in ("key", "key_hash"):
+            if field not in manifest:
+                raise StoreError(f"{path}: manifest has no {field!r}")
+        return manifest
+
+    @staticmethod
+    def _create(root: Path, ckey: dict, khash: str, n_chunks: int | None, info: Mapping[str, Any] | None) -> None:
+        (root / _CHUNKS).mkdir(parents=True, exist_ok=True)
+        from jaxjudge import __version__  # noqa: PLC0415
+
+        manifest = {
+            "format": FORMAT,
+            "key_hash": khash,
+            "key": ckey,
+            "n_chunks": n_chunks,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "jaxjudge_version": __version__,
+            "info": canonical_key(dict(info or {})),
+        }
+        data = (json.dumps(manifest, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+        target = root / _MANIFEST
+        tmp = _tmp_name(target)
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            # link() fails if another process created the manifest first: theirs wins, and the
+            # key comparison that follows decides whether it is compatible.
+            os.link(tmp, target)
+        except FileExistsError:
+            pass
+        except OSError:
+            if not target.exists():
+                os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        _fsync_dir(root)
+
+    # -- chunks ---------------------------------------------------------------------------------
+
+    def chunk_path(self, i: int) -> Path:
+        return self.root / _CHUNKS / f"{i:06d}.npz"
+
+    def completed_chunks(self) -> list[int]:
+        """Indices of the chunks on disk, sorted."""
+        folder = self.root / _CHUNKS
+        if not folder.is_dir():
+            return []
+        return sorted(int(m.group(1)) for p in folder.iterdir() if (m := _CHUNK_RE.match(p.name)))
+
+    def has_chunk(self, i: int) -> bool:
+        return self.chunk_path(i).is_file()
+
+    def _total(self, n_chunks: int | None) -> int:
+        n = n_chunks if n_chunks is not None else self.n_chunks
+        if n is None:
+            raise ValueError("the number of chunks is not known: pass n_chunks (or give it to Store.open)")
+        if self.n_chunks is not None and n != self.n_chunks:
+            raise ValueError(f"n_chunks={n} but the store was opened for {self.n_chunks} chunks")
+        return n
+
+    def missing_chunks(self, n_chunks: int | None = None) -> list[int]:
+        """Chunks of ``0 .. n_chunks-1`` that are not written yet: the work left to do."""
+        n = self._total(n_chunks)
+        done = set(self.completed_chunks())
+        extra = sorted(c for c in done if c >= n)
+        if extra:
+            raise StoreError(f"store at {self.root} has chunks {extra[:5]} beyond n_chunks={n}")
+        return [i for i in range(n) if i not in done]
+
+    def write_chunk(self, i: int, arrays: Mapping[str, np.ndarray]) -> Path:
+        """Write chunk ``i`` atomically (replacing an existing copy).
+
+        Args:
+          i: chunk index, ``0 <= i < n_chunks``.
+          arrays: name -> array; every array's leading axis runs over the chunk's examples, so
+            all must have the same leading size. Object arrays are refused (no pickles).
+
+        Returns:
+          The chunk file.
+        """
+        if not isinstance(i, (int, np.integer)) or i < 0:
+            raise ValueError(f"chunk index must be an int >= 0, got {i!r}")
+        if self.n_chunks is not None and i >= self.n_chunks:
+            raise ValueError(f"chunk index {i} out of range for n_chunks={self.n_chunks}")
+        if not arrays:
+            raise ValueError(f"chunk {i}: no arrays to write")
+        clean: dict[str, np.ndarray] = {}
+        lead = None
+        for name, value in arrays.items():
+            if not isinstance(name, str) or not _NAME_RE.match(name):
+                raise ValueError(f"chunk {i}: array name {name!r} must match {_NAME_RE.pattern}")
+            a = np.asarray(value)
+            if a.dtype == object:
+                raise TypeError(f"chunk {i}: array {name!r} has dtype object; store numbers, bools or fixed-width strings")
+            if a.ndim == 0:
+                raise ValueError(f"chunk {i}: array {name!r} is a scalar; arrays need a leading example axis")
+            if lead is None:
+                lead = a.shape[0]
+            elif a.shape[0] != lead:
+                raise ValueError(f"chunk {i}: array {name!r} has {a.shape[0]} rows, others have {lead}")
+            clean[name] = a
+        target = self.chunk_path(int(i))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomic(target, lambda f: np.savez(f, **clean))
+        return target
+
+    def read_chunk(self, i: int) -> dict[str, np.ndarray]:
+        """Arrays of one chunk."""
+        path = self.chunk_path(i)
+        if not path.is_file():
+            raise StoreError(f"store at {self.root}: chunk {i} is missing")
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                return {name: z[name] for name in z.files}
+        except (OSError, ValueError, zipfile.BadZipFile) as e:
+            raise StoreError(f"{path}: unreadable chunk ({e}); delete it to recompute") from None
+
+    def load(self, n_chunks: int | None = None) -> dict[str, np.ndarray]:
+        """All chunks concatenated in chunk order along the leading axis.
+
+        Args:
+          n_chunks: expected total (defaults to the one given to `open`; if neither is known,
+            the chunks on disk must be exactly ``0 .. m-1``).
+
+        Raises:
+          StoreError: chunks missing, or chunks disagreeing on array names, dtypes or shapes.
+        """
+        done = self.completed_chunks()
+        n = n_chunks if n_chunks is not None else self.n_chunks
+        if n is None:
+            n = (max(done) + 1) if done else 0
+        if n == 0:
+            raise StoreError(f"store at {self.root}: no chunks written yet")
+        missing = self.missing_chunks(n)
+        if missing:
+            raise StoreError(
+                f"store at {self.root}: cannot load, {len(missing)} of {n} chunks missing (first: {missing[:10]})"
+            )
+        parts = [self.read_chunk(i) for i in range(n)]
+        names = sorted(parts[0])
+        for i, p in enumerate(parts):
+            if sorted(p) != names:
+                raise StoreError(f"store at {self.root}: chunk {i} has arrays {sorted(p)}, chunk 0 has {names}")
+            for name in names:
+                a, b = p[name], parts[0][name]
+                strings = a.dtype.kind == b.dtype.kind == "U"  # widths may differ between chunks
+                if a.shape[1:] != b.shape[1:] or (a.dtype != b.dtype and not strings):
+                    raise StoreError(
+                        f"store at {self.root}: array {name!r} of chunk {i} is {a.dtype}{list(a.shape)}, "
+                        f"chunk 0 has {b.dtype}{list(b.shape)}"
+                    )
+        return {name: np.concatenate([p[name] for p in parts], axis=0) for name in names}
+
+    def merge_from(self, other: Store | str | os.PathLike) -> list[int]:
+        """Copy the chunks of another store with the same key into this one.
+
+        A chunk present in both must hold identical arrays (a conflict raises).
+
+        Returns:
+          The chunk indices copied.
+        """
+        src = other if isinstance(other, Store) else Store.open(other)
+        if src.key_hash != self.key_hash:
+            diffs = _key_differences(src.key, self.key)
+            raise StoreKeyMismatch(f"cannot merge {src.root} into {self.root}: " + "; ".join(diffs or ["key hash differs"]))
+        copied = []
+        for i in src.completed_chunks():
+            if self.has_chunk(i):
+                a, b = src.read_chunk(i), self.read_chunk(i)
+                same = sorted(a) == sorted(b) and all(
+                    a[k].shape == b[k].shape and np.array_equal(a[k], b[k], equal_nan=a[k].dtype.kind in "fc")
+                    for k in a
+                )
+                if not same:
+                    raise StoreError(f"chunk {i} differs between {src.root} and {self.root}")
+                continue
+            target = self.chunk_path(i)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _write_atomic(target, lambda f, s=src.chunk_path(i): f.write(Path(s).read_bytes()))
+            copied.append(i)
+        return copied
+
+
+def merge_stores(dest: str | os.PathLike, sources: Sequence[str | os.PathLike | Store]) -> Store:
+    """Merge stores written by several processes (same key) into ``dest``.
+
+    ``dest`` may be one of the sources or a new folder; it is created with the sources' key.
+
+    Raises:
+      StoreKeyMismatch: the sources (or an existing ``dest``) have different keys.
+    """
+    if not sources:
+        raise ValueError("merge_stores: no sources")
+    opened = [s if isinstance(s, Store) else Store.open(s) for s in sources]
+    first = opened[0]
+    for s in opened[1:]:
+        if s.key_hash != first.key_hash:
+            diffs = _key_differences(first.key, s.key)
+            raise StoreKeyMismatch(f"cannot merge {s.root} with {first.root}: " + "; ".join(diffs or ["key hash differs"]))
+    n_values = {s.n_chunks for s in opened if s.n_chunks is not None}
+    if len(n_values) > 1:
+        raise StoreKeyMismatch(f"cannot merge stores with different n_chunks {sorted(n_values)}")
+    out = Store.open(dest, first.key, n_chunks=next(iter(n_values), None), info=first.meta.get("info"))
+    for s in opened:
+        if Path(s.root).resolve() != Path(out.root).resolve():
+            out.merge_from(s)
+    return out

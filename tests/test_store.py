@@ -1,0 +1,357 @@
+"""Store: chunked writes, resume after SIGKILL, key checks, concurrent writers and merging."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jaxjudge.store import (
+    Store,
+    StoreError,
+    StoreKeyMismatch,
+    assign_chunks,
+    canonical_key,
+    chunk_bounds,
+    hash_key,
+    merge_stores,
+    store_path,
+)
+
+KEY = {
+    "model_sha256": "ab" * 32,
+    "template": "Rate {min}-{max}:\n{{Summary}}",
+    "scale": {"lo": 1, "hi": 5, "step": 1},
+    "style": "raw",
+    "example_ids": [f"ex{i}" for i in range(23)],
+    "chunk_size": 5,
+}
+N_CHUNKS = 5  # 23 examples in chunks of 5
+
+
+def chunk_arrays(i: int) -> dict[str, np.ndarray]:
+    """Deterministic stand-in for the engine's outputs of chunk i (sizes 5,5,5,5,3)."""
+    start, stop = chunk_bounds(23, 5)[i]
+    rng = np.random.default_rng(100 + i)
+    n = stop - start
+    return {
+        "logprobs": rng.normal(size=(n, 5)).astype(np.float32),
+        "greedy": rng.integers(0, 49152, size=n).astype(np.int32),
+        "valid": rng.random(n) > 0.3,
+        "example_id": np.asarray([f"ex{j}" for j in range(start, stop)]),
+    }
+
+
+def reference() -> dict[str, np.ndarray]:
+    parts = [chunk_arrays(i) for i in range(N_CHUNKS)]
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def assert_same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]):
+    assert sorted(a) == sorted(b)
+    for k in a:
+        assert a[k].dtype == b[k].dtype, k
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+# The writer run in a subprocess: it computes and writes the missing chunks of its share,
+# optionally hanging at a chosen point of chunk `block_at`'s write so the test can SIGKILL it.
+WRITER = textwrap.dedent(
+    """
+    import io, json, os, sys, time
+    import numpy as np
+    sys.path.insert(0, sys.argv[1])
+    from test_store import KEY, N_CHUNKS, chunk_arrays
+    from jaxjudge.store import Store, assign_chunks
+
+    root, block_at, mode = sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    process_index, process_count = int(sys.argv[5]), int(sys.argv[6])
+    store = Store.open(root, KEY, n_chunks=N_CHUNKS)
+    current = {"i": None}
+
+    def hang():
+        print("blocked", flush=True)
+        while True:
+            time.sleep(1)
+
+    real_replace, real_savez = os.replace, np.savez
+
+    def replace(src, dst):
+        if mode == "before_rename" and current["i"] == block_at:
+            hang()  # the temporary file is complete but not yet renamed
+        return real_replace(src, dst)
+
+    def savez(f, **arrays):
+        if mode == "mid_write" and current["i"] == block_at:
+            buf = io.BytesIO()
+            real_savez(buf, **arrays)
+            data = buf.getvalue()
+            f.write(data[: len(data) // 2])  # half a file on disk
+            f.flush()
+            hang()
+        return real_savez(f, **arrays)
+
+    os.replace, np.savez = replace, savez
+    for i in assign_chunks(store.missing_chunks(), process_index, process_count):
+        current["i"] = i
+        store.write_chunk(i, chunk_arrays(i))
+        print("wrote", i, flush=True)
+    print("done", flush=True)
+    """
+)
+
+
+def start_writer(root: Path, block_at: int = -1, mode: str = "none", process: tuple[int, int] = (0, 1)):
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(Path(__file__).parent), str(root), str(block_at), mode, *map(str, process)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def run_writer(root: Path, **kwargs) -> list[int]:
+    proc = start_writer(root, **kwargs)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    lines = out.splitlines()
+    assert lines[-1] == "done"
+    return [int(line.split()[1]) for line in lines if line.startswith("wrote")]
+
+
+# -- basics ----------------------------------------------------------------------------------------
+
+
+def test_write_out_of_order_and_load_in_order(tmp_path):
+    store = Store.open(tmp_path / "s", KEY, n_chunks=N_CHUNKS)
+    assert store.missing_chunks() == [0, 1, 2, 3, 4]
+    for i in (3, 0, 4):
+        store.write_chunk(i, chunk_arrays(i))
+    assert store.missing_chunks() == [1, 2] and store.completed_chunks() == [0, 3, 4]
+    with pytest.raises(StoreError, match=r"2 of 5 chunks missing \(first: \[1, 2\]\)"):
+        store.load()
+    for i in (2, 1):
+        store.write_chunk(i, chunk_arrays(i))
+    assert_same(store.load(), reference())
+    reopened = Store.open(tmp_path / "s", KEY)
+    assert reopened.n_chunks == N_CHUNKS and reopened.missing_chunks() == []
+    assert_same(reopened.load(), reference())
+    assert reopened.meta["key"] == canonical_key(KEY) and reopened.meta["key_hash"] == hash_key(KEY)
+    # Read-only inspection without knowing the key.
+    assert Store.open(tmp_path / "s").key == canonical_key(KEY)
+
+
+def test_missing_chunks_without_recorded_total(tmp_path):
+    store = Store.open(tmp_path, KEY)
+    store.write_chunk(1, chunk_arrays(1))
+    assert store.missing_chunks(3) == [0, 2]
+    with pytest.raises(ValueError, match="n_chunks"):
+        store.missing_chunks()
+    with pytest.raises(StoreError, match="missing"):
+        store.load()  # chunks on disk must be 0..m-1
+    with pytest.raises(StoreError, match="beyond"):
+        store.missing_chunks(1)
+
+
+def test_key_mismatch_names_the_key(tmp_path):
+    Store.open(tmp_path, KEY, n_chunks=N_CHUNKS)
+    other = {**KEY, "model_sha256": "cd" * 32}
+    with pytest.raises(StoreKeyMismatch, match="'model_sha256' differs") as info:
+        Store.open(tmp_path, other)
+    assert "ab" * 10 in str(info.value) and "cd" * 10 in str(info.value)
+    with pytest.raises(StoreKeyMismatch, match="'style' is missing from the requested key"):
+        Store.open(tmp_path, {k: v for k, v in KEY.items() if k != "style"})
+    with pytest.raises(StoreKeyMismatch, match="'seed' is not in the stored key"):
+        Store.open(tmp_path, {**KEY, "seed": 0})
+    with pytest.raises(StoreKeyMismatch, match="n_chunks"):
+        Store.open(tmp_path, KEY, n_chunks=6)
+    with pytest.raises(FileNotFoundError):
+        Store.open(tmp_path / "absent", KEY, create=False)
+    with pytest.raises(FileNotFoundError):
+        Store.open(tmp_path / "absent")
+
+
+def test_canonical_key_and_hash():
+    a = {"x": (1, 2), "y": np.float32(0.5), "z": {"b": np.int64(3), "a": [True, None]}, "p": Path("m.gguf")}
+    b = {"z": {"a": [True, None], "b": 3}, "p": "m.gguf", "y": 0.5, "x": [1, 2]}
+    assert canonical_key(a) == b and hash_key(a) == hash_key(b)
+    assert hash_key({**b, "x": [2, 1]}) != hash_key(b)
+    with pytest.raises(TypeError, match=r"key\.z\.when"):
+        canonical_key({"z": {"when": object()}})
+    with pytest.raises(ValueError, match="non-finite"):
+        canonical_key({"t": float("nan")})
+    with pytest.raises(TypeError, match="str"):
+        canonical_key({"t": {1: 2}})
+    base = Path("runs")
+    assert store_path(base, b) == base / hash_key(b)[:16]
+    assert store_path(base, b, name="smollm2") == base / f"smollm2-{hash_key(b)[:16]}"
+
+
+def test_write_chunk_validation(tmp_path):
+    store = Store.open(tmp_path, KEY, n_chunks=N_CHUNKS)
+    with pytest.raises(TypeError, match="object"):
+        store.write_chunk(0, {"a": np.array([{"x": 1}], dtype=object)})
+    with pytest.raises(ValueError, match="'b' has 2 rows, others have 3"):
+        store.write_chunk(0, {"a": np.zeros(3), "b": np.zeros((2, 4))})
+    with pytest.raises(ValueError, match="name"):
+        store.write_chunk(0, {"bad/name": np.zeros(3)})
+    with pytest.raises(ValueError, match="out of range"):
+        store.write_chunk(N_CHUNKS, {"a": np.zeros(3)})
+    with pytest.raises(ValueError, match="scalar"):
+        store.write_chunk(0, {"a": np.float32(1)})
+    with pytest.raises(ValueError, match="no arrays"):
+        store.write_chunk(0, {})
+    assert store.completed_chunks() == []  # nothing half-written by the refusals
+
+
+def test_inconsistent_or_corrupt_chunks(tmp_path):
+    store = Store.open(tmp_path, KEY, n_chunks=2)
+    store.write_chunk(0, {"lp": np.zeros((2, 5), np.float32)})
+    store.write_chunk(1, {"lp": np.zeros((2, 6), np.float32)})
+    with pytest.raises(StoreError, match="'lp' of chunk 1"):
+        store.load()
+    store.write_chunk(1, {"other": np.zeros((2, 5), np.float32)})
+    with pytest.raises(StoreError, match="chunk 1 has arrays"):
+        store.load()
+    store.chunk_path(1).write_bytes(b"not a zip file")
+    with pytest.raises(StoreError, match="000001.npz"):
+        store.load()
+
+
+def test_chunk_helpers():
+    assert chunk_bounds(23, 5) == [(0, 5), (5, 10), (10, 15), (15, 20), (20, 23)]
+    assert chunk_bounds(0, 5) == [] and chunk_bounds(4, 10) == [(0, 4)]
+    assert assign_chunks([4, 0, 2, 7, 9], 0, 2) == [0, 4, 9]
+    assert assign_chunks([4, 0, 2, 7, 9], 1, 2) == [2, 7]
+    with pytest.raises(ValueError):
+        assign_chunks([1], 2, 2)
+    with pytest.raises(ValueError):
+        chunk_bounds(3, 0)
+
+
+# -- crash and resume ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["before_rename", "mid_write"])
+def test_sigkill_then_resume_computes_only_missing_chunks(tmp_path, mode):
+    root = tmp_path / "run"
+    block_at = 2
+    proc = start_writer(root, block_at=block_at, mode=mode)
+    seen = []
+    for line in proc.stdout:  # noqa: B007
+        seen.append(line.strip())
+        if line.strip() in ("blocked", "done"):
+            break
+    assert seen and seen[-1] == "blocked", (seen, proc.stderr.read() if proc.poll() is not None else "")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert seen[:-1] == ["wrote 0", "wrote 1"]
+
+    store = Store.open(root, KEY, n_chunks=N_CHUNKS)
+    assert store.missing_chunks() == [2, 3, 4]
+    # The killed write left a temporary file behind, never a chunk under its final name.
+    stray = [p.name for p in (root / "chunks").iterdir() if p.name.endswith(".tmp")]
+    assert len(stray) == 1 and stray[0].startswith(".000002.npz.")
+    before = {i: (store.chunk_path(i).stat().st_ino, store.chunk_path(i).stat().st_mtime_ns) for i in (0, 1)}
+
+    assert run_writer(root) == [2, 3, 4]  # the resumed run recomputes no finished chunk
+    after = {i: (store.chunk_path(i).stat().st_ino, store.chunk_path(i).stat().st_mtime_ns) for i in (0, 1)}
+    assert after == before
+    resumed = Store.open(root, KEY).load()
+
+    uninterrupted = tmp_path / "clean"
+    assert run_writer(uninterrupted) == [0, 1, 2, 3, 4]
+    assert_same(resumed, Store.open(uninterrupted, KEY).load())
+    assert_same(resumed, reference())
+
+
+def test_two_processes_share_one_folder(tmp_path):
+    root = tmp_path / "shared"
+    procs = [start_writer(root, process=(p, 2)) for p in range(2)]
+    written = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        written.append([int(x.split()[1]) for x in out.splitlines() if x.startswith("wrote")])
+    assert written == [[0, 2, 4], [1, 3]]
+    manifest = json.loads((root / "manifest.json").read_text())
+    assert manifest["key_hash"] == hash_key(KEY)
+    assert_same(Store.open(root, KEY).load(), reference())
+
+
+def test_merge_separate_folders(tmp_path):
+    parts = [tmp_path / f"host{p}" for p in range(2)]
+    for p, root in enumerate(parts):
+        run_writer(root, process=(p, 2))
+    assert Store.open(parts[0], KEY).missing_chunks() == [1, 3]
+    merged = merge_stores(tmp_path / "merged", parts)
+    assert merged.missing_chunks() == []
+    assert_same(merged.load(), reference())
+    # Merging into one of the sources works too, and is idempotent.
+    into_first = merge_stores(parts[0], parts)
+    assert_same(into_first.load(), reference())
+    assert merge_stores(parts[0], parts).missing_chunks() == []
+
+
+def test_merge_refuses_conflicts_and_other_keys(tmp_path):
+    a = Store.open(tmp_path / "a", KEY, n_chunks=N_CHUNKS)
+    b = Store.open(tmp_path / "b", KEY, n_chunks=N_CHUNKS)
+    a.write_chunk(0, chunk_arrays(0))
+    changed = chunk_arrays(0)
+    changed["logprobs"] = changed["logprobs"] + 1
+    b.write_chunk(0, changed)
+    with pytest.raises(StoreError, match="chunk 0 differs"):
+        merge_stores(tmp_path / "m", [a, b])
+    c = Store.open(tmp_path / "c", {**KEY, "style": "chat"})
+    with pytest.raises(StoreKeyMismatch, match="'style' differs"):
+        merge_stores(tmp_path / "m2", [a, c])
+    with pytest.raises(ValueError, match="no sources"):
+        merge_stores(tmp_path / "m3", [])
+
+
+# -- keys ------------------------------------------------------------------------------------------
+
+
+def test_extraction_key_reflects_every_input(tmp_path):
+    import hashlib
+
+    from jaxjudge.prompts import ChatFormat, ScoreScale, get_template
+    from jaxjudge.store import extraction_key, file_sha256, ids_digest
+
+    model = tmp_path / "model.bin"
+    model.write_bytes(os.urandom(3 << 20))
+    assert file_sha256(model, block_size=1 << 16) == hashlib.sha256(model.read_bytes()).hexdigest()
+    assert ids_digest(["a", "b"]) == hashlib.sha256(b"a\nb").hexdigest()
+    with pytest.raises(ValueError, match="newlines"):
+        ids_digest(["a\nb"])
+
+    base = dict(model_sha256=file_sha256(model), template=get_template("summeval", "coherence"),
+                scale=ScoreScale(1, 5), example_ids=["a", "b", "c"], chunk_size=2)
+    key = extraction_key(**base)
+    assert key["template"]["name"] == "summeval/coherence" and key["style"] == "raw"
+    assert key["scale"] == {"lo": 1, "hi": 5, "step": 1} and key["n_examples"] == 3
+    variants = [
+        {"template": get_template("summeval", "fluency")},
+        {"scale": ScoreScale(0, 4)},
+        {"example_ids": ["a", "c", "b"]},
+        {"chunk_size": 3},
+        {"model_sha256": "0" * 64},
+        {"chat": ChatFormat("{{ messages[0]['content'] }}")},
+    ]
+    hashes = {hash_key(key)} | {hash_key(extraction_key(**{**base, **v})) for v in variants}
+    assert len(hashes) == len(variants) + 1
+    assert hash_key(extraction_key(**base, overflow="truncate")) != hash_key(key)
+    with pytest.raises(ValueError, match="clashes"):
+        extraction_key(**base, style="x")
+    # A store opened with one key refuses another, naming the entry.
+    Store.open(tmp_path / "s", key)
+    with pytest.raises(StoreKeyMismatch, match="'scale' differs"):
+        Store.open(tmp_path / "s", extraction_key(**{**base, "scale": ScoreScale(0, 4)}))
