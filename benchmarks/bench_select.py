@@ -49,7 +49,7 @@ def _best_of(fn, repeats: int) -> float:
 def _compare(metric: str, human, dev_masks, test_masks, grid, kw) -> None:
     def one_call():
         res = select.grid_search(
-                select.rectify_adjust, grid, human, dev_masks, test_masks, metric, **kw
+            select.rectify_adjust, grid, human, dev_masks, test_masks, metric, **kw
         )
         return jax.block_until_ready(res)
 
@@ -58,8 +58,8 @@ def _compare(metric: str, human, dev_masks, test_masks, grid, kw) -> None:
         test = np.empty((G, F), np.float32)
         for i in range(G):
             d, t = select.evaluate_point(
-                    select.rectify_adjust, {"lam": grid["lam"][i]}, human, dev_masks, test_masks,
-                    metric, **kw,
+                select.rectify_adjust, {"lam": grid["lam"][i]}, human, dev_masks, test_masks,
+                metric, **kw,
             )
             # Blocks on each lambda, as a loop does.
             dev[i], test[i] = np.asarray(d), np.asarray(t)

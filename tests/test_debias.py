@@ -26,7 +26,7 @@ def test_renormalize_matches_scipy_log_softmax():
     x = _logits()
     for t in (1.0, 0.2, 3.0):
         np.testing.assert_allclose(
-                debias.renormalize(x, t), scipy.special.log_softmax(x / t, axis=-1), atol=1e-5
+            debias.renormalize(x, t), scipy.special.log_softmax(x / t, axis=-1), atol=1e-5
         )
 
 
@@ -38,7 +38,7 @@ def test_expected_and_greedy_score_hand_case():
     # At T = 0.2 the probabilities are p^5 / sum p^5.
     p5 = np.array([0.1, 0.2, 0.3, 0.4]) ** 5
     np.testing.assert_allclose(
-            debias.expected_score(lp, vals, 0.2), [p5 @ vals / p5.sum()], atol=1e-5
+        debias.expected_score(lp, vals, 0.2), [p5 @ vals / p5.sum()], atol=1e-5
     )
     np.testing.assert_allclose(debias.greedy_score(lp, vals), [4.0])
     # Ties go to the lowest candidate.
@@ -94,7 +94,7 @@ def test_adjust_shared_and_per_example_corrections():
     asst = _logits(seed=2)
     per_ex = -scipy.special.log_softmax(asst, axis=-1)[None]  # [1, N, K]
     np.testing.assert_allclose(
-            debias.adjust(x, per_ex, np.array([0.7])), debias.contrastive(x, asst, 0.7), atol=1e-5
+        debias.adjust(x, per_ex, np.array([0.7])), debias.contrastive(x, asst, 0.7), atol=1e-5
     )
     with pytest.raises(ValueError, match="lams"):
         debias.adjust(x, shared, np.array([1.0, 2.0, 3.0]))
@@ -106,7 +106,7 @@ def test_latent_prior_hand_case():
     lp = np.log(np.array([[0.2, 0.2], [0.3, 0.1]]))
     np.testing.assert_allclose(debias.latent_prior(lp), [0.625, 0.375], atol=1e-6)
     np.testing.assert_allclose(
-            debias.latent_prior(lp, mask=np.array([False, True])), [0.75, 0.25], atol=1e-6
+        debias.latent_prior(lp, mask=np.array([False, True])), [0.75, 0.25], atol=1e-6
     )
 
 
@@ -125,9 +125,9 @@ def test_contrastive_lam_zero_is_the_main_distribution():
     main, asst = _logits(seed=3), _logits(seed=4)
     for t in (1.0, 0.7):
         np.testing.assert_allclose(
-                debias.contrastive(main, asst, 0.0, t_main=t, t_asst=2.0),
-                scipy.special.log_softmax(main / t, axis=-1),
-                atol=1e-5,
+            debias.contrastive(main, asst, 0.0, t_main=t, t_asst=2.0),
+            scipy.special.log_softmax(main / t, axis=-1),
+            atol=1e-5,
         )
 
 
@@ -144,9 +144,9 @@ def test_contrastive_hand_case():
     pa = np.array([0.7, 0.2, 0.1]) ** (1 / 2.0)
     raw = (pm / pm.sum()) / (pa / pa.sum())
     np.testing.assert_allclose(
-            np.exp(debias.contrastive(main, asst, 1.0, t_main=0.5, t_asst=2.0)),
-            [raw / raw.sum()],
-            atol=1e-6,
+        np.exp(debias.contrastive(main, asst, 1.0, t_main=0.5, t_asst=2.0)),
+        [raw / raw.sum()],
+        atol=1e-6,
     )
 
 
@@ -158,10 +158,10 @@ def test_contextual_calibration_hand_case():
     np.testing.assert_allclose(debias.contextual_prior(cf), [0.4, 0.4, 0.2], atol=1e-6)
     x = np.log(np.array([[0.2, 0.4, 0.4]]))  # / prior = [0.5, 1, 2]
     np.testing.assert_allclose(
-            np.exp(debias.contextual_calibration(x, cf)), [[1 / 7, 2 / 7, 4 / 7]], atol=1e-6
+        np.exp(debias.contextual_calibration(x, cf)), [[1 / 7, 2 / 7, 4 / 7]], atol=1e-6
     )
     np.testing.assert_allclose(
-            debias.contextual_calibration(x, cf, lam=0.0), np.log([[0.2, 0.4, 0.4]]), atol=1e-6
+        debias.contextual_calibration(x, cf, lam=0.0), np.log([[0.2, 0.4, 0.4]]), atol=1e-6
     )
 
 
@@ -171,7 +171,7 @@ def test_batch_calibration_hand_case():
     r0 = np.array([0.6 / 0.4, 0.4 / 0.6])
     r1 = np.array([0.2 / 0.4, 0.8 / 0.6])
     np.testing.assert_allclose(
-            np.exp(debias.batch_calibration(x)), [r0 / r0.sum(), r1 / r1.sum()], atol=1e-6
+        np.exp(debias.batch_calibration(x)), [r0 / r0.sum(), r1 / r1.sum()], atol=1e-6
     )
     # Prior from row 0 only: row 0 becomes uniform.
     out = np.exp(debias.batch_calibration(x, mask=np.array([True, False])))
@@ -180,9 +180,9 @@ def test_batch_calibration_hand_case():
 
 def test_rescale_scores_bin_centres_and_errors():
     np.testing.assert_allclose(
-            debias.rescale_scores(np.array([1.0, 3.0, 3.7, 5.0]), VALUES),
-            [0.1, 0.5, 0.64, 0.9],
-            atol=1e-6,
+        debias.rescale_scores(np.array([1.0, 3.0, 3.7, 5.0]), VALUES),
+        [0.1, 0.5, 0.64, 0.9],
+        atol=1e-6,
     )
     # A 0..10 scale in steps of 0.5 (21 candidates): 0 -> 1/42, 10 -> 41/42.
     vals = np.arange(0.0, 10.5, 0.5)
@@ -238,13 +238,13 @@ def test_distribution_calibration_hand_case():
     w = q / np.array([0.4, 0.4, 0.2])
     ref = np.exp(x) * w
     np.testing.assert_allclose(
-            np.exp(debias.distribution_calibration(x, q)),
-            ref / ref.sum(-1, keepdims=True),
-            atol=1e-6,
+        np.exp(debias.distribution_calibration(x, q)),
+        ref / ref.sum(-1, keepdims=True),
+        atol=1e-6,
     )
     # When the judge's marginal already equals q, nothing changes.
     np.testing.assert_allclose(
-            debias.distribution_calibration(x, np.array([0.4, 0.4, 0.2])), x, atol=1e-6
+        debias.distribution_calibration(x, np.array([0.4, 0.4, 0.2])), x, atol=1e-6
     )
 
 
@@ -261,15 +261,15 @@ _Q = np.array([0.1, 0.2, 0.3, 0.25, 0.15], np.float32)
 def _all_adjustments(x, asst, cf):
     """Every adjustment of x (with the assistant / content-free arrays that go with it)."""
     return jnp.stack([
-            debias.renormalize(x, 0.2),
-            debias.rectify(x, _B, 0.8),
-            debias.adjust(x, jnp.stack([_B, -_B ** 2]), jnp.array([0.4, 0.1])),
-            debias.contrastive(x, asst, 0.6, t_main=0.7, t_asst=1.3),
-            debias.contextual_calibration(x, cf),
-            debias.batch_calibration(x),
-            debias.distribution_calibration(x, _Q),
-            jnp.broadcast_to(debias.latent_prior(x), x.shape),
-            jnp.broadcast_to(debias.expected_score(x, VALUES, 0.2)[:, None], x.shape),
+        debias.renormalize(x, 0.2),
+        debias.rectify(x, _B, 0.8),
+        debias.adjust(x, jnp.stack([_B, -_B ** 2]), jnp.array([0.4, 0.1])),
+        debias.contrastive(x, asst, 0.6, t_main=0.7, t_asst=1.3),
+        debias.contextual_calibration(x, cf),
+        debias.batch_calibration(x),
+        debias.distribution_calibration(x, _Q),
+        jnp.broadcast_to(debias.latent_prior(x), x.shape),
+        jnp.broadcast_to(debias.expected_score(x, VALUES, 0.2)[:, None], x.shape),
     ])
 
 

@@ -57,7 +57,7 @@ def contextual_prior(content_free_logits: Array) -> Array:
 
 
 def contextual_calibration(
-        logits: Array, content_free_logits: Array, lam: float | Array = 1.0
+    logits: Array, content_free_logits: Array, lam: float | Array = 1.0
 ) -> Array:
     """Contextual calibration: divide the judge's distribution by its content-free prior.
 
@@ -93,7 +93,7 @@ def batch_prior(logits: Array, mask: Array | None = None) -> Array:
 
 
 def batch_calibration(
-        logits: Array, mask: Array | None = None, lam: float | Array = 1.0
+    logits: Array, mask: Array | None = None, lam: float | Array = 1.0
 ) -> Array:
     """Batch calibration: divide by the mean predicted distribution over the (masked) set.
 
@@ -159,9 +159,9 @@ def rescale_scores(scores: Array, values) -> Array:
         bad = np.flatnonzero((s < lo - 1e-6) | (s > hi + 1e-6) | ~np.isfinite(s))
         if bad.size:
             raise ValueError(
-                    f"scores must be finite and within [{lo}, {hi}]; "
-                    f"row {int(bad[0])} is {s[bad[0]]} "
-                    f"({bad.size} bad rows)"
+                f"scores must be finite and within [{lo}, {hi}]; "
+                f"row {int(bad[0])} is {s[bad[0]]} "
+                f"({bad.size} bad rows)"
             )
     return (scores - lo + step / 2) / (k * step)
 
@@ -177,7 +177,7 @@ def _beta_stats(u: Array, w: Array) -> Array:
     w = w / jnp.sum(w)  # [N]
     m = jnp.sum(w * u)
     return jnp.stack([
-            jnp.sum(w * jnp.log(u)), jnp.sum(w * jnp.log1p(-u)), m, jnp.sum(w * (u - m) ** 2)
+        jnp.sum(w * jnp.log(u)), jnp.sum(w * jnp.log1p(-u)), m, jnp.sum(w * (u - m) ** 2)
     ])
 
 
@@ -244,8 +244,8 @@ def fit_beta(u: Array, mask: Array | None = None, *, steps: int = 50) -> BetaFit
         bad = np.flatnonzero(wn & ~((un > 0) & (un < 1)))
         if bad.size:
             raise ValueError(
-                    f"fit_beta: observations must lie strictly inside (0, 1) (rescale scores with "
-                    f"rescale_scores); row {int(bad[0])} is {un[bad[0]]}"
+                f"fit_beta: observations must lie strictly inside (0, 1) (rescale scores with "
+                f"rescale_scores); row {int(bad[0])} is {un[bad[0]]}"
             )
     return _fit_beta_jit(_beta_stats(u, w), steps)
 
@@ -302,7 +302,7 @@ def distribution_correction(logits: Array, q: Array, mask: Array | None = None) 
 
 
 def distribution_calibration(
-        logits: Array, q: Array, mask: Array | None = None, lam: float | Array = 1.0
+    logits: Array, q: Array, mask: Array | None = None, lam: float | Array = 1.0
 ) -> Array:
     """Distribution calibration: `log_softmax(logits + lam * (log q - log p))`.
 

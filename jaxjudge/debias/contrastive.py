@@ -13,11 +13,11 @@ Array = jax.Array
 
 
 def contrastive(
-        main_logits: Array,
-        asst_logits: Array,
-        lam: float | Array,
-        t_main: float | Array = 1.0,
-        t_asst: float | Array = 1.0,
+    main_logits: Array,
+    asst_logits: Array,
+    lam: float | Array,
+    t_main: float | Array = 1.0,
+    t_asst: float | Array = 1.0,
 ) -> Array:
     """Contrastive candidate log-probabilities.
 

@@ -68,8 +68,8 @@ def adjust(logits: Array, corrections: Array, lams: Array) -> Array:
     lams = jnp.asarray(lams, corrections.dtype)
     if lams.ndim != 1 or corrections.shape[:1] != lams.shape:
         raise ValueError(
-                f"adjust: corrections has leading dim {corrections.shape[:1]} but lams has shape "
-                f"{lams.shape}; expected corrections [C, K] or [C, N, K] and lams [C]"
+            f"adjust: corrections has leading dim {corrections.shape[:1]} but lams has shape "
+            f"{lams.shape}; expected corrections [C, K] or [C, N, K] and lams [C]"
         )
     total = jnp.tensordot(lams, corrections, axes=1)  # [K] or [N, K]
     return jax.nn.log_softmax(logits + total, axis=-1)

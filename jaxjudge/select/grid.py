@@ -153,7 +153,7 @@ def contrastive_adjust(params, data) -> Array:
     """
     p = params if isinstance(params, dict) else {"lam": params}
     return contrastive(
-            data["main"], data["asst"], p["lam"], p.get("t_main", 1.0), p.get("t_asst", 1.0)
+        data["main"], data["asst"], p["lam"], p.get("t_main", 1.0), p.get("t_asst", 1.0)
     )
 
 
@@ -176,23 +176,26 @@ def _resolve_metric(metric, minimize: bool | None) -> tuple[Callable, bool]:
     else:
         raise TypeError(f"metric must be a metric name or a callable, got {type(metric).__name__}")
     if minimize is None:
-        # The metrics registry's own direction wins; otherwise error-type names are minimised.
-        registry = getattr(metrics, "HIGHER_IS_BETTER", {})
-        hib = registry.get(name, getattr(fn, "higher_is_better", None))
-        minimize = (not hib) if hib is not None else name.lower() in MINIMISED_METRICS
+        # The callable's own `higher_is_better`, then the metrics registry; failing both,
+        # error-type names (also as "grouped_mse" etc.) are minimised.
+        hib = getattr(fn, "higher_is_better", None)
+        if hib is None:
+            hib = getattr(metrics, "HIGHER_IS_BETTER", {}).get(name)
+        base = name.lower().removeprefix("grouped_")
+        minimize = (not hib) if hib is not None else base in MINIMISED_METRICS
     return fn, bool(minimize)
 
 
 def _point_metrics(
-        params, data, human, dev, test, values, temperature, *, adjust_fn, metric_fn, score
+    params, data, human, dev, test, values, temperature, *, adjust_fn, metric_fn, score
 ) -> tuple[Array, Array]:
     """(dev [F], test [F]) metrics of one grid point."""
     adj = adjust_fn(params) if data is None else adjust_fn(params, data)
     n, k = human.shape[0], values.shape[0]
     if adj.shape != (n, k):
         raise ValueError(
-                f"adjust_fn returned shape {adj.shape}; expected [N, K] = {(n, k)} "
-                f"(N from human scores, K from values)"
+            f"adjust_fn returned shape {adj.shape}; expected [N, K] = {(n, k)} "
+            f"(N from human scores, K from values)"
         )
     if score == "expected":
         pred = expected_score(adj, values, temperature)  # [N]
@@ -212,11 +215,11 @@ def _evaluate_point_jit(params, data, human, dev, test, values, temperature, **s
 
 @partial(jax.jit, static_argnames=(*_STATIC, "minimize", "batch_size"))
 def _grid_search_jit(
-        grid, data, human, dev, test, values, temperature, *, minimize, batch_size, **static
+    grid, data, human, dev, test, values, temperature, *, minimize, batch_size, **static
 ) -> GridSearchResult:
     point = partial(
-            _point_metrics, data=data, human=human, dev=dev, test=test, values=values,
-            temperature=temperature, **static,
+        _point_metrics, data=data, human=human, dev=dev, test=test, values=values,
+        temperature=temperature, **static,
     )
     if batch_size is None:
         dev_gf, test_gf = jax.vmap(point)(grid)  # [G, F] each
@@ -229,13 +232,13 @@ def _grid_search_jit(
     folds = jnp.arange(dev_gf.shape[1])
     test_metric = test_gf[idx, folds]
     return GridSearchResult(
-            chosen=jax.tree.map(lambda x: x[idx], grid),
-            chosen_index=idx,
-            dev=dev_gf,
-            test=test_gf,
-            dev_metric=dev_gf[idx, folds],
-            test_metric=test_metric,
-            mean_test=jnp.mean(test_metric),
+        chosen=jax.tree.map(lambda x: x[idx], grid),
+        chosen_index=idx,
+        dev=dev_gf,
+        test=test_gf,
+        dev_metric=dev_gf[idx, folds],
+        test_metric=test_metric,
+        mean_test=jnp.mean(test_metric),
     )
 
 
@@ -251,8 +254,8 @@ def _check_inputs(grid, human, dev_masks, test_masks, values, temperature, score
     nan_rows = np.flatnonzero(~np.isfinite(h))
     if nan_rows.size:
         raise ValueError(
-                f"human scores contain NaN/inf at {nan_rows.size} rows "
-                f"(first: row {int(nan_rows[0])})"
+            f"human scores contain NaN/inf at {nan_rows.size} rows "
+            f"(first: row {int(nan_rows[0])})"
         )
     n = h.shape[0]
     v = np.asarray(values, np.float32)
@@ -282,9 +285,9 @@ def _check_inputs(grid, human, dev_masks, test_masks, values, temperature, score
                 raise ValueError(f"fold {f}: the {name} mask is empty")
         if not allow_overlap and (dev[f] & test[f]).any():
             raise ValueError(
-                    f"fold {f}: dev and test masks overlap on "
-                    f"{int((dev[f] & test[f]).sum())} examples "
-                    f"(pass allow_overlap=True for an oracle analysis)"
+                f"fold {f}: dev and test masks overlap on "
+                f"{int((dev[f] & test[f]).sum())} examples "
+                f"(pass allow_overlap=True for an oracle analysis)"
             )
 
     leaves = jax.tree.leaves(grid)
@@ -293,30 +296,30 @@ def _check_inputs(grid, human, dev_masks, test_masks, values, temperature, score
     sizes = {np.shape(x)[0] if np.ndim(x) else None for x in leaves}
     if None in sizes or len(sizes) != 1 or 0 in sizes:
         raise ValueError(
-                f"grid leaves must share a non-zero leading axis, got shapes "
-                f"{[np.shape(x) for x in leaves]}"
+            f"grid leaves must share a non-zero leading axis, got shapes "
+            f"{[np.shape(x) for x in leaves]}"
         )
     return (
-            jnp.asarray(h, jnp.float32), jnp.asarray(dev), jnp.asarray(test),
-            jnp.asarray(v), jnp.asarray(t),
+        jnp.asarray(h, jnp.float32), jnp.asarray(dev), jnp.asarray(test),
+        jnp.asarray(v), jnp.asarray(t),
     )
 
 
 def grid_search(
-        adjust_fn: Callable,
-        grid: PyTree,
-        human,
-        dev_masks,
-        test_masks,
-        metric: str | Callable = "spearman",
-        *,
-        values,
-        temperature: float = 1.0,
-        data: PyTree = None,
-        score: str = "expected",
-        minimize: bool | None = None,
-        batch_size: int | None = None,
-        allow_overlap: bool = False,
+    adjust_fn: Callable,
+    grid: PyTree,
+    human,
+    dev_masks,
+    test_masks,
+    metric: str | Callable = "spearman",
+    *,
+    values,
+    temperature: float = 1.0,
+    data: PyTree = None,
+    score: str = "expected",
+    minimize: bool | None = None,
+    batch_size: int | None = None,
+    allow_overlap: bool = False,
 ) -> GridSearchResult:
     """Choose a hyper-parameter per fold on dev, report it on test: one compiled call.
 
@@ -335,13 +338,15 @@ def grid_search(
         dev_masks: `[F, N]` (or `[N]`) bool, where each fold chooses (see `kfold_splits`).
         test_masks: `[F, N]` (or `[N]`) bool, where each fold is evaluated.
         metric: metric name for `jaxjudge.metrics.get_metric` or a callable
-            `metric(pred [N], human [N], mask [N]) -> scalar`.
+            `metric(pred [N], human [N], mask [N]) -> scalar`, e.g. a summary-level
+            `jaxjudge.metrics.grouped_metric("spearman", doc_ids, num_docs)`.
         values: `[K]` numeric value of each score candidate.
         temperature: temperature of the expected score (e.g. 0.2 as in the random-number paper).
         data: optional pytree of arrays passed to `adjust_fn` as its second argument.
         score: `"expected"` (probability-weighted, at `temperature`) or `"greedy"`.
         minimize: whether lower metric values are better; by default inferred from the metric
-            (`mse`-type errors are minimised, correlations maximised).
+            (its `higher_is_better` attribute, the metrics registry, else `mse`-type names are
+            minimised and everything else maximised).
         batch_size: None vectorises the whole grid at once; an integer evaluates the grid with
             `jax.lax.map` in batches of that many points to bound memory.
         allow_overlap: permit dev and test masks that share examples (oracle analyses).
@@ -351,29 +356,29 @@ def grid_search(
     """
     metric_fn, minimize = _resolve_metric(metric, minimize)
     human, dev, test, values, temperature = _check_inputs(
-            grid, human, dev_masks, test_masks, values, temperature, score, allow_overlap
+        grid, human, dev_masks, test_masks, values, temperature, score, allow_overlap
     )
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(f"batch_size must be None or a positive integer, got {batch_size!r}")
     return _grid_search_jit(
-            jax.tree.map(jnp.asarray, grid), data, human, dev, test, values, temperature,
-            adjust_fn=adjust_fn, metric_fn=metric_fn, score=score, minimize=minimize,
-            batch_size=batch_size,
+        jax.tree.map(jnp.asarray, grid), data, human, dev, test, values, temperature,
+        adjust_fn=adjust_fn, metric_fn=metric_fn, score=score, minimize=minimize,
+        batch_size=batch_size,
     )
 
 
 def evaluate_point(
-        adjust_fn: Callable,
-        params: PyTree,
-        human,
-        dev_masks,
-        test_masks,
-        metric: str | Callable = "spearman",
-        *,
-        values,
-        temperature: float = 1.0,
-        data: PyTree = None,
-        score: str = "expected",
+    adjust_fn: Callable,
+    params: PyTree,
+    human,
+    dev_masks,
+    test_masks,
+    metric: str | Callable = "spearman",
+    *,
+    values,
+    temperature: float = 1.0,
+    data: PyTree = None,
+    score: str = "expected",
 ) -> tuple[Array, Array]:
     """Dev and test metrics of a single grid point, per fold (the body `grid_search` vmaps).
 
@@ -391,8 +396,8 @@ def evaluate_point(
     """
     metric_fn, _ = _resolve_metric(metric, None)
     return _evaluate_point_jit(
-            params, data, jnp.asarray(human, jnp.float32), jnp.asarray(dev_masks),
-            jnp.asarray(test_masks), jnp.asarray(values, jnp.float32),
-            jnp.asarray(temperature, jnp.float32),
-            adjust_fn=adjust_fn, metric_fn=metric_fn, score=score,
+        params, data, jnp.asarray(human, jnp.float32), jnp.asarray(dev_masks),
+        jnp.asarray(test_masks), jnp.asarray(values, jnp.float32),
+        jnp.asarray(temperature, jnp.float32),
+        adjust_fn=adjust_fn, metric_fn=metric_fn, score=score,
     )

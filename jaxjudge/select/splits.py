@@ -64,8 +64,8 @@ def group_kfold(groups, n_folds: int = 5, seed: int = 0) -> np.ndarray:
         raise ValueError(f"n_folds must be an integer >= 2, got {n_folds!r}")
     if n_groups < n_folds:
         raise ValueError(
-                f"n_folds={n_folds} exceeds the number of groups ({n_groups}): "
-                "some fold would be empty"
+            f"n_folds={n_folds} exceeds the number of groups ({n_groups}): "
+            "some fold would be empty"
         )
     sizes = np.bincount(codes, minlength=n_groups)
     order = np.random.default_rng(seed).permutation(n_groups)
@@ -80,7 +80,7 @@ def group_kfold(groups, n_folds: int = 5, seed: int = 0) -> np.ndarray:
 
 
 def kfold_splits(
-        groups, n_folds: int = 5, seed: int = 0, *, train_on_rest: bool = False
+    groups, n_folds: int = 5, seed: int = 0, *, train_on_rest: bool = False
 ) -> Splits:
     """Grouped k-fold dev/test masks.
 
