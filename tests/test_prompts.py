@@ -339,6 +339,26 @@ def test_smollm2_ten_is_multi_token(smol):
     np.testing.assert_array_equal(ids[:-1, 1], -1)
 
 
+@pytest.mark.slow
+def test_candidates_from_the_projects_gguf_tokenizer(smol):
+    """The tokenizer rebuilt from the GGUF by jaxjudge.models gives the same candidates."""
+    gguf_mod = pytest.importorskip("jaxjudge.models.gguf")
+    tok_mod = pytest.importorskip("jaxjudge.models.tokenizer")
+    from gguf import GGUFReader
+
+    if not all(hasattr(gguf_mod, n) for n in ("read_metadata", "default_model_path")):
+        pytest.skip("jaxjudge.models.gguf has no metadata reader")
+    path = gguf_mod.default_model_path()
+    meta = gguf_mod.read_metadata(GGUFReader(path, "r"), path)
+    ours = tok_mod.tokenizer_from_gguf_metadata(meta, source=str(path))
+    raw = render(get_template("summeval", "coherence"), load_summeval_subset()[0], ScoreScale(1, 5))
+    for scale in SCALE_PRESETS.values():
+        a = score_candidates(ours, scale, context=raw.suffix)
+        b = score_candidates(smol, scale, context=raw.suffix)
+        assert (a.prompt_extension, a.token_ids) == (b.prompt_extension, b.token_ids)
+    assert split_token_ids(ours, raw) == split_token_ids(smol, raw)
+
+
 def test_gpt2_style_candidates_and_unclean_split():
     tok = gpt2_style_tokenizer()
     vocab = tok.get_vocab()

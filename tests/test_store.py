@@ -99,7 +99,10 @@ WRITER = textwrap.dedent(
         return real_savez(f, **arrays)
 
     os.replace, np.savez = replace, savez
-    for i in assign_chunks(store.missing_chunks(), process_index, process_count):
+    # Shares come from the full chunk list (the same on every process, whenever it starts);
+    # finished chunks are then skipped.
+    missing = set(store.missing_chunks())
+    for i in [c for c in assign_chunks(range(N_CHUNKS), process_index, process_count) if c in missing]:
         current["i"] = i
         store.write_chunk(i, chunk_arrays(i))
         print("wrote", i, flush=True)

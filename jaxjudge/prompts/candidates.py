@@ -85,6 +85,10 @@ def common_prefix_length(seqs: Sequence[Sequence[int]]) -> int:
 class ScoreCandidates:
     """The K score candidates of a scale, as token ids.
 
+    The engine appends ``prompt_extension`` to every prompt; the answer position (where the
+    fast path reads the K first-token log-probabilities, and where the greedy token is checked
+    for validity) is the position right after it.
+
     Attributes:
       scale: the score scale.
       texts: ``[K]`` candidate texts appended after the prompt (separator + label).

@@ -23,9 +23,6 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
-import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-
 from jaxjudge.prompts.template import TemplateError
 
 __all__ = ["ChatFormat", "SENTINEL"]
@@ -85,7 +82,12 @@ class ChatFormat:
         )
 
     @cached_property
-    def _compiled(self) -> jinja2.Template:
+    def _compiled(self) -> Any:
+        try:
+            import jinja2  # noqa: PLC0415  (needed only for chat templates)
+            from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: PLC0415
+        except ImportError as e:
+            raise ImportError("chat templates need the package `jinja2` (pip install jinja2)") from e
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now

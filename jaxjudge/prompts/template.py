@@ -45,7 +45,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -228,6 +228,8 @@ class Template:
             "suffix": self.suffix,
             "answer_separator": self.answer_separator,
             "field_map": dict(sorted(self.field_map.items())),
+            "truncate_field": self.truncate_field,
+            "truncate_side": self.truncate_side,
         }
 
     # -- rendering ----------------------------------------------------------------------------
@@ -243,9 +245,6 @@ class Template:
           ``(prefix, suffix)`` strings.
         """
         return _fill(self.prefix, fields, scale, self), _fill(self.suffix, fields, scale, self)
-
-    def with_fields(self, **changes) -> Template:
-        return replace(self, **changes)
 
 
 def _fill(text: str, fields: Mapping[str, str], scale: ScoreScale, template: Template) -> str:

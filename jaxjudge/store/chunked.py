@@ -147,8 +147,12 @@ def chunk_bounds(n_items: int, chunk_size: int) -> list[tuple[int, int]]:
 
 
 def assign_chunks(chunk_ids: Iterable[int], process_index: int, process_count: int) -> list[int]:
-    """The chunks one process of ``process_count`` works on (strided, so work stays balanced
-    when the missing chunks are not contiguous)."""
+    """The chunks one process of ``process_count`` works on (strided: ``j % process_count``).
+
+    Pass the full chunk list (``range(n_chunks)``), the same on every process, and skip the
+    finished ones afterwards: a list of missing chunks read by each process at its own start
+    time can differ between processes, and their shares would then overlap or leave gaps.
+    """
     if not 0 <= process_index < process_count:
         raise ValueError(f"process_index must be in [0, {process_count}), got {process_index}")
     return [c for j, c in enumerate(sorted(chunk_ids)) if j % process_count == process_index]
