@@ -126,6 +126,40 @@ def test_grid_search_equals_python_loop_with_scipy(score):
     assert float(res.mean_test) == pytest.approx(ref_test[idx, range(5)].mean(), abs=1e-5)
 
 
+def test_fold_data_distribution_calibration_fitted_on_each_dev_fold():
+    # Distribution calibration with the Beta prior fitted on each fold's dev labels only,
+    # against a loop with scipy's Beta fit, numpy rectification and scipy's Spearman.
+    logits, human, groups = _synthetic(seed=11)
+    human = np.round(human * 3) / 3  # averages of three raters
+    sp = select.kfold_splits(groups, 5, seed=4)
+    corrections = np.stack([
+        debias.distribution_correction(logits, debias.human_prior(human, VALUES, sp.dev[f]))
+        for f in range(5)
+    ])  # [F, K]
+    lams = np.linspace(0.0, 1.5, 7).astype(np.float32)
+    res = select.grid_search(
+        select.rectify_adjust, select.lambda_grid(lams), human, sp.dev, sp.test, "spearman",
+        values=VALUES, data={"logits": logits}, fold_data={"correction": corrections},
+    )
+    marginal = scipy.special.softmax(logits.astype(np.float64), axis=-1).mean(0)
+    for f in range(5):
+        u = (human[sp.dev[f]] - 1.0 + 0.5) / 5.0
+        a, b, _, _ = scipy.stats.beta.fit(u, floc=0, fscale=1)
+        q = np.diff(scipy.stats.beta.cdf(np.linspace(0, 1, 6), a, b))
+        corr = np.log(q) - np.log(marginal)
+        for i, lam in enumerate(lams):
+            pred = _np_expected(logits + lam * corr, 1.0)
+            ref_dev = scipy.stats.spearmanr(pred[sp.dev[f]], human[sp.dev[f]])[0]
+            ref_test = scipy.stats.spearmanr(pred[sp.test[f]], human[sp.test[f]])[0]
+            assert float(res.dev[i, f]) == pytest.approx(ref_dev, abs=1e-4), (i, f)
+            assert float(res.test[i, f]) == pytest.approx(ref_test, abs=1e-4), (i, f)
+    with pytest.raises(ValueError, match="fold_data"):
+        select.grid_search(
+            select.rectify_adjust, select.lambda_grid(lams), human, sp.dev, sp.test,
+            values=VALUES, data={"logits": logits}, fold_data={"correction": corrections[:3]},
+        )
+
+
 def test_grid_search_picks_known_lambda_for_contrastive():
     # main = clean + assistant noise: lam = 1 removes the noise exactly, leaving an expected
     # score that is monotone in the human score (Spearman 1); any other lam leaves noise.

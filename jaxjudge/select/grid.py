@@ -12,6 +12,10 @@ adjusted log-probabilities. Pass the arrays it needs through `data` rather than 
 them: a closure embeds its arrays in the compiled program as constants and a new closure
 compiles again, whereas `adjust_fn(params, data)` with a module-level function compiles once
 per shape and is reused for every data set of that shape.
+
+Corrections estimated from human labels (distribution calibration's Beta prior) must come from
+each fold's dev set only. `fold_data` carries such per-fold arrays (leading axis F); it is
+vmapped over together with the fold masks and handed to `adjust_fn(params, data, fold)`.
 """
 
 from __future__ import annotations
@@ -128,17 +132,20 @@ def _lam(params) -> Array:
     return params["lam"] if isinstance(params, dict) else params
 
 
-def rectify_adjust(params, data) -> Array:
-    """`rectify(data["logits"], data["correction"], params["lam"])` for `grid_search`.
+def rectify_adjust(params, data, fold=None) -> Array:
+    """`rectify(logits, correction, params["lam"])` for `grid_search`.
 
     Args:
         params: `{"lam": scalar}` (or the scalar itself).
-        data: `{"logits": [N, K], "correction": [K]}`.
+        data: `{"logits": [N, K]}` plus `"correction": [K]` when it is shared by all folds.
+        fold: optional per-fold `{"correction": [K]}` (from `fold_data`), e.g. a distribution
+            calibration correction fitted on that fold's dev labels; it overrides `data`'s.
 
     Returns:
         `[N, K]` adjusted log-probabilities.
     """
-    return rectify(data["logits"], data["correction"], _lam(params))
+    correction = data["correction"] if fold is None else fold["correction"]
+    return rectify(data["logits"], correction, _lam(params))
 
 
 def contrastive_adjust(params, data) -> Array:
@@ -187,39 +194,54 @@ def _resolve_metric(metric, minimize: bool | None) -> tuple[Callable, bool]:
 
 
 def _point_metrics(
-    params, data, human, dev, test, values, temperature, *, adjust_fn, metric_fn, score
+    params, data, fold_data, human, dev, test, values, temperature, *, adjust_fn, metric_fn,
+    score,
 ) -> tuple[Array, Array]:
     """(dev [F], test [F]) metrics of one grid point."""
-    adj = adjust_fn(params) if data is None else adjust_fn(params, data)
     n, k = human.shape[0], values.shape[0]
-    if adj.shape != (n, k):
-        raise ValueError(
-            f"adjust_fn returned shape {adj.shape}; expected [N, K] = {(n, k)} "
-            f"(N from human scores, K from values)"
-        )
-    if score == "expected":
-        pred = expected_score(adj, values, temperature)  # [N]
-    else:
-        pred = greedy_score(adj, values)  # [N]
-    per_fold = jax.vmap(lambda m: metric_fn(pred, human, m))
-    return per_fold(dev), per_fold(test)
+
+    def predict(adj):
+        if adj.shape != (n, k):
+            raise ValueError(
+                f"adjust_fn returned shape {adj.shape}; expected [N, K] = {(n, k)} "
+                f"(N from human scores, K from values)"
+            )
+        if score == "expected":
+            return expected_score(adj, values, temperature)  # [N]
+        return greedy_score(adj, values)  # [N]
+
+    def fold_metrics(pred, d, t):
+        return metric_fn(pred, human, d), metric_fn(pred, human, t)
+
+    if fold_data is None:
+        adj = adjust_fn(params) if data is None else adjust_fn(params, data)
+        pred = predict(adj)
+        return jax.vmap(fold_metrics, in_axes=(None, 0, 0))(pred, dev, test)
+
+    def one_fold(fold, d, t):
+        return fold_metrics(predict(adjust_fn(params, data, fold)), d, t)
+
+    return jax.vmap(one_fold)(fold_data, dev, test)
 
 
 _STATIC = ("adjust_fn", "metric_fn", "score")
 
 
 @partial(jax.jit, static_argnames=_STATIC)
-def _evaluate_point_jit(params, data, human, dev, test, values, temperature, **static):
-    return _point_metrics(params, data, human, dev, test, values, temperature, **static)
+def _evaluate_point_jit(params, data, fold_data, human, dev, test, values, temperature, **static):
+    return _point_metrics(
+        params, data, fold_data, human, dev, test, values, temperature, **static
+    )
 
 
 @partial(jax.jit, static_argnames=(*_STATIC, "minimize", "batch_size"))
 def _grid_search_jit(
-    grid, data, human, dev, test, values, temperature, *, minimize, batch_size, **static
+    grid, data, fold_data, human, dev, test, values, temperature, *, minimize, batch_size,
+    **static,
 ) -> GridSearchResult:
     point = partial(
-        _point_metrics, data=data, human=human, dev=dev, test=test, values=values,
-        temperature=temperature, **static,
+        _point_metrics, data=data, fold_data=fold_data, human=human, dev=dev, test=test,
+        values=values, temperature=temperature, **static,
     )
     if batch_size is None:
         dev_gf, test_gf = jax.vmap(point)(grid)  # [G, F] each
@@ -242,7 +264,9 @@ def _grid_search_jit(
     )
 
 
-def _check_inputs(grid, human, dev_masks, test_masks, values, temperature, score, allow_overlap):
+def _check_inputs(
+    grid, fold_data, human, dev_masks, test_masks, values, temperature, score, allow_overlap
+):
     """Eager validation; returns (human [N], dev [F, N], test [F, N], values [K], T)."""
     if score not in SCORE_KINDS:
         raise ValueError(f"score must be one of {SCORE_KINDS}, got {score!r}")
@@ -299,6 +323,13 @@ def _check_inputs(grid, human, dev_masks, test_masks, values, temperature, score
             f"grid leaves must share a non-zero leading axis, got shapes "
             f"{[np.shape(x) for x in leaves]}"
         )
+    if fold_data is not None:
+        shapes = [np.shape(x) for x in jax.tree.leaves(fold_data)]
+        if not shapes or any(not s or s[0] != dev.shape[0] for s in shapes):
+            raise ValueError(
+                f"fold_data leaves must have a leading fold axis F={dev.shape[0]} (from the "
+                f"masks), got shapes {shapes}"
+            )
     return (
         jnp.asarray(h, jnp.float32), jnp.asarray(dev), jnp.asarray(test),
         jnp.asarray(v), jnp.asarray(t),
@@ -316,6 +347,7 @@ def grid_search(
     values,
     temperature: float = 1.0,
     data: PyTree = None,
+    fold_data: PyTree = None,
     score: str = "expected",
     minimize: bool | None = None,
     batch_size: int | None = None,
@@ -331,7 +363,9 @@ def grid_search(
 
     Args:
         adjust_fn: `adjust_fn(params) -> [N, K]`, or `adjust_fn(params, data)` when `data` is
-            given; adjusted candidate log-probabilities for one grid point. Must be jittable.
+            given, or `adjust_fn(params, data, fold)` when `fold_data` is given (`data` may
+            then be None); adjusted candidate log-probabilities for one grid point (and
+            fold). Must be jittable.
         grid: pytree of arrays with a shared leading axis G (see `lambda_grid`,
             `lambda_temperature_grid`, `product_grid`), or a `[G]` array.
         human: `[N]` human scores (no NaN).
@@ -343,6 +377,9 @@ def grid_search(
         values: `[K]` numeric value of each score candidate.
         temperature: temperature of the expected score (e.g. 0.2 as in the random-number paper).
         data: optional pytree of arrays passed to `adjust_fn` as its second argument.
+        fold_data: optional pytree of per-fold arrays, leaves `[F, ...]`; fold f's slice is
+            passed to `adjust_fn` as its third argument (e.g. corrections fitted on each
+            fold's dev labels).
         score: `"expected"` (probability-weighted, at `temperature`) or `"greedy"`.
         minimize: whether lower metric values are better; by default inferred from the metric
             (its `higher_is_better` attribute, the metrics registry, else `mse`-type names are
@@ -356,12 +393,12 @@ def grid_search(
     """
     metric_fn, minimize = _resolve_metric(metric, minimize)
     human, dev, test, values, temperature = _check_inputs(
-        grid, human, dev_masks, test_masks, values, temperature, score, allow_overlap
+        grid, fold_data, human, dev_masks, test_masks, values, temperature, score, allow_overlap
     )
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(f"batch_size must be None or a positive integer, got {batch_size!r}")
     return _grid_search_jit(
-        jax.tree.map(jnp.asarray, grid), data, human, dev, test, values, temperature,
+        jax.tree.map(jnp.asarray, grid), data, fold_data, human, dev, test, values, temperature,
         adjust_fn=adjust_fn, metric_fn=metric_fn, score=score, minimize=minimize,
         batch_size=batch_size,
     )
@@ -378,6 +415,7 @@ def evaluate_point(
     values,
     temperature: float = 1.0,
     data: PyTree = None,
+    fold_data: PyTree = None,
     score: str = "expected",
 ) -> tuple[Array, Array]:
     """Dev and test metrics of a single grid point, per fold (the body `grid_search` vmaps).
@@ -386,7 +424,8 @@ def evaluate_point(
     benchmarks; `grid_search` validates).
 
     Args:
-        adjust_fn, human, metric, values, temperature, data, score: as in `grid_search`.
+        adjust_fn, human, metric, values, temperature, data, fold_data, score: as in
+            `grid_search`.
         params: one grid point (the grid pytree without its leading axis).
         dev_masks: `[F, N]` bool.
         test_masks: `[F, N]` bool.
@@ -396,7 +435,7 @@ def evaluate_point(
     """
     metric_fn, _ = _resolve_metric(metric, None)
     return _evaluate_point_jit(
-        params, data, jnp.asarray(human, jnp.float32), jnp.asarray(dev_masks),
+        params, data, fold_data, jnp.asarray(human, jnp.float32), jnp.asarray(dev_masks),
         jnp.asarray(test_masks), jnp.asarray(values, jnp.float32),
         jnp.asarray(temperature, jnp.float32),
         adjust_fn=adjust_fn, metric_fn=metric_fn, score=score,
