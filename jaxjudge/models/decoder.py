@@ -543,7 +543,16 @@ def forward(
     return model(tokens_bt, positions_bt, mask_bt, read_idx_br, cache, prefix)
 
 
-def _sample(logits_bv: jax.Array, key: jax.Array, temperature: float,
+def sample_key(seed_key: jax.Array, step: int | jax.Array, row: int | jax.Array) -> jax.Array:
+    """The key that samples row ``row``'s token at generation step ``step`` (both 0-based).
+
+    Keys depend on the row index, not on the batch shape, so a row's sample does not change
+    when other rows are added or the batch is padded.
+    """
+    return jax.random.fold_in(jax.random.fold_in(seed_key, row), step)
+
+
+def _sample(logits_bv: jax.Array, key: jax.Array, step: jax.Array, temperature: float,
             top_k: int | None) -> jax.Array:
     """Greedy (temperature 0) or temperature/top-k sampling of one token per row [B]."""
     if temperature == 0.0:
@@ -552,12 +561,9 @@ def _sample(logits_bv: jax.Array, key: jax.Array, temperature: float,
     if top_k is not None:
         kth_b1 = jax.lax.top_k(scaled_bv, top_k)[0][:, -1:]
         scaled_bv = jnp.where(scaled_bv < kth_b1, -jnp.inf, scaled_bv)
-    return jax.random.categorical(key, scaled_bv, axis=-1).astype(jnp.int32)
-
-
-def sample_key(seed_key: jax.Array, step: int | jax.Array) -> jax.Array:
-    """The key used to sample the token of generation step ``step`` (0-based)."""
-    return jax.random.fold_in(seed_key, step)
+    rows_b = jnp.arange(logits_bv.shape[0])
+    keys_b = jax.vmap(lambda r: sample_key(key, step, r))(rows_b)
+    return jax.vmap(jax.random.categorical)(keys_b, scaled_bv).astype(jnp.int32)
 
 
 @functools.partial(
@@ -582,8 +588,8 @@ def generate(
     """Generates with the KV cache, starting from the logits of each row's last real token.
 
     Step g samples token g from the current logits (greedy when ``temperature == 0``; else from
-    ``softmax(logits / temperature)`` restricted to the ``top_k`` largest, with key
-    ``sample_key(key, g)``), then feeds it through the cache at the next position of its row.
+    ``softmax(logits / temperature)`` restricted to the ``top_k`` largest, row b with key
+    ``sample_key(key, g, b)``), then feeds it through the cache at the next position of its row.
     After a row emits a token in ``eos_ids`` it keeps running but its later tokens are
     reported as ``pad_id``.
 
@@ -609,7 +615,7 @@ def generate(
 
     def step(carry, g):
         logits_bv, cache, done_b, lengths_b = carry
-        tok_b = _sample(logits_bv, sample_key(key, g), temperature, top_k)
+        tok_b = _sample(logits_bv, key, g, temperature, top_k)
         out_b = jnp.where(done_b, pad_id, tok_b)
         lengths_b = lengths_b + (~done_b).astype(jnp.int32)
         done_b = done_b | jnp.isin(tok_b, eos)

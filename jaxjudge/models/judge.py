@@ -331,7 +331,7 @@ class Judge:
             cache: the prompt cache with ``max_new_tokens - 1`` free slots (DONATED).
             max_new_tokens: G.
             temperature: 0 for greedy.
-            seed: sampling seed (step g uses ``fold_in(PRNGKey(seed), g)``).
+            seed: sampling seed (row b, step g uses ``sample_key(key(seed), g, b)``).
             top_k: optional top-k restriction.
             prefix: the prefix the cache continues, if any.
             stop_at_eos: report tokens after the first EOS as padding.
