@@ -45,6 +45,7 @@ __all__ = [
     "default_model_path",
     "gguf_dir",
     "read_metadata",
+    "gguf_metadata",
     "hf_config_from_gguf",
     "dequantize",
     "unpermute_rotary",
@@ -259,6 +260,19 @@ def read_metadata(reader: GGUFReader, path: Path) -> dict[str, Any]:
         except Exception as e:
             raise GGUFFormatError(f"{path}: metadata {key!r} is unreadable: {e}") from e
     return meta
+
+
+def gguf_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The metadata of a GGUF file as plain Python values (no tensor is decoded).
+
+    Args:
+        path: the ``.gguf`` file.
+
+    Returns:
+        GGUF key -> value (see :func:`read_metadata`).
+    """
+    path = Path(path)
+    return read_metadata(_open(path), path)
 
 
 # ---------------------------------------------------------------------------------- config
