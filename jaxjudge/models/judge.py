@@ -201,7 +201,8 @@ class Judge:
         if self.mesh is not None:
             from jaxjudge.models import sharding
 
-            return sharding.shard_batch(jnp.asarray(x), self.mesh)
+            # A batch the data axis does not divide (a batch-1 prefix) is replicated.
+            return sharding.shard_batch(jnp.asarray(x), self.mesh, strict=False)
         return jnp.asarray(x)
 
     # ------------------------------------------------------------------ fast path
@@ -227,8 +228,14 @@ class Judge:
         return logits
 
     def new_cache(self, batch: int, max_length: int) -> KVCache:
-        """An empty KV cache of ``batch`` rows and ``max_length`` slots in the compute dtype."""
-        return _dec.init_cache(self.config, batch, max_length, self.dtype)
+        """An empty KV cache of ``batch`` rows and ``max_length`` slots in the compute dtype
+        (on a mesh: rows over ``data``, key/value heads over ``model`` where they divide)."""
+        cache = _dec.init_cache(self.config, batch, max_length, self.dtype)
+        if self.mesh is not None:
+            from jaxjudge.models import sharding
+
+            cache = jax.device_put(cache, sharding.cache_sharding(self.mesh, cache))
+        return cache
 
     def prefill(self, tokens_bt: Any, mask_bt: Any = None, *, max_length: int | None = None,
                 read_idx_br: Any = None) -> tuple[jax.Array, KVCache]:

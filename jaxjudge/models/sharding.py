@@ -105,8 +105,9 @@ def logical_spec(
         if name is not None and name not in rules:
             raise ValueError(f"logical axis {name!r} has no entry in the sharding rules")
         mesh_axis = None if name is None else rules[name]
+        # A size-1 mesh axis splits nothing: written as replicated, for readable specs.
         if (mesh_axis is None or mesh_axis in used or mesh_axis not in mesh.shape
-                or size % mesh.shape[mesh_axis]):
+                or mesh.shape[mesh_axis] == 1 or size % mesh.shape[mesh_axis]):
             spec.append(None)
         else:
             spec.append(mesh_axis)
@@ -160,16 +161,24 @@ def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec("data", *([None] * (ndim - 1))))
 
 
-def shard_batch(x: Any, mesh: Mesh) -> jax.Array:
+def shard_batch(x: Any, mesh: Mesh, *, strict: bool = True) -> Any:
     """Places a batch-major array (or a pytree of them) with its batch split over ``data``.
 
+    Args:
+        x: arrays whose dimension 0 is the batch.
+        mesh: the mesh.
+        strict: raise when the batch is not a multiple of the data axis; otherwise such an
+            array (e.g. a batch-1 shared prefix) is replicated.
+
     Raises:
-        ValueError: if the batch size is not a multiple of the data axis.
+        ValueError: if ``strict`` and the batch size is not a multiple of the data axis.
     """
     n = mesh.shape["data"]
 
     def put(a):
         a = jnp.asarray(a) if not isinstance(a, (np.ndarray, jax.Array)) else a
+        if a.shape[0] % n and not strict:
+            return jax.device_put(a, NamedSharding(mesh, PartitionSpec()))
         if a.shape[0] % n:
             raise ValueError(
                 f"batch size {a.shape[0]} is not a multiple of the mesh data axis ({n}); pad the "
