@@ -1,0 +1,179 @@
+"""Judge models: NNX decoders (Llama, Qwen2, Mistral, Gemma) from GGUF files or HF folders.
+
+The entry point is :func:`load`::
+
+    from jaxjudge import models
+    judge = models.load(models.default_model_path())      # SmolLM2-135M-Instruct (GGUF)
+    logits_bv = judge.next_token_logits(["The capital of France is"])
+
+A source is a ``.gguf`` file, a Hugging Face folder (``config.json`` + safetensors +
+``tokenizer.json``) or a Hub repo id (fetched only when online). The first load converts the
+weights and stores them in the Orbax cache (:mod:`jaxjudge.models.cache`); later loads of the
+same content and dtype restore from there.
+
+The other public names are re-exported lazily from their modules, so importing one submodule
+does not import them all.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jaxjudge.models.judge import Judge
+
+__all__ = [
+    "load",
+    "default_model_path",
+    "gguf_dir",
+    "load_gguf",
+    "Judge",
+    "DecoderConfig",
+    "LlamaConfig",
+    "Qwen2Config",
+    "MistralConfig",
+    "GemmaConfig",
+    "UnsupportedConfigError",
+    "config_from_hf",
+    "GGUFFormatError",
+    "UnsupportedGGUFError",
+    "UnsupportedTokenizerError",
+    "make_mesh",
+    "clear_cache",
+    "cache_root",
+]
+
+# name -> module it lives in.
+_LAZY = {
+    "default_model_path": "gguf",
+    "gguf_dir": "gguf",
+    "load_gguf": "gguf",
+    "GGUFFormatError": "gguf",
+    "UnsupportedGGUFError": "gguf",
+    "UnsupportedTokenizerError": "tokenizer",
+    "Judge": "judge",
+    "DecoderConfig": "config",
+    "LlamaConfig": "config",
+    "Qwen2Config": "config",
+    "MistralConfig": "config",
+    "GemmaConfig": "config",
+    "UnsupportedConfigError": "config",
+    "config_from_hf": "config",
+    "make_mesh": "sharding",
+    "clear_cache": "cache",
+    "cache_root": "cache",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'jaxjudge.models' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"jaxjudge.models.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+def _is_gguf(path: Path) -> bool:
+    if path.suffix.lower() == ".gguf":
+        return True
+    with open(path, "rb") as f:
+        return f.read(4) == b"GGUF"
+
+
+def load(
+    source: str | os.PathLike[str] | None = None,
+    dtype: Any = "float32",
+    cache_dir: str | os.PathLike[str] | None = None,
+    use_cache: bool = True,
+    *,
+    mesh: Any = None,
+    verbose: bool = False,
+) -> "Judge":
+    """Loads a judge model, converting it once and restoring it from the cache afterwards.
+
+    Args:
+        source: a ``.gguf`` file, a Hugging Face model folder, or a Hub repo id
+            (``"owner/name"``, fetched only when online). None: the embedded default,
+            SmolLM2-135M-Instruct (:func:`default_model_path`).
+        dtype: parameter and compute dtype, ``"float32"`` or ``"bfloat16"``.
+        cache_dir: cache root (default ``$JAXJUDGE_CACHE`` or ``~/.cache/jaxjudge/converted``).
+        use_cache: read and write the converted-parameter cache. With False the source is
+            converted every time and nothing is written.
+        mesh: optional ``jax.sharding.Mesh`` (``data`` and ``model`` axes); parameters are then
+            placed by the project's logical-axis rules, restored directly into their shardings.
+        verbose: print where the judge came from and how long it took.
+
+    Returns:
+        A :class:`~jaxjudge.models.judge.Judge`.
+
+    Raises:
+        FileNotFoundError: the source does not exist (and is not a reachable Hub repo).
+        ValueError: a file that is not GGUF; any conversion error names the field, tensor or
+            file concerned.
+    """
+    from jaxjudge.models import cache as _cache
+    from jaxjudge.models import gguf as _gguf
+    from jaxjudge.models import hf as _hf
+    from jaxjudge.models.judge import Judge
+
+    start = time.perf_counter()
+    if source is None:
+        source = _gguf.default_model_path()
+    path = Path(source).expanduser()
+    if path.is_file():
+        if not _is_gguf(path):
+            raise ValueError(
+                f"{path} is a file but not a GGUF file; pass a .gguf file or a Hugging Face folder"
+            )
+        kind = "gguf"
+    else:
+        # A folder, or a Hub repo id resolved to a downloaded snapshot folder.
+        path = _hf.resolve_source(source)
+        kind = "hf"
+    dname = _cache.dtype_name(dtype)
+    root = _cache.cache_root(cache_dir)
+    sha = _cache.source_sha256(path, memo_dir=root if use_cache else None)
+    key = _cache.cache_key(sha, dname)
+
+    if use_cache:
+        hit = _cache.load_converted(root, key, mesh=mesh)
+        if hit is not None:
+            judge = Judge(hit.config, hit.model, hit.tokenizer, hit.chat_template, source=str(path),
+                          sha256=sha, special_tokens=hit.special_tokens or None)
+            judge.mesh = mesh
+            if verbose:
+                print(f"jaxjudge: {path.name} restored from cache {root / key} "
+                      f"in {time.perf_counter() - start:.2f}s")
+            return judge
+
+    if kind == "gguf":
+        hf_config, tensors, tokenizer, template = _gguf.load_gguf(path)
+        special = None
+    else:
+        hf_config = _hf.read_config(path)
+        tensors = _hf.read_safetensors(path)
+        tokenizer, template, tok_cfg = _hf.read_tokenizer(path)
+        special = _hf.special_tokens(tok_cfg)
+    judge = Judge.from_parts(hf_config, tensors, tokenizer, template, dtype=dname,
+                             source=str(path), sha256=sha, mesh=mesh)
+    if special:
+        # The tokenizer_config's strings win over the ones derived from token ids.
+        judge.special_tokens = {**judge.special_tokens, **special}
+    del tensors
+    if use_cache:
+        _cache.save_converted(root, key, model=judge.model, hf_config=hf_config, tokenizer=tokenizer,
+                              chat_template=template, special_tokens=judge.special_tokens,
+                              source=str(path), sha256=sha)
+    if verbose:
+        print(f"jaxjudge: {path.name} converted in {time.perf_counter() - start:.2f}s"
+              + (f", cached at {root / key}" if use_cache else ""))
+    return judge

@@ -1,0 +1,310 @@
+"""On-disk cache of converted judges: Orbax parameters plus tokenizer, template and config.
+
+Converting a judge (dequantising a GGUF file, or reading and transposing safetensors) costs
+seconds to minutes; restoring the converted parameters costs a fraction of that. A cache entry
+is one folder under the cache root (``$JAXJUDGE_CACHE`` or ``~/.cache/jaxjudge/converted``)::
+
+    <root>/<key>/params/          Orbax StandardCheckpointer, the decoder state as a pure dict
+    <root>/<key>/tokenizer.json   the tokenizer (``tokenizers`` JSON)
+    <root>/<key>/meta.json        format version, Hugging Face config dict, chat template,
+                                  special-token strings, dtype, source and its sha256
+
+The key is ``<sha256 of the source>-<dtype>-v<FORMAT_VERSION>``: the content hash (of the GGUF
+file, or of a Hugging Face folder's config, tokenizer and safetensors files), so a renamed or
+copied file hits the same entry and an edited one misses. An entry is written into a temporary
+folder next to it and renamed into place as the last step, so a conversion killed half way
+leaves no entry that a later load could mistake for a complete one.
+
+Parameters are restored straight into the abstract state of an ``nnx.eval_shape`` skeleton,
+with each parameter's sharding when a mesh is given, so a judge that does not fit one device is
+never gathered on one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import orbax.checkpoint as ocp
+from flax import nnx
+from jax.sharding import SingleDeviceSharding
+from tokenizers import Tokenizer
+
+from jaxjudge.models.config import DecoderConfig, config_from_hf
+from jaxjudge.models.convert import abstract_model
+from jaxjudge.models.decoder import Decoder, as_dtype
+
+__all__ = [
+    "FORMAT_VERSION",
+    "CachedJudge",
+    "cache_root",
+    "cache_key",
+    "file_sha256",
+    "source_sha256",
+    "save_converted",
+    "load_converted",
+    "clear_cache",
+]
+
+# Bump when the decoder's parameter layout or the entry layout changes: old entries then miss.
+FORMAT_VERSION = 1
+
+_HASH_MEMO = "sha256-memo.json"
+
+
+def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The cache folder: ``cache_dir``, else ``$JAXJUDGE_CACHE``, else ``~/.cache/jaxjudge/converted``."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get("JAXJUDGE_CACHE")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "jaxjudge" / "converted"
+
+
+def dtype_name(dtype: Any) -> str:
+    """``"float32"`` or ``"bfloat16"`` for any spelling of the two supported dtypes."""
+    return jnp.dtype(as_dtype(dtype)).name
+
+
+def cache_key(sha256: str, dtype: Any) -> str:
+    """Entry name for a source hash and a parameter dtype (includes :data:`FORMAT_VERSION`)."""
+    if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+        raise ValueError(f"cache_key expects a hex sha256 digest, got {sha256!r}")
+    return f"{sha256}-{dtype_name(dtype)}-v{FORMAT_VERSION}"
+
+
+def _hash_file(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def file_sha256(path: str | os.PathLike[str], memo_dir: str | os.PathLike[str] | None = None) -> str:
+    """sha256 of a file, remembered across calls by (path, size, mtime).
+
+    Hashing a 1 GB judge takes seconds, which would dominate a cached load; the digest is kept
+    in ``<memo_dir>/sha256-memo.json`` keyed by the resolved path and reused while the file's
+    size and modification time (nanoseconds) are unchanged.
+
+    Args:
+        path: the file.
+        memo_dir: folder for the memo (no memo when None).
+
+    Returns:
+        The hex digest.
+    """
+    path = Path(path).resolve()
+    stat = path.stat()
+    stamp = [stat.st_size, stat.st_mtime_ns]
+    memo_path = None if memo_dir is None else Path(memo_dir) / _HASH_MEMO
+    memo: dict[str, Any] = {}
+    if memo_path is not None and memo_path.is_file():
+        try:
+            memo = json.loads(memo_path.read_text())
+        except (OSError, ValueError):
+            memo = {}  # a damaged memo only costs a re-hash
+        hit = memo.get(str(path))
+        if isinstance(hit, dict) and hit.get("stamp") == stamp and isinstance(hit.get("sha256"), str):
+            return hit["sha256"]
+    digest = _hash_file(path)
+    if memo_path is not None:
+        memo[str(path)] = {"stamp": stamp, "sha256": digest}
+        memo_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo_path.with_name(f".{_HASH_MEMO}.{uuid.uuid4().hex}")
+        tmp.write_text(json.dumps(memo))
+        os.replace(tmp, memo_path)
+    return digest
+
+
+def source_sha256(source: str | os.PathLike[str], memo_dir: str | os.PathLike[str] | None = None) -> str:
+    """Content hash of a model source: a GGUF file's sha256 (memoised, see :func:`file_sha256`),
+    or a Hugging Face folder's hash over its config, tokenizer and safetensors files."""
+    path = Path(source)
+    if path.is_file():
+        return file_sha256(path, memo_dir)
+    from jaxjudge.models.hf import source_sha256 as folder_sha256
+
+    return folder_sha256(path)
+
+
+@dataclass
+class CachedJudge:
+    """What a cache entry restores to (the pieces :class:`~jaxjudge.models.judge.Judge` takes).
+
+    Attributes:
+        config: the decoder config.
+        model: the decoder with restored parameters.
+        tokenizer: the tokenizer.
+        chat_template: the Jinja template or None.
+        special_tokens: ``{"bos_token": ..., "eos_token": ...}`` strings for chat templates.
+        hf_config: the Hugging Face config dict the config was read from.
+        meta: the entry's full ``meta.json``.
+    """
+
+    config: DecoderConfig
+    model: Decoder
+    tokenizer: Tokenizer
+    chat_template: str | None
+    special_tokens: dict[str, str]
+    hf_config: dict[str, Any]
+    meta: dict[str, Any]
+
+
+def save_converted(
+    root: str | os.PathLike[str],
+    key: str,
+    *,
+    model: Decoder,
+    hf_config: Mapping[str, Any],
+    tokenizer: Tokenizer,
+    chat_template: str | None,
+    special_tokens: Mapping[str, str] | None = None,
+    source: str | None = None,
+    sha256: str | None = None,
+) -> Path:
+    """Writes one cache entry atomically.
+
+    Args:
+        root: the cache root.
+        key: the entry name (:func:`cache_key`).
+        model: the converted decoder (its parameter dtype is recorded).
+        hf_config: the Hugging Face config dict it was built from.
+        tokenizer: the tokenizer.
+        chat_template: the chat template or None.
+        special_tokens: special-token strings the judge uses for chat templates.
+        source, sha256: provenance, stored in ``meta.json``.
+
+    Returns:
+        The entry folder. If another process finished the same entry first, its copy is kept.
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / key
+    tmp = root / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        state = nnx.state(model)
+        with ocp.StandardCheckpointer() as ckptr:
+            ckptr.save(tmp / "params", nnx.to_pure_dict(state))
+            ckptr.wait_until_finished()
+        (tmp / "tokenizer.json").write_text(tokenizer.to_str(), encoding="utf-8")
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "dtype": jnp.dtype(model.dtype).name,
+            "hf_config": dict(hf_config),
+            "chat_template": chat_template,
+            "special_tokens": dict(special_tokens or {}),
+            "source": source,
+            "sha256": sha256,
+        }
+        # meta.json is the entry's completeness marker: written last inside the temporary folder.
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / "meta.json").is_file():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)  # a concurrent writer won; same content
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def _restore_target(abstract_state: nnx.State, mesh: Any, rules: Mapping[str, str | None] | None):
+    """The pure-dict restore target: shapes, dtypes and the sharding of every parameter."""
+    pure = nnx.to_pure_dict(abstract_state)
+    if mesh is None:
+        device = SingleDeviceSharding(jax.devices()[0])
+        return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device), pure)
+    from jaxjudge.models import sharding as _sh
+
+    shardings = nnx.to_pure_dict(
+        _sh.param_shardings(abstract_state, mesh, rules or _sh.LOGICAL_AXIS_RULES)
+    )
+    return jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), pure, shardings
+    )
+
+
+def load_converted(
+    root: str | os.PathLike[str],
+    key: str,
+    *,
+    mesh: Any = None,
+    rules: Mapping[str, str | None] | None = None,
+) -> CachedJudge | None:
+    """Restores a cache entry, or returns None when there is none (or it is from another format).
+
+    Args:
+        root: the cache root.
+        key: the entry name (:func:`cache_key`).
+        mesh: optional mesh; parameters are then restored directly into their shardings.
+        rules: logical-axis rules for ``mesh``.
+
+    Returns:
+        The restored pieces, or None on a miss.
+
+    Raises:
+        ValueError: the entry exists but is damaged (named); delete it to reconvert.
+    """
+    entry = Path(root) / key
+    meta_path = entry / "meta.json"
+    if not meta_path.is_file():
+        return None
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise ValueError(f"cache entry {entry}: meta.json is unreadable ({e}); delete the folder") from e
+    if meta.get("format_version") != FORMAT_VERSION:
+        return None
+    cfg = config_from_hf(meta["hf_config"])
+    graphdef, abstract_state = nnx.split(abstract_model(cfg, meta["dtype"]))
+    target = _restore_target(abstract_state, mesh, rules)
+    try:
+        with ocp.StandardCheckpointer() as ckptr:
+            restored = ckptr.restore(entry / "params", target)
+        tokenizer = Tokenizer.from_file(str(entry / "tokenizer.json"))
+    except Exception as e:
+        raise ValueError(
+            f"cache entry {entry} is damaged ({type(e).__name__}: {e}); delete the folder to reconvert"
+        ) from e
+    nnx.replace_by_pure_dict(abstract_state, restored)
+    model = nnx.merge(graphdef, abstract_state)
+    return CachedJudge(
+        config=cfg,
+        model=model,
+        tokenizer=tokenizer,
+        chat_template=meta.get("chat_template"),
+        special_tokens=dict(meta.get("special_tokens") or {}),
+        hf_config=meta["hf_config"],
+        meta=meta,
+    )
+
+
+def clear_cache(cache_dir: str | os.PathLike[str] | None = None) -> int:
+    """Deletes every entry (and leftover temporary folder) under the cache root.
+
+    Returns:
+        The number of folders removed.
+    """
+    root = cache_root(cache_dir)
+    if not root.is_dir():
+        return 0
+    removed = 0
+    for child in root.iterdir():
+        if child.is_dir() and ((child / "meta.json").is_file() or child.name.startswith(".tmp-")):
+            shutil.rmtree(child)
+            removed += 1
+    return removed
