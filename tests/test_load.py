@@ -115,17 +115,29 @@ def test_smollm2_cached_load_is_identical(smollm2):
 
 @pytest.mark.slow
 @pytest.mark.large
-def test_qwen05_logits_match_transformers(tmp_path):
+def test_qwen05_tensors_and_logits_match_transformers():
+    """Qwen2.5-Coder-0.5B (Q5_0/Q8_0/Q4_K/Q6_K): tensors, then logits (one load of each side)."""
     torch = pytest.importorskip("torch")
     import transformers
 
+    from jaxjudge.models.judge import Judge
+
     path = jg.gguf_dir() / "qwen2.5-coder-0.5b-instruct-awq.gguf"
     if not path.is_file():
-        pytest.skip(f"{path} is absent")
-    judge = jm.load(path, use_cache=False)
+        pytest.skip(f"{path} is absent (../shared/models/get_models.sh DIR qwen05 fetches it)")
+    assert set(jg.tensor_summary(path).values()) == {"Q5_0", "Q8_0", "Q4_K", "Q6_K", "F32"}
     ref = transformers.AutoModelForCausalLM.from_pretrained(
         str(path.parent), gguf_file=path.name, dtype=torch.float32)
     ref.eval()
+    ck = jg.load_gguf(path)
+    ref_sd = ref.state_dict()
+    assert set(ck.tensors) == set(ref_sd)
+    for name, arr in ck.tensors.items():
+        np.testing.assert_array_equal(arr, ref_sd[name].numpy(), err_msg=name)
+    # This file stores its own output head (Q8_0) next to the Q5_0 embedding: untied.
+    assert ck.hf_config["model_type"] == "qwen2" and ck.hf_config["tie_word_embeddings"] is False
+    judge = Judge.from_parts(*ck, source=str(path))
+    del ck
     prompts = [p.replace("<|im_start|>system\nYou are a strict grader.<|im_end|>\n", "")
                for p in PROMPTS]
     worst = _check_parity(judge, ref, prompts, atol=1e-3)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,6 +81,13 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
+
+
+def _numpy_bfloat16() -> Any:
+    """numpy's bfloat16 (from ml_dtypes, which JAX depends on)."""
+    import ml_dtypes
+
+    return ml_dtypes.bfloat16
 
 
 def _is_gguf(path: Path) -> bool:
@@ -156,7 +164,9 @@ def load(
             return judge
 
     if kind == "gguf":
-        hf_config, tensors, tokenizer, template = _gguf.load_gguf(path)
+        # Decoding is float32; bfloat16 judges keep half the host memory from here on.
+        host = "float32" if dname == "float32" else _numpy_bfloat16()
+        hf_config, tensors, tokenizer, template = _gguf.load_gguf(path, dtype=host)
         special = None
     else:
         hf_config = _hf.read_config(path)
@@ -170,9 +180,12 @@ def load(
         judge.special_tokens = {**judge.special_tokens, **special}
     del tensors
     if use_cache:
-        _cache.save_converted(root, key, model=judge.model, hf_config=hf_config, tokenizer=tokenizer,
-                              chat_template=template, special_tokens=judge.special_tokens,
-                              source=str(path), sha256=sha)
+        try:
+            _cache.save_converted(root, key, model=judge.model, hf_config=hf_config,
+                                  tokenizer=tokenizer, chat_template=template,
+                                  special_tokens=judge.special_tokens, source=str(path), sha256=sha)
+        except OSError as e:  # a full or read-only disk costs the next load time, nothing else
+            warnings.warn(f"jaxjudge: could not write the cache entry {root / key}: {e}", stacklevel=2)
     if verbose:
         print(f"jaxjudge: {path.name} converted in {time.perf_counter() - start:.2f}s"
               + (f", cached at {root / key}" if use_cache else ""))

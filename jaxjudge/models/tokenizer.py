@@ -24,6 +24,7 @@ tokens typed USER_DEFINED become non-special added tokens: both are matched whol
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -162,6 +163,14 @@ def _special_ids(meta: Mapping[str, Any]) -> dict[str, int]:
 
 def _byte_level_model(meta: Mapping[str, Any], tokens: Sequence[str], source: str) -> Tokenizer:
     pre_name = _meta(meta, "tokenizer.ggml.pre", "default")
+    if pre_name == "default":
+        # Older files have no split rule, and llama.cpp writes "default" for vocabularies its
+        # converter did not recognise: GPT-2's rule is a guess there, as it is in transformers.
+        warnings.warn(
+            f"{source}: tokenizer.ggml.pre is {meta.get('tokenizer.ggml.pre')!r}; splitting words "
+            "with GPT-2's rule, which may not be the model's own",
+            stacklevel=3,
+        )
     if pre_name not in PRE_TOKENIZERS:
         raise UnsupportedTokenizerError(
             f"{source}: tokenizer.ggml.pre={pre_name!r} is not supported; supported split rules: "
