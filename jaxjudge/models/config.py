@@ -87,6 +87,8 @@ _BENIGN_FIELDS = frozenset(
         "hidden_dropout",
         "mlp_dropout",
         "tie_encoder_decoder",
+        # Settings for other runtimes shipped in some repos' config.json (e.g. SmolLM2).
+        "transformers.js_config",
     }
 )
 
