@@ -100,7 +100,9 @@ class Projection(nnx.Module):
     ):
         self.equation = equation
         self.dtype = dtype
-        fan_in = math.prod(kernel_shape[: len(kernel_shape) - len(bias_shape or (1,))]) or 1
+        # Contracted kernel axes are the ones the input shares (D for q_proj, N and H for o_proj).
+        x_spec, k_spec = equation.split("->")[0].split(",")
+        fan_in = math.prod(n for c, n in zip(k_spec, kernel_shape) if c in x_spec)
         init = jax.random.normal(rngs.params(), kernel_shape, param_dtype) / math.sqrt(fan_in)
         self.kernel = nnx.Param(init, out_sharding=kernel_axes, eager_sharding=False)
         if bias_shape is None:
