@@ -1,0 +1,52 @@
+"""Contrastive decoding against score-range bias: a large judge minus a small one.
+
+Main judge Qwen2.5-Coder 1.5B, assistant Qwen2.5-Coder 0.5B (one tokenizer; any pair by
+config). The contrastive candidate distribution is
+``log_softmax(log_softmax(main / t) - lambda * log_softmax(assistant))`` over the score
+candidates, the temperature dividing the main model's logits as in the paper's public code.
+The grid lambda in {0.01, 0.1, 0.5, 1} x t in {0.5, 1, 2, 3, 5} (argument ``"fine"`` adds
+lambda 0..1 step 0.05 x t 0.5..5 step 0.25 as ``contrastive_fine``) is searched on the 10
+development documents of SummEval (``dev_doc_ids.txt``) and reported on the other 90, per
+range 0-4, 1-5, 2-6, 3-7 and aspect. Reported: Spearman (pooled and per document), Pearson,
+Kendall with grouped bootstrap 95% intervals; the difference from the main model alone (Δ,
+paired interval); the greedy generation of the main model (parsed, its validity rate is the
+parse rate) for the relative improvement over greedy decoding.
+
+Run:
+
+    jaxjudge sweep experiments/contrastive.py              # extract + report
+    jaxjudge extract experiments/contrastive.py
+    jaxjudge report experiments/contrastive.py
+    jaxjudge sweep experiments/contrastive.py:fine         # adds the finer grid
+    jaxjudge sweep experiments/contrastive.py:quick        # embedded subset, coherence
+
+Arguments of ``get_config``: None, ``"fine"``, ``"quick"`` (the same pair on the embedded
+4-document SummEval subset, coherence only, dev = one document: a smoke test, not a result).
+"""
+
+from jaxjudge.data import SUMMEVAL_SUBSET_DOC_IDS
+from jaxjudge.report.config import QWEN_05B, QWEN_15B, ExperimentConfig, TaskSpec
+
+
+def get_config(arg: str | None = None) -> ExperimentConfig:
+    if arg not in (None, "fine", "quick"):
+        raise ValueError(f"contrastive: unknown argument {arg!r}; use 'fine' or 'quick'")
+    if arg == "quick":
+        tasks = (
+            TaskSpec("summeval", ("coherence",), data="embedded", split="fixed_docs", dev_docs=(SUMMEVAL_SUBSET_DOC_IDS[0],)),
+        )
+    else:
+        tasks = (TaskSpec("summeval", ("coherence", "consistency", "fluency", "relevance"), split="fixed_docs"),)
+    return ExperimentConfig(
+        name="contrastive",
+        description="Contrastive decoding (main judge minus a smaller assistant of the same family) across score ranges.",
+        models=(QWEN_15B, QWEN_05B),
+        pairs=((QWEN_15B.name, QWEN_05B.name),),
+        tasks=tasks,
+        scales=("0-4", "1-5", "2-6", "3-7"),
+        methods=("vanilla", "generate", "contrastive"),
+        temperatures=(1.0,),
+        greedy=True,
+        contrastive_fine=arg == "fine",
+        select_metric="spearman",
+    )

@@ -1,0 +1,53 @@
+"""Score-range bias: the same judge asked for scores on 0-4, 1-5, 2-6 and 3-7.
+
+SummEval (coherence, consistency, fluency, relevance) and STS-B test, read two ways: the
+greedy generation parsed into a number (up to 24 new tokens; parse failures counted and
+reported as the validity rate) and the judge's candidate distribution (expected score at
+temperature 1 and 0.2, greedy candidate). Pearson, Spearman and Kendall per range, pooled and
+per document, with grouped bootstrap 95% intervals. The predicted-score distribution per range
+is drawn in ``figures/score_distribution_*.png``.
+
+Splits: there is nothing to tune, so the split only fixes the reported side. SummEval is
+reported on the 90 test documents of the contrastive-decoding paper's split (its 10 dev
+documents, ``dev_doc_ids.txt``, are left out so the numbers line up with
+``experiments/contrastive.py``); STS-B on its test split.
+
+Run (extract once, then report from the store as often as needed, no forward pass):
+
+    jaxjudge sweep experiments/score_range_bias.py            # extract + report
+    jaxjudge extract experiments/score_range_bias.py
+    jaxjudge report experiments/score_range_bias.py
+    jaxjudge sweep experiments/score_range_bias.py:qwen15     # the 1.5B judge too
+    jaxjudge sweep experiments/score_range_bias.py:quick      # SmolLM2, embedded subset
+
+Arguments of ``get_config``: None (Qwen2.5-Coder 0.5B), ``"qwen15"`` (0.5B and 1.5B),
+``"smollm2"`` (the embedded default judge on the full data), ``"quick"`` (SmolLM2 on the
+embedded 4-document SummEval subset, coherence only: a smoke test, not a result).
+"""
+
+from jaxjudge.report.config import QWEN_05B, QWEN_15B, SMOLLM2, ExperimentConfig, TaskSpec
+
+
+def get_config(arg: str | None = None) -> ExperimentConfig:
+    models = {None: (QWEN_05B,), "qwen15": (QWEN_05B, QWEN_15B), "smollm2": (SMOLLM2,), "quick": (SMOLLM2,)}
+    if arg not in models:
+        raise ValueError(f"score_range_bias: unknown argument {arg!r}; use one of {sorted(k for k in models if k)}")
+    if arg == "quick":
+        tasks = (TaskSpec("summeval", ("coherence",), data="embedded", split="kfold", n_folds=4),)
+    else:
+        tasks = (
+            TaskSpec("summeval", ("coherence", "consistency", "fluency", "relevance"), split="fixed_docs"),
+            TaskSpec("stsb", ("similarity",), split="original"),
+        )
+    return ExperimentConfig(
+        name="score_range_bias",
+        description="Score-range bias of LLM judges: one judge, four score ranges, greedy generation vs the score distribution.",
+        models=models[arg],
+        tasks=tasks,
+        scales=("0-4", "1-5", "2-6", "3-7"),
+        methods=("vanilla", "generate"),
+        temperatures=(1.0, 0.2),
+        greedy=True,
+        generation_max_new_tokens=24,
+        run=None,
+    )

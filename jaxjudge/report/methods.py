@@ -1,0 +1,767 @@
+"""Every method of the two papers on one cell's cached arrays: select on dev, score on test.
+
+A *cell* is one (judge, task, aspect, score scale). Its inputs are the engine's arrays (the
+judge's candidate log-probabilities `[N, K]`, validity, optional greedy generations, the
+random-number and content-free arrays, an assistant model's arrays) plus the human scores, the
+group (source document) of each example and a dev/test split with F folds.
+
+For each method and each way of reading a score from the distribution (the expected score at
+each temperature, the greedy score, or the parsed greedy generation) this module:
+
+1. builds the adjusted log-probabilities of every fold, `[F, N, K]`: fixed methods need no
+   choice; tuned ones choose their hyper-parameters on each fold's dev examples with
+   `jaxjudge.select.grid_search` (one compiled call over grid x folds);
+2. reads predictions `[F, N]` and, for the expected score, the distribution at the same
+   temperature (for SDD);
+3. scores the test side of every fold and averages over folds, with a grouped bootstrap 95%
+   interval (whole documents resampled, `jaxjudge.metrics.bootstrap_distribution`) for each
+   metric and for the difference from the vanilla judge read the same way (paired: both
+   scored on the same resample). Hyper-parameters stay as chosen on the original dev data,
+   so the interval is conditional on the selection.
+
+Human scores are mapped linearly onto the prompt's range before anything is computed (see
+`jaxjudge.report.config`); correlations are unchanged by that, MSE and SDD are on the prompt's
+scale. Correlations and MSE of the ``generate`` method are computed over the parsed rows only;
+its validity is the parse rate. The validity of the other methods is the extraction's
+``valid`` flag (the greedy next token starts a score candidate), which no adjustment changes.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxjudge import metrics as M
+from jaxjudge.debias import (
+    batch_calibration,
+    contextual_calibration,
+    contrastive,
+    distribution_correction,
+    expected_score,
+    greedy_score,
+    human_prior,
+    latent_prior,
+    least_perplexity,
+    prior_correction,
+    rectify,
+)
+from jaxjudge.prompts import ScoreScale
+from jaxjudge.select import (
+    Splits,
+    contrastive_adjust,
+    fixed_split,
+    grid_search,
+    kfold_splits,
+    lambda_grid,
+    lambda_temperature_grid,
+    product_grid,
+    rectify_adjust,
+)
+
+__all__ = [
+    "RandomPrior",
+    "CellArrays",
+    "MethodOptions",
+    "CellReport",
+    "evaluate_cell",
+    "make_splits",
+    "map_human",
+    "score_kinds",
+]
+
+_CORRELATIONS = ("pearson", "spearman", "kendall")
+_GROUPABLE = ("pearson", "spearman", "kendall", "mse")
+
+
+@dataclass(frozen=True)
+class RandomPrior:
+    """Random-number prompts of one variant under a judge.
+
+    Attributes:
+      logprobs: `[P, K]` candidate log-probabilities after each prompt.
+      nll: `[P]` sequence negative log-likelihood of each prompt (perplexity ranking).
+    """
+
+    logprobs: np.ndarray
+    nll: np.ndarray
+
+    def top(self, tp: int) -> np.ndarray:
+        """`[tp, K]` log-probabilities of the `tp` least-perplexity prompts."""
+        p = self.logprobs.shape[0]
+        if not 1 <= tp <= p:
+            raise ValueError(f"Tp={tp} random-number prompts requested, but the store has {p}")
+        idx = np.asarray(least_perplexity(jnp.asarray(self.nll, jnp.float32), tp))
+        return self.logprobs[idx]
+
+
+@dataclass
+class CellArrays:
+    """All arrays of one (judge, task, aspect, scale) cell, aligned on the N examples.
+
+    Attributes:
+      scale: the prompt's score scale (K candidates).
+      logprobs: `[N, K]` the judge's candidate log-probabilities.
+      human: `[N]` human scores on the task's own range.
+      human_range: `(a, b)` that range (SummEval (1, 5), STS-B (0, 5), SemRel (0, 1)).
+      groups: `[N]` source-document (group) id of each example.
+      example_ids: `[N]` example ids.
+      valid: `[N]` bool, the greedy next token starts a score; None: all valid.
+      generated: `[N]` scores parsed from greedy generation (NaN: parse failure), or None.
+      random: variant (``"R"``, ``"T"``) -> `RandomPrior` of the judge.
+      content_free: `[M, K]` log-probabilities on content-free inputs, or None.
+      assistant: `[N, K]` the assistant model's log-probabilities, or None.
+      assistant_random: variant -> `RandomPrior` of the assistant (same prompts, same order).
+      split_labels: `[N]` data split of each example (``"dev"``/``"test"``...), or None.
+    """
+
+    scale: ScoreScale
+    logprobs: np.ndarray
+    human: np.ndarray
+    human_range: tuple[float, float]
+    groups: np.ndarray
+    example_ids: np.ndarray | None = None
+    valid: np.ndarray | None = None
+    generated: np.ndarray | None = None
+    random: Mapping[str, RandomPrior] = field(default_factory=dict)
+    content_free: np.ndarray | None = None
+    assistant: np.ndarray | None = None
+    assistant_random: Mapping[str, RandomPrior] = field(default_factory=dict)
+    split_labels: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        lp = np.asarray(self.logprobs, np.float32)
+        if lp.ndim != 2 or lp.shape[1] != self.scale.size:
+            raise ValueError(
+                f"logprobs must be [N, K] with K={self.scale.size} (scale {self.scale.name}), got {lp.shape}"
+            )
+        n = lp.shape[0]
+        if not np.isfinite(lp).all():
+            bad = np.flatnonzero(~np.isfinite(lp).all(1))
+            raise ValueError(f"logprobs contain NaN/inf at rows {bad[:10].tolist()}")
+        self.logprobs = lp
+        self.human = np.asarray(self.human, np.float64)
+        self.groups = np.asarray(self.groups)
+        for name in ("human", "groups", "example_ids", "valid", "generated", "split_labels"):
+            a = getattr(self, name)
+            if a is not None and np.shape(a) != (n,):
+                raise ValueError(f"{name} must be [N]=[{n}] like logprobs, got shape {np.shape(a)}")
+        if not np.isfinite(self.human).all():
+            raise ValueError(f"human scores contain NaN at rows {np.flatnonzero(~np.isfinite(self.human))[:10].tolist()}")
+        a, b = self.human_range
+        out = np.flatnonzero((self.human < a - 1e-9) | (self.human > b + 1e-9))
+        if out.size:
+            raise ValueError(f"human scores outside their range [{a}, {b}] at rows {out[:10].tolist()}")
+        if self.valid is not None:
+            self.valid = np.asarray(self.valid, bool)
+        if self.generated is not None:
+            self.generated = np.asarray(self.generated, np.float64)
+        k = self.scale.size
+        for name, arr in (("content_free", self.content_free), ("assistant", self.assistant)):
+            if arr is not None:
+                arr = np.asarray(arr, np.float32)
+                want = (n, k) if name == "assistant" else (arr.shape[0], k)
+                if arr.ndim != 2 or arr.shape != want:
+                    raise ValueError(f"{name} must be {list(want)}, got {list(arr.shape)}")
+                setattr(self, name, arr)
+        for label, priors in (("random", self.random), ("assistant_random", self.assistant_random)):
+            for v, rp in priors.items():
+                if rp.logprobs.ndim != 2 or rp.logprobs.shape[1] != k or rp.nll.shape != rp.logprobs.shape[:1]:
+                    raise ValueError(
+                        f"{label}[{v!r}]: logprobs must be [P, {k}] and nll [P], got "
+                        f"{list(rp.logprobs.shape)} and {list(rp.nll.shape)}"
+                    )
+
+    @property
+    def n(self) -> int:
+        return self.logprobs.shape[0]
+
+
+@dataclass(frozen=True)
+class MethodOptions:
+    """How one cell is evaluated (built from an `ExperimentConfig` by the pipeline).
+
+    Attributes mirror the config fields of the same names; ``per_group`` adds the
+    per-document (summary-level) metrics.
+    """
+
+    methods: tuple[str, ...] = ("vanilla",)
+    temperatures: tuple[float, ...] = (0.2, 1.0)
+    greedy: bool = True
+    deb_tp: tuple[int, ...] = (10,)
+    lambdas: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(1, 11))
+    lambdas_extended: tuple[float, ...] | None = None
+    contrastive_lams: tuple[float, ...] = (0.01, 0.1, 0.5, 1.0)
+    contrastive_temps: tuple[float, ...] = (0.5, 1.0, 2.0, 3.0, 5.0)
+    contrastive_fine: bool = False
+    contrastive_lams_fine: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(0, 21))
+    contrastive_temps_fine: tuple[float, ...] = tuple(round(0.25 * i, 2) for i in range(2, 21))
+    contrastive_temperature: str = "t_main"
+    select_metric: str = "spearman"
+    select_per_group: bool = False
+    metrics: tuple[str, ...] = ("pearson", "spearman", "kendall", "mse", "sdd", "validity")
+    ci_metrics: tuple[str, ...] | None = None
+    per_group: bool = False
+    n_boot: int = 1000
+    alpha: float = 0.05
+    seed: int = 0
+
+    @classmethod
+    def from_config(cls, cfg, task) -> MethodOptions:
+        """Options of `ExperimentConfig` ``cfg`` for `TaskSpec` ``task``."""
+        from jaxjudge.report import config as C  # noqa: PLC0415
+
+        return cls(
+            methods=tuple(cfg.methods), temperatures=tuple(cfg.temperatures), greedy=cfg.greedy,
+            deb_tp=tuple(cfg.deb_tp), lambdas=tuple(cfg.lambdas),
+            lambdas_extended=None if cfg.lambdas_extended is None else tuple(cfg.lambdas_extended),
+            contrastive_lams=tuple(cfg.contrastive_lams), contrastive_temps=tuple(cfg.contrastive_temps),
+            contrastive_fine=cfg.contrastive_fine, contrastive_lams_fine=C.CONTRASTIVE_LAMS_FINE,
+            contrastive_temps_fine=C.CONTRASTIVE_TEMPS_FINE, contrastive_temperature=cfg.contrastive_temperature,
+            select_metric=cfg.select_metric, select_per_group=cfg.select_per_group and task.per_group,
+            metrics=tuple(cfg.metrics), ci_metrics=tuple(cfg.ci_metrics), per_group=bool(task.per_group),
+            n_boot=cfg.n_boot, alpha=cfg.alpha, seed=cfg.seed,
+        )
+
+
+@dataclass
+class CellReport:
+    """Result of `evaluate_cell`.
+
+    Attributes:
+      rows: one JSON-able dict per (method variant, score kind) (see `evaluate_cell`).
+      aux: JSON-able extras for figures: score distributions, random-number priors, and the
+        dev/test metric over each tuned method's grid.
+    """
+
+    rows: list[dict[str, Any]]
+    aux: dict[str, Any]
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def map_human(human: np.ndarray, human_range: tuple[float, float], scale: ScoreScale) -> np.ndarray:
+    """Human scores mapped linearly from their range ``[a, b]`` onto ``[scale.lo, scale.hi]``.
+
+    Args:
+      human: `[N]` human scores in ``[a, b]``.
+      human_range: ``(a, b)``.
+      scale: the prompt's scale.
+
+    Returns:
+      `[N]` float64 ``lo + (s - a) / (b - a) * (hi - lo)``.
+    """
+    a, b = human_range
+    return scale.lo + (np.asarray(human, np.float64) - a) / (b - a) * (scale.hi - scale.lo)
+
+
+def score_kinds(options: MethodOptions) -> list[tuple[str, float | None]]:
+    """``[("expected@0.2", 0.2), ("expected@1", 1.0), ("greedy", None)]`` for the options."""
+    kinds = [(f"expected@{t:g}", float(t)) for t in options.temperatures]
+    if options.greedy:
+        kinds.append(("greedy", None))
+    return kinds
+
+
+def make_splits(
+    mode: str,
+    groups: np.ndarray,
+    *,
+    n_folds: int = 5,
+    seed: int = 0,
+    dev_groups: Sequence[str] | None = None,
+    split_labels: np.ndarray | None = None,
+    original: tuple[str, str] | None = None,
+) -> Splits:
+    """Dev/test masks for one cell.
+
+    Args:
+      mode: ``"kfold"`` (grouped, dev = one fold, test = the others), ``"fixed_docs"`` (dev =
+        ``dev_groups``) or ``"original"`` (dev/test = the examples whose ``split_labels`` are
+        ``original[0]`` / ``original[1]``).
+      groups: `[N]` group ids.
+      n_folds, seed: of ``"kfold"``.
+      dev_groups: of ``"fixed_docs"``.
+      split_labels, original: of ``"original"``.
+
+    Returns:
+      `jaxjudge.select.Splits` with `[F, N]` masks.
+    """
+    if mode == "kfold":
+        return kfold_splits(groups, n_folds, seed)
+    if mode == "fixed_docs":
+        if dev_groups is None:
+            raise ValueError("split 'fixed_docs' needs dev_groups")
+        present = set(np.asarray(groups).tolist())
+        return fixed_split(groups, [g for g in dev_groups if g in present] or list(dev_groups))
+    if mode == "original":
+        if split_labels is None or original is None:
+            raise ValueError("split 'original' needs split_labels and original=(dev, test)")
+        labels = np.asarray(split_labels)
+        dev, test = labels == original[0], labels == original[1]
+        for name, m in (("dev", dev), ("test", test)):
+            if not m.any():
+                raise ValueError(f"split 'original': no example has split label {original[0 if name == 'dev' else 1]!r}")
+        if (dev | test).all():
+            return fixed_split(dev_mask=dev)
+        return Splits(dev=dev[None], test=test[None], fold_ids=None)
+    raise ValueError(f"unknown split mode {mode!r}; expected 'kfold', 'fixed_docs' or 'original'")
+
+
+@functools.lru_cache(maxsize=32)
+def _grouped_selector(name: str, codes_bytes: bytes, n: int, num_groups: int):
+    # Cached so that repeated grid searches hand grid_search the same metric object and reuse
+    # its compilation.
+    codes = np.frombuffer(codes_bytes, np.int32).reshape(n)
+    return M.grouped_metric(name, codes, num_groups)
+
+
+def _selector(options: MethodOptions, codes: M.GroupCodes):
+    name = options.select_metric
+    minimize = name == "mse"
+    if options.select_per_group:
+        return _grouped_selector(name, codes.codes.astype(np.int32).tobytes(), codes.codes.shape[0], codes.num_groups), minimize
+    return name, minimize
+
+
+def _combined_adjust(params, data):
+    """Contrastive decoding, then the Deb-T correction of the (combined) judge's prior.
+
+    With ``data["rand_asst"]`` the prior is that of the contrastive combination itself, on the
+    random-number prompts, at the same (lambda, temperature); otherwise the main judge's.
+    """
+    t_main = params.get("t_main", 1.0)
+    t_asst = params.get("t_asst", 1.0)
+    adj = contrastive(data["main"], data["asst"], params["lam"], t_main, t_asst)  # [N, K]
+    if "rand_asst" in data:
+        prior_logits = contrastive(data["rand_main"], data["rand_asst"], params["lam"], t_main, t_asst)  # [P, K]
+    else:
+        prior_logits = data["rand_main"]
+    return rectify(adj, prior_correction(latent_prior(prior_logits)), params["lam_d"])
+
+
+@functools.partial(jax.jit, static_argnames=("adjust_fn",))
+def _adjust_per_fold(chosen, data, *, adjust_fn):
+    return jax.vmap(lambda p: adjust_fn(p, data))(chosen)  # [F, N, K]
+
+
+def _to_list(x) -> list:
+    return np.asarray(x).tolist()
+
+
+def _mean_over_folds(a: np.ndarray) -> list[float | None]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        m = np.nanmean(np.asarray(a, np.float64), axis=-1)
+    return [None if not np.isfinite(v) else float(v) for v in np.atleast_1d(m)]
+
+
+# -- statistics -----------------------------------------------------------------------------------
+
+
+def _stat_names(options: MethodOptions, has_probs: bool, has_delta: bool, subset: Sequence[str]) -> tuple[str, ...]:
+    names = []
+    for m in subset:
+        if m == "sdd" and not has_probs:
+            continue
+        names.append(m)
+        if options.per_group and m in _GROUPABLE:
+            names.append(f"{m}_doc")
+    if has_delta:
+        sel = options.select_metric if options.select_metric in _GROUPABLE else "spearman"
+        names.append(f"delta_{sel}_doc" if options.select_per_group else f"delta_{sel}")
+    return tuple(names)
+
+
+def _kendall_terms(sx, sy, ww, same=None):
+    """Per-row pair sums of Kendall's tau-b: `[N]` each of sum_j ww_j s_ij for the three sums.
+
+    Under the bootstrap only the row weights change, so tau-b's three pair sums are quadratic
+    forms `ww^T S ww` of fixed sign matrices: one matrix-vector product per resample (a matrix
+    product over a batch of resamples) instead of re-deriving every pair's signs.
+    """
+    sx = sx.astype(jnp.float32)  # [N, N] sign(x_i - x_j)
+    sy = sy.astype(jnp.float32)  # [N, N] sign(y_i - y_j)
+    mats = (sx * sy, jnp.abs(sx), jnp.abs(sy))
+    if same is not None:
+        mats = tuple(m * same for m in mats)
+    return tuple(m @ ww for m in mats)  # num, nx, ny: [N] each
+
+
+def _tau(num, nx, ny):
+    ok = (nx > 0) & (ny > 0)
+    return jnp.where(ok, jnp.clip(num / jnp.sqrt(jnp.where(ok, nx * ny, 1.0)), -1.0, 1.0), jnp.nan)
+
+
+def _kendall_pooled(sx, sy, ww):
+    num, nx, ny = (jnp.dot(ww, t) for t in _kendall_terms(sx, sy, ww))
+    return _tau(num, nx, ny)
+
+
+def _kendall_doc(sx, sy, ww, codes, num_groups: int):
+    """Per-document tau-b averaged like `jaxjudge.metrics.grouped` (mean row weight per group)."""
+    same = (codes[:, None] == codes[None, :]).astype(jnp.float32)  # [N, N]
+    seg = lambda v: jax.ops.segment_sum(v, codes, num_segments=num_groups)  # noqa: E731
+    num, nx, ny = (seg(ww * t) for t in _kendall_terms(sx, sy, ww, same))  # [G] each
+    tau = _tau(num, nx, ny)
+    pos = ww > 0
+    wsum, count = seg(jnp.where(pos, ww, 0.0)), seg(pos.astype(jnp.float32))
+    gw = jnp.where(jnp.isnan(tau), 0.0, wsum / jnp.maximum(count, 1.0))
+    total = jnp.sum(gw)
+    return jnp.where(total > 0, jnp.sum(gw * jnp.nan_to_num(tau)) / jnp.where(total > 0, total, 1.0), jnp.nan)
+
+
+def _needs_kendall(names: Sequence[str]) -> bool:
+    return any(n in ("kendall", "kendall_doc") for n in names)
+
+
+@functools.lru_cache(maxsize=64)
+def _make_stat(names: tuple[str, ...], num_groups: int):
+    """`stat(*arrays, w) -> [S]`: every statistic of `names`, averaged over folds.
+
+    Arrays (leading axis N): pred `[N, F]`, base `[N, F]` (vanilla, for deltas), human on the
+    scale `[N]`, human minus lo `[N]` (SDD), probs `[N, F, K]`, test `[N, F]` float, ok `[N]`
+    (finite prediction), valid `[N]`, group codes `[N]`, and for Kendall the int8 sign matrices
+    sign(pred_i - pred_j) `[N, F, N]` and sign(human_i - human_j) `[N, N]` (placeholders
+    `[N, F, 1]`, `[N, 1]` otherwise).
+    """
+
+    def metric(name, pred, human, codes, ww):
+        if name.endswith("_doc"):
+            return M.grouped(name[: -len("_doc")], pred, human, codes, num_groups=num_groups, weights=ww)
+        return M.get_metric(name)(pred, human, weights=ww)
+
+    def stat(pred_nf, base_nf, human, hrel, probs_nfk, test_nf, ok, valid, codes, sx_nfn, sy_nn, w):
+        def per_fold(pred, base, probs, test, sx):
+            rows = w * test  # [N] multiplicity of each test row in this resample
+            ww = rows * ok
+            out = []
+            for name in names:
+                if name == "validity":
+                    out.append(jnp.sum(rows * valid) / jnp.sum(rows))
+                elif name == "sdd":
+                    out.append(M.sdd(probs, hrel, 0, weights=ww))
+                elif name == "kendall":
+                    out.append(_kendall_pooled(sx, sy_nn, ww))
+                elif name == "kendall_doc":
+                    out.append(_kendall_doc(sx, sy_nn, ww, codes, num_groups))
+                elif name.startswith("delta_"):
+                    inner = name[len("delta_"):]
+                    out.append(metric(inner, pred, human, codes, ww) - metric(inner, base, human, codes, ww))
+                else:
+                    out.append(metric(name, pred, human, codes, ww))
+            return jnp.stack(out)
+
+        per = jax.vmap(per_fold, in_axes=(1, 1, 1, 1, 1))(pred_nf, base_nf, probs_nfk, test_nf, sx_nfn)  # [F, S]
+        return jnp.mean(per, axis=0)
+
+    stat.__name__ = "cell_stat_" + "_".join(names)
+    return stat
+
+
+@functools.lru_cache(maxsize=64)
+def _point_stat(names: tuple[str, ...], num_groups: int):
+    stat = _make_stat(names, num_groups)
+    return jax.jit(lambda *arrays: stat(*arrays, jnp.ones_like(arrays[2])))
+
+
+def _signs(v: np.ndarray) -> np.ndarray:
+    """int8 `[..., N, N]` sign(v_i - v_j) over the last axis of `v`."""
+    return np.sign(v[..., :, None] - v[..., None, :]).astype(np.int8)
+
+
+def _interval_dict(estimate: float, reps: np.ndarray | None, alpha: float) -> dict[str, Any]:
+    est = float(estimate)
+    out: dict[str, Any] = {"estimate": est if math.isfinite(est) else None, "low": None, "high": None}
+    if reps is not None:
+        r = np.asarray(reps, np.float64)
+        r = r[np.isfinite(r)]
+        if r.size:
+            lo, hi = np.quantile(r, [alpha / 2, 1 - alpha / 2])
+            out["low"], out["high"] = float(lo), float(hi)
+        out["n_boot_nan"] = int(np.asarray(reps).size - r.size)
+    return out
+
+
+def _score_stats(
+    pred_fn: np.ndarray,
+    base_fn: np.ndarray | None,
+    probs_fnk: np.ndarray | None,
+    ok: np.ndarray,
+    ctx: dict[str, Any],
+    options: MethodOptions,
+) -> tuple[dict[str, dict], dict[str, dict]]:
+    """(metrics, deltas): name -> {estimate, low, high} for one method read one way."""
+    n, f = ctx["n"], ctx["f"]
+    has_probs = probs_fnk is not None
+    has_delta = base_fn is not None
+    ci_set = set(options.ci_metrics if options.ci_metrics is not None else options.metrics)
+    # One statistic for every reading and method (SDD and the delta always computed, then
+    # dropped where undefined): a cell's shape then compiles the bootstrap once, not per method.
+    ci_names = _stat_names(options, True, True, [m for m in options.metrics if m in ci_set])
+    point_names = _stat_names(options, True, False, [m for m in options.metrics if m not in ci_set])
+    k = ctx["k"]
+    kendall = _needs_kendall(ci_names + point_names)
+    pred_clean = np.nan_to_num(pred_fn)  # NaN rows (parse failures) carry weight 0
+    arrays = (
+        jnp.asarray(pred_clean.T, jnp.float32),  # [N, F]
+        jnp.asarray((pred_fn if base_fn is None else base_fn).T, jnp.float32),
+        jnp.asarray(ctx["human"], jnp.float32),
+        jnp.asarray(ctx["hrel"], jnp.float32),
+        jnp.asarray(np.zeros((n, f, k), np.float32) if probs_fnk is None else np.transpose(probs_fnk, (1, 0, 2)), jnp.float32),
+        jnp.asarray(ctx["test"].T, jnp.float32),
+        jnp.asarray(ok, jnp.float32),
+        jnp.asarray(ctx["valid"], jnp.float32),
+        jnp.asarray(ctx["codes"].codes, jnp.int32),
+        jnp.asarray(np.transpose(_signs(pred_clean), (1, 0, 2)) if kendall else np.zeros((n, f, 1), np.int8)),
+        jnp.asarray(_signs(ctx["human"]) if kendall else np.zeros((n, 1), np.int8)),
+    )
+    out: dict[str, dict] = {}
+    if ci_names:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            est, reps = M.bootstrap_distribution(
+                _make_stat(ci_names, ctx["codes"].num_groups), arrays, ctx["codes"].codes,
+                n_boot=options.n_boot, seed=options.seed,
+            )
+        est, reps = np.asarray(est), np.asarray(reps)
+        for i, name in enumerate(ci_names):
+            out[name] = _interval_dict(est[i], reps[:, i], options.alpha)
+    if point_names:
+        est = np.asarray(_point_stat(point_names, ctx["codes"].num_groups)(*arrays))
+        for i, name in enumerate(point_names):
+            out[name] = _interval_dict(est[i], None, options.alpha)
+    if not has_probs:
+        out = {k_: v for k_, v in out.items() if k_ != "sdd"}
+    deltas = {k_[len("delta_"):]: v for k_, v in out.items() if k_.startswith("delta_") and has_delta}
+    metrics = {k_: v for k_, v in out.items() if not k_.startswith("delta_")}
+    for m in options.metrics:  # undefined for this reading (e.g. SDD of a greedy score)
+        metrics.setdefault(m, {"estimate": None, "low": None, "high": None})
+    return metrics, deltas
+
+
+# -- the cell -------------------------------------------------------------------------------------
+
+
+def evaluate_cell(
+    arrays: CellArrays,
+    splits: Splits,
+    options: MethodOptions,
+    labels: Mapping[str, Any] | None = None,
+) -> CellReport:
+    """Run every configured method on one cell.
+
+    Args:
+      arrays: the cell's arrays.
+      splits: dev/test masks `[F, N]` (see `make_splits`).
+      options: methods, grids, metrics, bootstrap settings.
+      labels: identifying fields copied into every row (judge, task, aspect, ...).
+
+    Returns:
+      `CellReport`. Each row holds the labels and ``scale``, ``method`` (variant name),
+      ``score`` (``"expected@0.2"``, ``"greedy"``, ``"generate"``), ``metrics`` (name ->
+      ``{"estimate", "low", "high"}``; ``*_doc`` are per-document means), ``delta`` (the
+      selection metric minus the vanilla judge's, same reading, paired interval),
+      ``hparams`` (the chosen values per fold), ``dev_metric`` / ``test_metric`` (selection
+      metric per fold), ``n``, ``n_folds``, ``n_test``.
+    """
+    labels = dict(labels or {})
+    scale = arrays.scale
+    values = scale.values  # [K]
+    k, n = scale.size, arrays.n
+    dev, test = np.asarray(splits.dev, bool), np.asarray(splits.test, bool)
+    if dev.ndim != 2 or dev.shape[1] != n or test.shape != dev.shape:
+        raise ValueError(f"splits must be [F, N] with N={n}, got dev {dev.shape}, test {test.shape}")
+    f = dev.shape[0]
+    human = map_human(arrays.human, arrays.human_range, scale)
+    codes = M.encode_groups(arrays.groups)
+    valid = np.ones(n, bool) if arrays.valid is None else arrays.valid
+    ctx = dict(
+        n=n, f=f, k=k, human=human, hrel=np.clip(human - scale.lo, 0, k - 1),
+        test=test.astype(np.float32), codes=codes, valid=valid.astype(np.float32),
+    )
+    logits = jnp.asarray(arrays.logprobs)
+    selector, minimize = _selector(options, codes)
+    methods = set(options.methods)
+    rows: list[dict[str, Any]] = []
+    aux: dict[str, Any] = {
+        **labels, "scale": scale.name, "values": values.tolist(),
+        "human_counts": np.bincount(np.clip(np.rint(human - scale.lo) / scale.step, 0, k - 1).astype(int), minlength=k).tolist(),
+        "priors": {}, "grids": {}, "distributions": {},
+    }
+
+    def base_row(method: str, kind: str) -> dict[str, Any]:
+        return {**labels, "scale": scale.name, "method": method, "score": kind, "n": n, "n_folds": f,
+                "n_test": int(test.any(0).sum())}
+
+    # The vanilla judge read each way: every other method's baseline for deltas.
+    vanilla = jnp.broadcast_to(jax.nn.log_softmax(logits, -1), (f, n, k))
+    kinds = score_kinds(options)
+
+    def read(adj_fnk, kind_t):
+        kind, t = kind_t
+        if t is None:
+            return np.asarray(greedy_score(adj_fnk, values)), None
+        pred = np.asarray(expected_score(adj_fnk, values, t))
+        # SDD compares with integer human-score neighbours: defined for unit-step scales only.
+        probs = np.asarray(jax.nn.softmax(adj_fnk / t, axis=-1)) if scale.step == 1 else None
+        return pred, probs
+
+    base_pred = {kt[0]: read(vanilla, kt)[0] for kt in kinds}
+    ones = np.ones(n, np.float32)
+
+    def selection_per_fold(pred_fn: np.ndarray, mask: np.ndarray) -> list[float | None]:
+        out = []
+        for i in range(f):
+            sel = mask[i] & np.isfinite(pred_fn[i])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                if options.select_per_group:
+                    v = M.grouped(options.select_metric, np.nan_to_num(pred_fn[i]), human, codes.codes, sel,
+                                  num_groups=codes.num_groups) if sel.sum() > 1 else np.nan
+                else:
+                    v = M.get_metric(options.select_metric)(np.nan_to_num(pred_fn[i]), human, sel) if sel.sum() > 1 else np.nan
+            v = float(v)
+            out.append(v if math.isfinite(v) else None)
+        return out
+
+    def emit(method: str, adj_fnk, kind_t, hparams=None, dev_metric=None, test_metric=None):
+        kind = kind_t[0]
+        pred, probs = read(adj_fnk, kind_t)
+        mets, deltas = _score_stats(pred, None if method == "vanilla" else base_pred[kind], probs, ones, ctx, options)
+        row = base_row(method, kind)
+        row.update(
+            metrics=mets, delta=deltas or None, hparams=hparams or [{} for _ in range(f)],
+            dev_metric=dev_metric if dev_metric is not None else selection_per_fold(pred, dev),
+            test_metric=test_metric if test_metric is not None else selection_per_fold(pred, test),
+        )
+        rows.append(row)
+        # Score distribution of this method (argmax over all examples, mean over folds).
+        if kind == kinds[0][0]:
+            top = np.asarray(jnp.argmax(adj_fnk, -1))  # [F, N]
+            frac = np.mean([np.bincount(top[i], minlength=k) / n for i in range(f)], axis=0)
+            aux["distributions"][method] = {
+                "argmax_fraction": frac.tolist(),
+                "mean_probs": np.asarray(jnp.mean(jax.nn.softmax(adj_fnk, -1), axis=(0, 1))).tolist(),
+            }
+
+    def tuned(method: str, adjust_fn, grid, data, kind_t, param_names):
+        kind, t = kind_t
+        res = grid_search(
+            adjust_fn, grid, human, dev, test, selector, values=values, temperature=1.0 if t is None else t,
+            data=data, score="greedy" if t is None else "expected", minimize=minimize,
+        )
+        chosen = jax.tree.map(np.asarray, res.chosen)
+        # Grid values are float32: round so that 0.1 reads 0.1 in the tables.
+        hp = [{p: round(float(chosen[p][i]), 6) for p in param_names} for i in range(f)]
+        adj = _adjust_per_fold(res.chosen, data, adjust_fn=adjust_fn)
+        aux["grids"][f"{method}|{kind}"] = {
+            "params": {p: [round(v, 6) for v in _to_list(grid[p])] for p in param_names},
+            "dev": _mean_over_folds(res.dev), "test": _mean_over_folds(res.test),
+        }
+        dm = [None if not math.isfinite(v) else float(v) for v in np.asarray(res.dev_metric)]
+        tm = [None if not math.isfinite(v) else float(v) for v in np.asarray(res.test_metric)]
+        emit(method, adj, kind_t, hp, dm, tm)
+
+    # -- fixed methods --
+    if "vanilla" in methods:
+        for kt in kinds:
+            emit("vanilla", vanilla, kt)
+    if "generate" in methods:
+        if arrays.generated is None:
+            raise ValueError(f"method 'generate' needs parsed greedy generations (role 'generate') for {labels}")
+        gen = np.broadcast_to(arrays.generated, (f, n))
+        ok = np.isfinite(arrays.generated).astype(np.float32)
+        mets, _ = _score_stats(gen, None, None, ok, {**ctx, "valid": ok}, options)
+        row = base_row("generate", "generate")
+        row.update(metrics=mets, delta=None, hparams=[{} for _ in range(f)],
+                   dev_metric=selection_per_fold(gen, dev), test_metric=selection_per_fold(gen, test),
+                   parse_failures=int((~np.isfinite(arrays.generated)).sum()))
+        rows.append(row)
+        counts = np.bincount(
+            np.clip(np.rint((arrays.generated[np.isfinite(arrays.generated)] - scale.lo) / scale.step), 0, k - 1).astype(int),
+            minlength=k,
+        )
+        aux["distributions"]["generate"] = {"argmax_fraction": (counts / n).tolist(), "mean_probs": None}
+    if "contextual" in methods:
+        if arrays.content_free is None:
+            raise ValueError(f"method 'contextual' needs content-free arrays (role 'content_free') for {labels}")
+        adj = jnp.broadcast_to(contextual_calibration(logits, jnp.asarray(arrays.content_free)), (f, n, k))
+        for kt in kinds:
+            emit("contextual", adj, kt)
+    if "batch" in methods:
+        adj = jnp.stack([batch_calibration(logits, jnp.asarray(test[i])) for i in range(f)])
+        for kt in kinds:
+            emit("batch", adj, kt)
+    if "distribution" in methods:
+        adjs, hps = [], []
+        for i in range(f):
+            q = human_prior(jnp.asarray(human, jnp.float32), values, jnp.asarray(dev[i]))  # Beta fit on dev labels only
+            corr = distribution_correction(logits, q, jnp.asarray(dev[i]))
+            adjs.append(rectify(logits, corr, 1.0))
+            hps.append({"q": [round(float(x), 6) for x in np.asarray(q)]})
+        adj = jnp.stack(adjs)
+        for kt in kinds:
+            emit("distribution", adj, kt, hparams=hps)
+
+    # -- tuned methods --
+    for variant in ("R", "T"):
+        family = f"deb_{variant.lower()}"
+        if family not in methods:
+            continue
+        if variant not in arrays.random:
+            raise ValueError(f"method {family!r} needs random-number arrays (role 'random_{variant.lower()}') for {labels}")
+        rp = arrays.random[variant]
+        for tp in options.deb_tp:
+            prior = np.asarray(latent_prior(jnp.asarray(rp.top(tp))))
+            aux["priors"].setdefault(variant, {})[f"tp{tp}"] = prior.tolist()
+            data = {"logits": logits, "correction": prior_correction(jnp.asarray(prior))}
+            grids = [("", options.lambdas)]
+            if options.lambdas_extended is not None:
+                grids.append(("_ext", options.lambdas_extended))
+            for suffix, lams in grids:
+                for kt in kinds:
+                    tuned(f"{family}_tp{tp}{suffix}", rectify_adjust, lambda_grid(lams), data, kt, ("lam",))
+
+    if methods & {"contrastive", "contrastive_deb_t"}:
+        if arrays.assistant is None:
+            raise ValueError(f"contrastive methods need the assistant's score arrays for {labels}")
+        tname = options.contrastive_temperature
+        data = {"main": logits, "asst": jnp.asarray(arrays.assistant)}
+        if "contrastive" in methods:
+            grid_sets = [("contrastive", options.contrastive_lams, options.contrastive_temps)]
+            if options.contrastive_fine:
+                grid_sets.append(("contrastive_fine", options.contrastive_lams_fine, options.contrastive_temps_fine))
+            for name, lams, temps in grid_sets:
+                grid = lambda_temperature_grid(lams, temps, name=tname)
+                for kt in kinds:
+                    tuned(name, contrastive_adjust, grid, data, kt, ("lam", tname))
+        if "contrastive_deb_t" in methods:
+            if "T" not in arrays.random:
+                raise ValueError(f"method 'contrastive_deb_t' needs the judge's random_t arrays for {labels}")
+            rp = arrays.random["T"]
+            arp = arrays.assistant_random.get("T")
+            for tp in options.deb_tp:
+                idx = np.asarray(least_perplexity(jnp.asarray(rp.nll, jnp.float32), tp)) if tp <= rp.nll.shape[0] else None
+                if idx is None:
+                    raise ValueError(f"Tp={tp} random-number prompts requested, but the store has {rp.nll.shape[0]}")
+                cdata = dict(data, rand_main=jnp.asarray(rp.logprobs[idx]))
+                if arp is not None:
+                    if arp.logprobs.shape != rp.logprobs.shape:
+                        raise ValueError(
+                            f"assistant random_t arrays {arp.logprobs.shape} do not match the judge's {rp.logprobs.shape}"
+                        )
+                    cdata["rand_asst"] = jnp.asarray(arp.logprobs[idx])
+                grid = product_grid(lam=options.contrastive_lams, **{tname: options.contrastive_temps}, lam_d=options.lambdas)
+                for kt in kinds:
+                    tuned(f"contrastive_deb_t_tp{tp}", _combined_adjust, grid, cdata, kt, ("lam", tname, "lam_d"))
+
+    return CellReport(rows=rows, aux=aux)

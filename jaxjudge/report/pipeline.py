@@ -1,0 +1,420 @@
+"""From cached extraction arrays to `Results`, with no forward pass.
+
+Two entry points:
+
+* `report_from_arrays(arrays, cfg)`: a mapping `Cell -> CellArrays` (built by hand, in a
+  notebook, or by `load_cells`) to `Results`;
+* `report_from_store(store_root, cfg)`: finds each cell's stores under ``store_root``, checks
+  that they were written by the configured model files, loads the human scores and groups
+  from the task's data, aligns everything on example ids and calls `report_from_arrays`.
+
+Store contract (what `report_from_store` expects the engine to write). Each extraction job
+(`jaxjudge.report.config.extraction_plan`) has its own store folder (anywhere under
+``store_root``) whose key holds at least the entries of `store_match(job)`:
+
+    {"role": ..., "model": <model name>, "task": ..., "aspect": ..., "scale": "1-5"}
+
+(``task``/``aspect`` are None for ``random_r``), plus ``"model_sha256"``, the sha256 of the
+model file, which is checked against the configured file. Arrays by role:
+
+==============  ===============================================================================
+role            arrays (leading axis: examples or prompts)
+==============  ===============================================================================
+score           ``example_ids`` [N] str, ``cand_logprobs`` [N, K], ``valid`` [N] bool (optional)
+generate        ``example_ids`` [N] str, ``parsed_scores`` [N] float (NaN = parse failure)
+random_r/_t     ``cand_logprobs`` [P, K], ``sequence_nll`` [P]
+content_free    ``cand_logprobs`` [M, K]
+==============  ===============================================================================
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jaxjudge.report import config as C
+from jaxjudge.report.methods import CellArrays, MethodOptions, RandomPrior, evaluate_cell, make_splits
+from jaxjudge.report.results import Results
+
+__all__ = [
+    "StoreLookupError",
+    "StoreModelMismatch",
+    "TaskData",
+    "StoreIndex",
+    "check_store_model",
+    "load_task_data",
+    "task_dev_docs",
+    "store_match",
+    "load_cells",
+    "report_from_arrays",
+    "report_from_store",
+]
+
+
+class StoreLookupError(LookupError):
+    """No store (or more than one) holds a job's arrays; the message says which and why."""
+
+
+class StoreModelMismatch(C.ConfigError):
+    """A store was written by a different model file than the config names."""
+
+
+# -- task data ----------------------------------------------------------------------------------
+
+
+@dataclass
+class TaskData:
+    """A task's examples after the configured subset, with each example's data split.
+
+    Attributes:
+      task: the spec.
+      examples: `jaxjudge.data.Example` records in file order.
+      split_labels: `[N]` data split of each example (``"all"`` for SummEval).
+      dev_docs: the dev documents of a ``fixed_docs`` split, else None.
+      notes: the documented cuts applied.
+    """
+
+    task: C.TaskSpec
+    examples: list
+    split_labels: np.ndarray
+    dev_docs: tuple[str, ...] | None
+    notes: list[str]
+
+    def ids(self) -> np.ndarray:
+        return np.asarray([ex.id for ex in self.examples])
+
+    def groups(self) -> np.ndarray:
+        return np.asarray([ex.group for ex in self.examples])
+
+    def human(self, aspect: str) -> np.ndarray:
+        from jaxjudge.data import score_array  # noqa: PLC0415
+
+        return score_array(self.examples, aspect)
+
+
+def task_dev_docs(task: C.TaskSpec) -> tuple[str, ...] | None:
+    """The dev documents of a ``fixed_docs`` split (explicit, the data's file, or the package's)."""
+    if task.split != "fixed_docs":
+        return None
+    if task.dev_docs is not None:
+        return tuple(task.dev_docs)
+    from jaxjudge.data import SUMMEVAL_DEV_DOC_IDS, summeval_dev_doc_ids  # noqa: PLC0415
+
+    folder = C.resolve_data_dir(task)
+    if folder is not None and (folder / "dev_doc_ids.txt").is_file():
+        return tuple(summeval_dev_doc_ids(folder))
+    return tuple(SUMMEVAL_DEV_DOC_IDS)
+
+
+def _sample_groups(examples, labels, split: str, limit: int, seed: int) -> np.ndarray:
+    """Keep mask: a seeded sample of whole groups of one split holding at most ``limit`` examples."""
+    in_split = labels == split
+    groups = np.asarray([ex.group for ex in examples])
+    names, counts = np.unique(groups[in_split], return_counts=True)
+    order = np.random.default_rng(seed).permutation(len(names))
+    kept, total = set(), 0
+    for i in order:
+        if total + counts[i] <= limit:
+            kept.add(names[i])
+            total += counts[i]
+    return ~in_split | np.isin(groups, list(kept))
+
+
+def load_task_data(task: C.TaskSpec) -> TaskData:
+    """Load a task's examples, apply its documented subset, label each example's split.
+
+    Raises:
+      ConfigError: a subset naming documents that are not in the data.
+    """
+    from jaxjudge.data import load_semrel, load_stsb, load_summeval, load_summeval_subset  # noqa: PLC0415
+
+    folder = C.resolve_data_dir(task)
+    if task.task == "summeval":
+        examples = load_summeval_subset() if folder is None else load_summeval(folder)
+        labels = np.full(len(examples), "all", dtype=object)
+    else:
+        splits = C.TASKS[task.task]["original"] if task.split == "original" else C.TASKS[task.task]["original"][1:]
+        loader = load_stsb if task.task == "stsb" else load_semrel
+        examples, labels = [], []
+        for s in splits:
+            part = loader(folder, s)
+            examples += part
+            labels += [s] * len(part)
+        labels = np.asarray(labels, dtype=object)
+    dev_docs = task_dev_docs(task)
+    notes: list[str] = []
+    sub = task.subset
+    if sub is not None:
+        groups = np.asarray([ex.group for ex in examples])
+        keep = np.ones(len(examples), bool)
+        if sub.doc_ids is not None:
+            missing = sorted(set(sub.doc_ids) - set(groups.tolist()))
+            if missing:
+                raise C.ConfigError(f"task {task.task!r}: subset.doc_ids not in the data: {missing[:5]}")
+            keep &= np.isin(groups, list(sub.doc_ids))
+        if sub.n_docs is not None:
+            protected = set(dev_docs or ())
+            others = sorted(set(groups[keep].tolist()) - protected)
+            keep &= np.isin(groups, sorted(protected) + others[: sub.n_docs])
+        if sub.max_per_split is not None:
+            for s, limit in sub.max_per_split.items():
+                if s not in set(labels.tolist()):
+                    raise C.ConfigError(f"task {task.task!r}: subset.max_per_split names split {s!r}, not loaded")
+                keep &= _sample_groups(examples, labels, s, limit, sub.seed)
+        examples = [ex for ex, k in zip(examples, keep) if k]
+        labels = labels[keep]
+        n_groups = len({ex.group for ex in examples})
+        notes.append(f"{task.task}: subset of {len(examples)} examples in {n_groups} groups ({sub.reason})")
+    return TaskData(task=task, examples=examples, split_labels=np.asarray(labels, dtype=str), dev_docs=dev_docs, notes=notes)
+
+
+# -- stores ------------------------------------------------------------------------------------
+
+
+def store_match(job: C.ExtractionJob) -> dict[str, Any]:
+    """The key entries a job's store must hold (see the module docstring)."""
+    return {"role": job.role, "model": job.model, "task": job.task, "aspect": job.aspect, "scale": job.scale}
+
+
+class StoreIndex:
+    """All stores under a folder, looked up by key entries.
+
+    Args:
+      root: folder searched (recursively) for store manifests.
+      match: job -> key entries (default `store_match`); override it if the engine names
+        its key fields differently.
+    """
+
+    def __init__(self, root: str | Path, match: Callable[[C.ExtractionJob], dict[str, Any]] = store_match):
+        from jaxjudge.store import Store  # noqa: PLC0415
+
+        self.root = Path(root)
+        if not self.root.is_dir():
+            raise StoreLookupError(f"store root {self.root} does not exist (run `jaxjudge extract` first)")
+        self.match = match
+        self.stores = []
+        for manifest in sorted(self.root.rglob("manifest.json")):
+            try:
+                self.stores.append(Store.open(manifest.parent))
+            except Exception:  # noqa: BLE001 -- a foreign manifest.json is not a store; skip it
+                continue
+
+    def find(self, job: C.ExtractionJob):
+        """The unique store holding ``job``.
+
+        Raises:
+          StoreLookupError: none (naming the closest store and how its key differs) or several.
+        """
+        want = json.loads(json.dumps(self.match(job)))
+        hits = [s for s in self.stores if all(s.key.get(k) == v for k, v in want.items())]
+        if len(hits) == 1:
+            return hits[0]
+        if len(hits) > 1:
+            raise StoreLookupError(
+                f"{len(hits)} stores under {self.root} match {want}: {[str(s.root) for s in hits[:5]]}; "
+                "remove the stale ones or use separate store roots"
+            )
+        msg = f"no store under {self.root} holds {want} (run `jaxjudge extract` for this config)"
+        if self.stores:
+            best = max(self.stores, key=lambda s: sum(s.key.get(k) == v for k, v in want.items()))
+            diff = [f"{k}: stored {best.key.get(k)!r}, wanted {v!r}" for k, v in want.items() if best.key.get(k) != v]
+            msg += f"; closest is {best.root} ({'; '.join(diff)})"
+        raise StoreLookupError(msg)
+
+    def load(self, job: C.ExtractionJob, cfg: C.ExperimentConfig, *, check_model: bool = True) -> dict[str, np.ndarray]:
+        """Arrays of a job's store, after checking the model that wrote it."""
+        store = self.find(job)
+        if check_model:
+            check_store_model(store.key, cfg.model(job.model), store.root)
+        return store.load()
+
+
+def check_store_model(key: Mapping[str, Any], model: C.ModelSpec, where: Any = "store") -> None:
+    """Raise `StoreModelMismatch` if a store's ``model_sha256`` is not the configured model's.
+
+    The configured sha256 is ``ModelSpec.sha256`` or, if absent, the hash of the model file
+    when it is present; with neither there is nothing to compare and the check passes.
+    """
+    stored = key.get("model_sha256")
+    if stored is None:
+        return
+    expected = model.sha256
+    if expected is None:
+        try:
+            path = C.resolve_model_path(model)
+        except C.ConfigError:
+            return
+        if not path.is_file():
+            return
+        expected = C.file_sha256(path)
+    if stored != expected:
+        raise StoreModelMismatch(
+            f"{where} was written by a model with sha256 {stored}, but model {model.name!r} "
+            f"({model.path}) has sha256 {expected}: the store comes from another model file"
+        )
+
+
+def _need(arrays: Mapping[str, np.ndarray], name: str, job: C.ExtractionJob) -> np.ndarray:
+    if name not in arrays:
+        raise StoreLookupError(f"store of {store_match(job)} has no array {name!r} (has {sorted(arrays)})")
+    return arrays[name]
+
+
+def _align(ids_store: np.ndarray, ids_data: np.ndarray, job: C.ExtractionJob) -> np.ndarray:
+    """Row of the store for each data example; raises naming missing examples."""
+    pos = {str(i): r for r, i in enumerate(np.asarray(ids_store).tolist())}
+    missing = [i for i in ids_data.tolist() if i not in pos]
+    if missing:
+        raise StoreLookupError(
+            f"store of {store_match(job)} lacks {len(missing)} of the {len(ids_data)} examples "
+            f"(first: {missing[:3]}); extract with the same data and subset"
+        )
+    return np.asarray([pos[i] for i in ids_data.tolist()], dtype=np.int64)
+
+
+def load_cells(
+    cfg: C.ExperimentConfig,
+    index: StoreIndex,
+    task_data: Mapping[str, TaskData] | None = None,
+    *,
+    check_model: bool = True,
+) -> dict[C.Cell, CellArrays]:
+    """Read every cell's arrays from the stores and align them with the task data."""
+    from jaxjudge.prompts import ScoreScale  # noqa: PLC0415
+
+    task_data = dict(task_data or {t.task: load_task_data(t) for t in cfg.tasks})
+    methods = set(cfg.methods)
+    out: dict[C.Cell, CellArrays] = {}
+    for cell in C.cells(cfg):
+        td = task_data[cell.task]
+        ids = td.ids()
+        scale = ScoreScale.parse(cell.scale)
+
+        def get(role: str, model: str, task=cell.task, aspect=cell.aspect):
+            return index.load(C.ExtractionJob(role, model, task, aspect, cell.scale), cfg, check_model=check_model)
+
+        job = C.ExtractionJob("score", cell.judge, cell.task, cell.aspect, cell.scale)
+        score = get("score", cell.judge)
+        rows = _align(_need(score, "example_ids", job), ids, job)
+        kwargs: dict[str, Any] = {
+            "logprobs": _need(score, "cand_logprobs", job)[rows],
+            "valid": score["valid"][rows] if "valid" in score else None,
+        }
+        if "generate" in methods:
+            gjob = replace(job, role="generate")
+            gen = get("generate", cell.judge)
+            kwargs["generated"] = _need(gen, "parsed_scores", gjob)[_align(_need(gen, "example_ids", gjob), ids, gjob)]
+        random = {}
+        for variant, role, task, aspect in (("R", "random_r", None, None), ("T", "random_t", cell.task, cell.aspect)):
+            family = f"deb_{variant.lower()}"
+            if family in methods or (variant == "T" and "contrastive_deb_t" in methods):
+                rjob = C.ExtractionJob(role, cell.judge, task, aspect, cell.scale)
+                r = get(role, cell.judge, task, aspect)
+                random[variant] = RandomPrior(_need(r, "cand_logprobs", rjob), _need(r, "sequence_nll", rjob))
+        kwargs["random"] = random
+        if "contextual" in methods:
+            cf = get("content_free", cell.judge)
+            kwargs["content_free"] = _need(cf, "cand_logprobs", replace(job, role="content_free"))
+        asst = cfg.assistant_of(cell.judge)
+        if asst is not None and methods & {"contrastive", "contrastive_deb_t"}:
+            ajob = replace(job, model=asst)
+            a = get("score", asst)
+            kwargs["assistant"] = _need(a, "cand_logprobs", ajob)[_align(_need(a, "example_ids", ajob), ids, ajob)]
+            if "contrastive_deb_t" in methods:
+                rjob = replace(ajob, role="random_t")
+                r = get("random_t", asst)
+                kwargs["assistant_random"] = {"T": RandomPrior(_need(r, "cand_logprobs", rjob), _need(r, "sequence_nll", rjob))}
+        out[cell] = CellArrays(
+            scale=scale, human=td.human(cell.aspect), human_range=td.task.human_range, groups=td.groups(),
+            example_ids=ids, split_labels=td.split_labels, **kwargs,
+        )
+    return out
+
+
+# -- reports -----------------------------------------------------------------------------------
+
+
+def _splits_for(task: C.TaskSpec, arrays: CellArrays, dev_docs):
+    return make_splits(
+        task.split, arrays.groups, n_folds=task.n_folds, seed=task.fold_seed, dev_groups=dev_docs,
+        split_labels=arrays.split_labels, original=C.TASKS[task.task]["original"],
+    )
+
+
+def report_from_arrays(
+    arrays: Mapping[C.Cell, CellArrays],
+    cfg: C.ExperimentConfig,
+    *,
+    notes: list[str] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Results:
+    """Evaluate every cell's methods from in-memory arrays: no model, no forward pass.
+
+    Args:
+      arrays: `Cell` -> `CellArrays` for every cell of `jaxjudge.report.config.cells(cfg)`
+        (extra cells are ignored; a missing one raises).
+      cfg: the experiment config (methods, grids, splits, metrics, bootstrap).
+      notes: documented cuts to carry into the results (e.g. `TaskData.notes`).
+      progress: called with each cell's label before it is evaluated.
+
+    Returns:
+      `Results` with rows in grid order (judges, tasks, aspects, scales; methods in config
+      order). The same arrays and config always give identical numbers.
+    """
+    results = Results(experiment=cfg.name, notes=list(notes or []))
+    dev_docs = {t.task: task_dev_docs(t) for t in cfg.tasks}
+    for cell in C.cells(cfg):
+        if cell not in arrays:
+            raise KeyError(f"no arrays for cell {cell.label()}")
+        task = cfg.task(cell.task)
+        options = MethodOptions.from_config(cfg, task)
+        if cfg.assistant_of(cell.judge) is None and any(m.startswith("contrastive") for m in options.methods):
+            kept = tuple(m for m in options.methods if not m.startswith("contrastive"))
+            note = f"{cell.judge}: no assistant in pairs, contrastive methods skipped"
+            if note not in results.notes:
+                results.notes.append(note)
+            options = replace(options, methods=kept)
+        if progress is not None:
+            progress(cell.label())
+        a = arrays[cell]
+        labels = {"experiment": cfg.name, "judge": cell.judge, "task": cell.task, "aspect": cell.aspect}
+        rep = evaluate_cell(a, _splits_for(task, a, dev_docs[cell.task]), options, labels)
+        results.rows += rep.rows
+        results.aux.append(rep.aux)
+    return results
+
+
+def report_from_store(
+    store_root: str | Path,
+    cfg: C.ExperimentConfig,
+    *,
+    match: Callable[[C.ExtractionJob], dict[str, Any]] = store_match,
+    check_model: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> Results:
+    """Recompute every table of an experiment from an existing store, without a forward pass.
+
+    Args:
+      store_root: folder holding the experiment's stores (see the module docstring).
+      cfg: the experiment config.
+      match: job -> key entries of its store (default `store_match`).
+      check_model: verify each store's ``model_sha256`` against the configured model.
+      progress: called with each cell's label.
+
+    Returns:
+      `Results`.
+
+    Raises:
+      StoreLookupError: a needed store or array is missing (named).
+      StoreModelMismatch: a store was written by another model file.
+    """
+    index = StoreIndex(store_root, match)
+    task_data = {t.task: load_task_data(t) for t in cfg.tasks}
+    notes = [n for td in task_data.values() for n in td.notes]
+    arrays = load_cells(cfg, index, task_data, check_model=check_model)
+    return report_from_arrays(arrays, cfg, notes=notes, progress=progress)

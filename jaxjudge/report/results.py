@@ -1,0 +1,55 @@
+"""`Results`: the rows and figure extras of one report, JSON-able end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Results", "FORMAT"]
+
+FORMAT = "jaxjudge-results/1"
+
+
+@dataclass
+class Results:
+    """Everything a report computed.
+
+    Attributes:
+      experiment: the experiment's name.
+      rows: one dict per (judge, task, aspect, scale, method, score reading); see
+        `jaxjudge.report.methods.evaluate_cell` for the fields. Every value is JSON-native
+        (undefined numbers are None), so rows survive a JSON round trip unchanged.
+      aux: one dict per cell with the extras the figures draw (score distributions, the
+        random-number priors, metric over each tuned grid).
+      notes: documented cuts and caveats (subsets, skipped methods), printed with the tables.
+    """
+
+    experiment: str
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    aux: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "experiment": self.experiment, "rows": self.rows, "aux": self.aux, "notes": self.notes}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Results:
+        if d.get("format") != FORMAT:
+            raise ValueError(f"not a results file: format {d.get('format')!r}, expected {FORMAT!r}")
+        return cls(experiment=d["experiment"], rows=list(d["rows"]), aux=list(d["aux"]), notes=list(d.get("notes", [])))
+
+    def save_json(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        path.write_text(json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n", encoding="utf-8")
+        return path
+
+    @classmethod
+    def load_json(cls, path: str | os.PathLike) -> Results:
+        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+    def select(self, **where: Any) -> list[dict[str, Any]]:
+        """Rows whose fields equal every given value, e.g. ``select(method="vanilla", scale="1-5")``."""
+        return [r for r in self.rows if all(r.get(k) == v for k, v in where.items())]

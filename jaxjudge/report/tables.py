@@ -1,0 +1,201 @@
+"""Results as tables: a flat CSV (one line per row, every number), JSON, and Markdown.
+
+CSV columns: the row labels (experiment, judge, task, aspect, scale, method, score), the
+counts (n, n_folds, n_test, parse_failures), ``<metric>``, ``<metric>_low``, ``<metric>_high``
+for every metric (``*_doc``: per-document means), ``delta_<metric>`` with its interval, and the
+per-fold fields (``hparams``, ``dev_metric``, ``test_metric``) as JSON text. Numbers are written
+with ``repr``, so `read_csv` gives back exactly the values of `flat_rows`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from jaxjudge.report.results import Results
+
+__all__ = [
+    "LABELS",
+    "flat_rows",
+    "write_csv",
+    "read_csv",
+    "format_interval",
+    "headline_table",
+    "markdown_report",
+]
+
+LABELS = ("experiment", "judge", "task", "aspect", "scale", "method", "score")
+_COUNTS = ("n", "n_folds", "n_test", "parse_failures")
+_JSON_FIELDS = ("hparams", "dev_metric", "test_metric")
+
+
+def _metric_names(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    metrics: list[str] = []
+    deltas: list[str] = []
+    for r in rows:
+        for m in r.get("metrics") or {}:
+            if m not in metrics:
+                metrics.append(m)
+        for m in r.get("delta") or {}:
+            if m not in deltas:
+                deltas.append(m)
+    return metrics, deltas
+
+
+def flat_rows(results: Results) -> tuple[list[str], list[dict[str, Any]]]:
+    """(columns, rows) of the CSV: one flat dict per result row."""
+    metrics, deltas = _metric_names(results.rows)
+    columns = list(LABELS) + list(_COUNTS)
+    for m in metrics:
+        columns += [m, f"{m}_low", f"{m}_high"]
+    for m in deltas:
+        columns += [f"delta_{m}", f"delta_{m}_low", f"delta_{m}_high"]
+    columns += list(_JSON_FIELDS)
+    out = []
+    for r in results.rows:
+        flat: dict[str, Any] = {c: r.get(c) for c in LABELS + _COUNTS}
+        for prefix, table, names in (("", r.get("metrics") or {}, metrics), ("delta_", r.get("delta") or {}, deltas)):
+            for m in names:
+                iv = table.get(m) or {}
+                flat[f"{prefix}{m}"] = iv.get("estimate")
+                flat[f"{prefix}{m}_low"] = iv.get("low")
+                flat[f"{prefix}{m}_high"] = iv.get("high")
+        for c in _JSON_FIELDS:
+            flat[c] = json.dumps(r.get(c), sort_keys=True)
+        out.append(flat)
+    return columns, out
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def write_csv(results: Results, path: str | os.PathLike) -> Path:
+    """Write the flat table (see the module docstring)."""
+    columns, rows = flat_rows(results)
+    path = Path(path)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(columns)
+        for r in rows:
+            w.writerow([_cell(r.get(c)) for c in columns])
+    return path
+
+
+def read_csv(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Read a table written by `write_csv` back into the values of `flat_rows`."""
+    out = []
+    with open(path, newline="", encoding="utf-8") as f:
+        for rec in csv.DictReader(f):
+            row: dict[str, Any] = {}
+            for k, v in rec.items():
+                if k in LABELS:
+                    row[k] = v if v != "" else None
+                elif k in _JSON_FIELDS:
+                    row[k] = v
+                elif v == "":
+                    row[k] = None
+                elif k in _COUNTS:
+                    row[k] = int(v)
+                else:
+                    row[k] = float(v)
+            out.append(row)
+    return out
+
+
+def format_interval(iv: dict[str, Any] | None, digits: int = 3) -> str:
+    """``"0.412 [0.351, 0.470]"``; ``"-"`` when undefined."""
+    if not iv or iv.get("estimate") is None:
+        return "-"
+    est = f"{iv['estimate']:.{digits}f}"
+    if iv.get("low") is None or iv.get("high") is None:
+        return est
+    return f"{est} [{iv['low']:.{digits}f}, {iv['high']:.{digits}f}]"
+
+
+def _methods_in_order(rows: Sequence[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(r["method"] for r in rows))
+
+
+def headline_table(results: Results, metric: str = "spearman", *, score: str | None = None) -> str:
+    """Markdown pivot: one line per (judge, task, aspect, scale, score), one column per method.
+
+    Each entry is the metric with its 95% interval. Args: ``metric`` (``"spearman"``,
+    ``"spearman_doc"``, ...); ``score``: restrict to one reading (``"expected@0.2"``).
+    """
+    rows = [r for r in results.rows if score is None or r["score"] == score or r["method"] == "generate"]
+    methods = _methods_in_order(rows)
+    keys = list(dict.fromkeys((r["judge"], r["task"], r["aspect"], r["scale"], r["score"]) for r in rows if r["method"] != "generate"))
+    gen = {(r["judge"], r["task"], r["aspect"], r["scale"]): r for r in rows if r["method"] == "generate"}
+    index = {(r["judge"], r["task"], r["aspect"], r["scale"], r["score"], r["method"]): r for r in rows}
+    head = ["judge", "task", "aspect", "scale", "score", *methods]
+    lines = [f"| {' | '.join(head)} |", "|" + "---|" * len(head)]
+    for key in keys:
+        cells = list(key)
+        for m in methods:
+            r = gen.get(key[:4]) if m == "generate" else index.get((*key, m))
+            cells.append(format_interval((r or {}).get("metrics", {}).get(metric)) if r else "")
+        lines.append(f"| {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
+def _hp(r: dict[str, Any]) -> str:
+    hp = r.get("hparams") or []
+    if not hp or not any(hp):
+        return ""
+    keys = [k for k in hp[0] if k != "q"]
+    if not keys:
+        return "fitted per fold" if "q" in hp[0] else ""
+    parts = []
+    for k in keys:
+        vals = [h[k] for h in hp]
+        parts.append(f"{k}=" + "/".join(f"{v:g}" for v in vals))
+    return "; ".join(parts)
+
+
+def _long_table(results: Results) -> str:
+    metrics, deltas = _metric_names(results.rows)
+    head = ["judge", "task", "aspect", "scale", "method", "score", *metrics]
+    head += [f"Δ{m}" for m in deltas] + ["chosen per fold"]
+    lines = [f"| {' | '.join(head)} |", "|" + "---|" * len(head)]
+    for r in results.rows:
+        cells = [str(r.get(c)) for c in ("judge", "task", "aspect", "scale", "method", "score")]
+        cells += [format_interval(r["metrics"].get(m)) for m in metrics]
+        cells += [format_interval((r.get("delta") or {}).get(m)) for m in deltas]
+        cells.append(_hp(r))
+        lines.append(f"| {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
+def markdown_report(results: Results, metadata: dict[str, Any] | None = None, *, metric: str = "spearman") -> str:
+    """The run's Markdown: command, notes, the headline pivot(s), then every number."""
+    parts = [f"# {results.experiment}", ""]
+    if metadata:
+        if metadata.get("command"):
+            parts += ["Command:", "", f"    {metadata['command']}", ""]
+        if metadata.get("created_utc"):
+            parts += [f"Created {metadata['created_utc']} (UTC).", ""]
+    parts += [
+        "Every number is the mean over folds of the test-side metric, with a 95% interval from a "
+        "bootstrap that resamples whole documents (groups); hyper-parameters are chosen on each "
+        "fold's dev side. `_doc` metrics are per-document (summary-level) means; Δ is the "
+        "difference from the vanilla judge read the same way (paired interval).",
+        "",
+    ]
+    if results.notes:
+        parts += ["Notes:", ""] + [f"- {n}" for n in results.notes] + [""]
+    metrics, _ = _metric_names(results.rows)
+    for m in [metric, f"{metric}_doc"]:
+        if m in metrics:
+            parts += [f"## {m} (headline)", "", headline_table(results, m), ""]
+    parts += ["## All metrics", "", _long_table(results), ""]
+    return "\n".join(parts)
+
