@@ -314,6 +314,30 @@ def test_load_hf_folder_converts_once_then_reads_cache(tmp_path, monkeypatch):
         np.testing.assert_allclose(got, expect, rtol=0, atol=1e-4)
 
 
+def test_load_onto_a_mesh_restores_sharded(tmp_path):
+    import torch
+
+    from jaxjudge.models import sharding
+
+    if len(jax.devices()) < 8:
+        pytest.skip("needs 8 host devices (conftest sets them)")
+    folder = tmp_path / "tiny"
+    ref = _tiny_hf_folder(folder)
+    mesh = sharding.make_mesh(data=4, model=2)
+    cache = tmp_path / "cache"
+    tokens = np.array([[3, 9, 1, 30], [7, 2, 5, 5], [4, 4, 4, 4], [36, 0, 12, 8]])
+    read = np.tile(np.arange(4), (4, 1))
+    with torch.no_grad():
+        expect = ref(torch.tensor(tokens)).logits.numpy()
+    for _ in range(2):  # converted, then restored from the cache
+        judge = jm.load(folder, cache_dir=cache, mesh=mesh)
+        assert judge.mesh is mesh
+        leaves = jax.tree.leaves(nnx.to_pure_dict(judge.state))
+        assert all(set(a.sharding.device_set) == set(mesh.devices.flat) for a in leaves)
+        got = np.asarray(judge.forward(tokens, np.ones_like(tokens), read))
+        np.testing.assert_allclose(got, expect, rtol=0, atol=1e-4)
+
+
 def test_load_refuses_what_it_cannot_read(tmp_path):
     text = tmp_path / "notes.txt"
     text.write_text("not a model")
