@@ -420,6 +420,15 @@ def test_unknown_metadata_key_is_named(tmp_path):
         jg.load_gguf(path)
 
 
+def test_split_file_part_is_refused(tmp_path):
+    cfg, _, state = _tiny_torch("llama", tied=True)
+    path = _write_gguf(tmp_path / "x-00001-of-00002.gguf", "llama", cfg, state,
+                       extra={"split.count": (2, gguf.GGUFValueType.UINT16),
+                              "split.no": (0, gguf.GGUFValueType.UINT16)})
+    with pytest.raises(jg.UnsupportedGGUFError, match=r"x-00001-of-00002\.gguf.*2-part split"):
+        jg.load_gguf(path)
+
+
 def test_unsupported_quantisation_in_file_is_named(tmp_path):
     cfg, _, state = _tiny_torch("llama", tied=True)
     path = tmp_path / "iq.gguf"
@@ -506,3 +515,45 @@ def test_smollm2_tensors_equal_transformers_gguf_loader():
         str(path.parent), gguf_file=path.name, dtype=torch.float32))
     assert ck.hf_config["model_type"] == "llama" and ck.hf_config["tie_word_embeddings"] is True
     assert "<|im_start|>" in ck.chat_template
+
+
+def _meta(**over):
+    meta = {"general.architecture": "llama", "llama.embedding_length": 64,
+            "llama.feed_forward_length": 96, "llama.block_count": 2, "llama.attention.head_count": 4,
+            "llama.attention.head_count_kv": 2, "llama.attention.layer_norm_rms_epsilon": 1e-5,
+            "llama.rope.freq_base": 500000.0, "llama.context_length": 2048,
+            "tokenizer.ggml.tokens": [f"t{i}" for i in range(11)]}
+    meta.update(over)
+    return {k: v for k, v in meta.items() if v is not None}
+
+
+SHAPES = {"token_embd.weight": (11, 64), "output.weight": (11, 64)}
+
+
+def test_config_mapping_cases():
+    from jaxjudge.models.config import UnsupportedConfigError, config_from_hf
+
+    hf = jg.hf_config_from_gguf(_meta(), SHAPES)
+    assert (hf["head_dim"], hf["rope_theta"], hf["tie_word_embeddings"]) == (16, 500000.0, False)
+    assert "rope_scaling" not in hf and "bos_token_id" not in hf
+    assert config_from_hf(hf).num_key_value_heads == 2
+    # Per-layer head counts are accepted when all layers agree.
+    assert jg.hf_config_from_gguf(_meta(**{"llama.attention.head_count_kv": [2, 2]}),
+                                  SHAPES)["num_key_value_heads"] == 2
+    with pytest.raises(jg.UnsupportedGGUFError, match="head_count_kv"):
+        jg.hf_config_from_gguf(_meta(**{"llama.attention.head_count_kv": [2, 4]}), SHAPES)
+    with pytest.raises(jg.UnsupportedGGUFError, match="rope.dimension_count=8"):
+        jg.hf_config_from_gguf(_meta(**{"llama.rope.dimension_count": 8}), SHAPES)
+    with pytest.raises(jg.GGUFFormatError, match="12 tokens"):
+        jg.hf_config_from_gguf(_meta(**{"tokenizer.ggml.tokens": ["x"] * 12}), SHAPES)
+    with pytest.raises(jg.GGUFFormatError, match="llama.block_count"):
+        jg.hf_config_from_gguf(_meta(**{"llama.block_count": None}), SHAPES)
+    # A scheme passed through from metadata reaches the config reader, which names it.
+    hf = jg.hf_config_from_gguf(_meta(**{"llama.rope.scaling.type": "linear",
+                                         "llama.rope.scaling.factor": 4.0}), SHAPES)
+    assert hf["rope_scaling"] == {"rope_type": "linear", "factor": 4.0}
+    with pytest.raises(UnsupportedConfigError, match="linear"):
+        config_from_hf(hf)
+    # "none" means no scaling.
+    assert "rope_scaling" not in jg.hf_config_from_gguf(
+        _meta(**{"llama.rope.scaling.type": "none"}), SHAPES)

@@ -548,6 +548,12 @@ def load_gguf(path: str | os.PathLike[str], dtype: Any = np.float32) -> Checkpoi
     path = Path(path)
     reader = _open(path)
     meta = read_metadata(reader, path)
+    parts = int(meta.get("split.count", 1) or 1)
+    if parts > 1:
+        raise UnsupportedGGUFError(
+            f"{path} is part {int(meta.get('split.no', 0)) + 1} of a {parts}-part split GGUF "
+            "model; merge the parts into one file first (llama.cpp's `llama-gguf-split --merge`)"
+        )
     by_name = {t.name: t for t in reader.tensors}
     shapes = {name: _hf_shape(t) for name, t in by_name.items()}
 
