@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers
@@ -103,9 +103,10 @@ def _qwen2_pre() -> tuple[Any, Any]:
     return normalizers.NFC(), _split_then_bytes(_QWEN2_SPLIT)
 
 
-# `tokenizer.ggml.pre` -> (normalizer, pre-tokenizer, BPE ignore_merges). Llama-3 looks a whole
-# word up in the vocabulary before merging (its tokenizer.json sets `ignore_merges`).
-PRE_TOKENIZERS: dict[str, tuple[Any, bool]] = {
+# `tokenizer.ggml.pre` -> (builder of (normalizer or None, pre-tokenizer), BPE ignore_merges).
+# Llama-3 looks a whole word up in the vocabulary before merging (its tokenizer.json sets
+# `ignore_merges`).
+PRE_TOKENIZERS: dict[str, tuple[Callable[[], tuple[Any, Any]], bool]] = {
     "gpt-2": (_gpt2_pre, False),
     "gpt2": (_gpt2_pre, False),
     "default": (_gpt2_pre, False),
