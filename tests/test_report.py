@@ -216,7 +216,7 @@ def test_tables_round_trip(biased, tmp_path):
     assert f"{est['estimate']:.3f} [{est['low']:.3f}, {est['high']:.3f}]" in md
     assert "a documented note" in md and "jaxjudge report x.py" in md
     table = headline_table(res, "spearman")
-    assert table.count("\n") == 2 + 1  # header, rule, one line per (scale, score) - 1
+    assert len(table.splitlines()) == 2 + 2  # header, rule, one line per reading (expected@0.2, greedy)
     assert "deb_r_tp10" in table.splitlines()[0]
 
 

@@ -213,7 +213,7 @@ def _scale(where: str, value: Any):
     try:
         scale = ScoreScale.parse(text)
     except ValueError as e:
-        raise _fail(where, str(e)) from None
+        raise _fail(where, f"{text!r}: {e}") from None
     return scale.name
 
 
@@ -787,6 +787,11 @@ def _task_problems(task: TaskSpec) -> list[str]:
         except KeyError as e:
             out.append(f"task {task.task!r}: {e.args[0]}")
     if task.data == "embedded":
+        if task.split == "fixed_docs" and task.dev_docs is None:
+            out.append(
+                f"task {task.task!r}: the embedded subset does not hold the 10 SummEval dev documents; "
+                "set TaskSpec.dev_docs (e.g. one of jaxjudge.data.SUMMEVAL_SUBSET_DOC_IDS)"
+            )
         return out
     folder = resolve_data_dir(task)
     if not folder.is_dir():

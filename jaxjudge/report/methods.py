@@ -93,13 +93,16 @@ class RandomPrior:
     logprobs: np.ndarray
     nll: np.ndarray
 
-    def top(self, tp: int) -> np.ndarray:
-        """`[tp, K]` log-probabilities of the `tp` least-perplexity prompts."""
+    def top_indices(self, tp: int) -> np.ndarray:
+        """`[tp]` indices of the `tp` least-perplexity prompts."""
         p = self.logprobs.shape[0]
         if not 1 <= tp <= p:
             raise ValueError(f"Tp={tp} random-number prompts requested, but the store has {p}")
-        idx = np.asarray(least_perplexity(jnp.asarray(self.nll, jnp.float32), tp))
-        return self.logprobs[idx]
+        return np.asarray(least_perplexity(jnp.asarray(self.nll, jnp.float32), tp))
+
+    def top(self, tp: int) -> np.ndarray:
+        """`[tp, K]` log-probabilities of the `tp` least-perplexity prompts."""
+        return self.logprobs[self.top_indices(tp)]
 
 
 @dataclass
@@ -568,7 +571,9 @@ def evaluate_cell(
     Returns:
       `CellReport`. Each row holds the labels and ``scale``, ``method`` (variant name),
       ``score`` (``"expected@0.2"``, ``"greedy"``, ``"generate"``), ``metrics`` (name ->
-      ``{"estimate", "low", "high"}``; ``*_doc`` are per-document means), ``delta`` (the
+      ``{"estimate", "low", "high", "n_boot_nan"}``, None where undefined; ``*_doc`` are
+      per-document means; ``n_boot_nan`` counts resamples where the metric was undefined, which
+      the interval leaves out), ``delta`` (the
       selection metric minus the vanilla judge's, same reading, paired interval),
       ``hparams`` (the chosen values per fold), ``dev_metric`` / ``test_metric`` (selection
       metric per fold), ``n``, ``n_folds``, ``n_test``.
@@ -594,7 +599,8 @@ def evaluate_cell(
     rows: list[dict[str, Any]] = []
     aux: dict[str, Any] = {
         **labels, "scale": scale.name, "values": values.tolist(),
-        "human_counts": np.bincount(np.clip(np.rint(human - scale.lo) / scale.step, 0, k - 1).astype(int), minlength=k).tolist(),
+        # Human scores on the prompt's range, rounded to the nearest candidate (for figures).
+        "human_counts": np.bincount(np.clip(np.rint((human - scale.lo) / scale.step), 0, k - 1).astype(int), minlength=k).tolist(),
         "priors": {}, "grids": {}, "distributions": {},
     }
 
@@ -622,14 +628,17 @@ def evaluate_cell(
         out = []
         for i in range(f):
             sel = mask[i] & np.isfinite(pred_fn[i])
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                if options.select_per_group:
-                    v = M.grouped(options.select_metric, np.nan_to_num(pred_fn[i]), human, codes.codes, sel,
-                                  num_groups=codes.num_groups) if sel.sum() > 1 else np.nan
-                else:
-                    v = M.get_metric(options.select_metric)(np.nan_to_num(pred_fn[i]), human, sel) if sel.sum() > 1 else np.nan
-            v = float(v)
+            x = np.nan_to_num(pred_fn[i])
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    if options.select_per_group:
+                        v = M.grouped(options.select_metric, x, human, codes.codes, sel, num_groups=codes.num_groups)
+                    else:
+                        v = M.get_metric(options.select_metric)(x, human, sel)
+                v = float(v)
+            except ValueError:  # too few rows, or no document with a defined metric
+                v = float("nan")
             out.append(v if math.isfinite(v) else None)
         return out
 
@@ -750,9 +759,8 @@ def evaluate_cell(
             rp = arrays.random["T"]
             arp = arrays.assistant_random.get("T")
             for tp in options.deb_tp:
-                idx = np.asarray(least_perplexity(jnp.asarray(rp.nll, jnp.float32), tp)) if tp <= rp.nll.shape[0] else None
-                if idx is None:
-                    raise ValueError(f"Tp={tp} random-number prompts requested, but the store has {rp.nll.shape[0]}")
+                # Perplexity is ranked under the main judge: the combination has no sequence NLL.
+                idx = rp.top_indices(tp)
                 cdata = dict(data, rand_main=jnp.asarray(rp.logprobs[idx]))
                 if arp is not None:
                     if arp.logprobs.shape != rp.logprobs.shape:
@@ -764,4 +772,14 @@ def evaluate_cell(
                 for kt in kinds:
                     tuned(f"contrastive_deb_t_tp{tp}", _combined_adjust, grid, cdata, kt, ("lam", tname, "lam_d"))
 
+    # Rows in the order the methods were configured (variants of a family together).
+    order = {m: i for i, m in enumerate(options.methods)}
+
+    def family(method: str) -> int:
+        for m in sorted(order, key=len, reverse=True):
+            if method == m or method.startswith(m + "_"):
+                return order[m]
+        return len(order)
+
+    rows.sort(key=lambda r: family(r["method"]))
     return CellReport(rows=rows, aux=aux)

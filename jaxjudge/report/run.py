@@ -107,6 +107,8 @@ def _model_entry(model: C.ModelSpec, hash_files: bool) -> dict[str, Any]:
         entry["bytes"] = path.stat().st_size
         if hash_files:
             entry["sha256"] = C.file_sha256(path)
+            if model.sha256 is not None and model.sha256 != entry["sha256"]:
+                entry["sha256_expected"] = model.sha256
     elif path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in (".safetensors", ".json", ".model"))
         entry["files"] = {p.name: C.file_sha256(p) if hash_files else None for p in files}

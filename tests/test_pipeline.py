@@ -1,0 +1,290 @@
+"""Experiment configs, their validation, and the store -> report pipeline (no forward pass).
+
+The store test writes synthetic extraction arrays for the embedded SummEval subset the way the
+engine does (one store per job, keyed by role/model/task/aspect/scale and the model file's
+sha256), then recomputes the report from the stores only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jaxjudge.prompts import ScoreScale
+from jaxjudge.report import (
+    CellArrays,
+    ConfigError,
+    ExperimentConfig,
+    ModelSpec,
+    RandomPrior,
+    Results,
+    StoreLookupError,
+    StoreModelMismatch,
+    SubsetSpec,
+    TaskSpec,
+    cells,
+    check_tokenizer,
+    config_from_dict,
+    config_to_dict,
+    extraction_plan,
+    load_config,
+    load_task_data,
+    make_splits,
+    map_human,
+    read_csv,
+    flat_rows,
+    report_from_arrays,
+    report_from_store,
+    validate_config,
+    with_overrides,
+    write_run,
+)
+from jaxjudge.report.config import Cell, ExtractionJob
+from jaxjudge.report.pipeline import store_match
+from jaxjudge.store import Store
+
+REPO = Path(__file__).resolve().parents[1]
+EXPERIMENTS = REPO / "experiments"
+
+
+def _cfg(tmp_path, **kw):
+    model = tmp_path / "judge.gguf"
+    if not model.exists():
+        model.write_bytes(b"not really a model, but a file with a sha256")
+    base = dict(
+        name="pipe", models=(ModelSpec("sim", str(model)),),
+        tasks=(TaskSpec("summeval", ("coherence",), data="embedded", split="kfold", n_folds=4),),
+        scales=("1-5", "2-6"),
+        methods=("vanilla", "generate", "deb_r", "deb_t", "contextual", "batch", "distribution"),
+        temperatures=(0.2,), deb_tp=(10,), lambdas_extended=None, n_boot=200,
+        store_root=str(tmp_path / "stores"), results_root=str(tmp_path / "results"),
+    )
+    base.update(kw)
+    return ExperimentConfig(**base)
+
+
+# -- configs ---------------------------------------------------------------------------------
+
+
+def test_unknown_fields_are_named(tmp_path):
+    d = config_to_dict(_cfg(tmp_path))
+    assert config_from_dict(d) == _cfg(tmp_path)
+    with pytest.raises(ConfigError, match=r"unknown field 'n_bootstrap'.*did you mean 'n_boot'"):
+        config_from_dict({**d, "n_bootstrap": 10})
+    with pytest.raises(ConfigError, match=r"unknown field 'temperature'.*'temperatures'"):
+        with_overrides(_cfg(tmp_path), ["temperature=0.5"])
+    tasks = [dict(d["tasks"][0], split_mode="kfold")]
+    with pytest.raises(ConfigError, match=r"tasks\[0\].*unknown field 'split_mode'"):
+        config_from_dict({**d, "tasks": tasks})
+    cfg = with_overrides(_cfg(tmp_path), ["n_boot=50", "scales=0-4,3-7", "methods=vanilla"])
+    assert (cfg.n_boot, cfg.scales, cfg.methods) == (50, ("0-4", "3-7"), ("vanilla",))
+
+
+def test_bad_values_name_their_field(tmp_path):
+    with pytest.raises(ConfigError, match=r"scales\[1\].*'5-1'"):
+        _cfg(tmp_path, scales=("1-5", "5-1"))
+    with pytest.raises(ConfigError, match=r"aspects\[0\].*'coherance'.*did you mean 'coherence'"):
+        TaskSpec("summeval", ("coherance",))
+    with pytest.raises(ConfigError, match=r"methods\[1\].*'deb-r'"):
+        _cfg(tmp_path, methods=("vanilla", "deb-r"))
+    with pytest.raises(ConfigError, match=r"pairs.*contrastive"):
+        _cfg(tmp_path, methods=("vanilla", "contrastive"))
+    with pytest.raises(ConfigError, match=r"judges\[0\].*'other'"):
+        _cfg(tmp_path, judges=("other",))
+    with pytest.raises(ConfigError, match=r"ci_metrics\[0\]"):
+        _cfg(tmp_path, metrics=("spearman",), ci_metrics=("kendall",))
+
+
+def test_validate_names_missing_files(tmp_path, monkeypatch):
+    cfg = _cfg(tmp_path, models=(ModelSpec("ghost", str(tmp_path / "missing.gguf")),))
+    with pytest.raises(ConfigError, match=r"model 'ghost': file not found: .*missing\.gguf"):
+        validate_config(cfg)
+    validate_config(cfg, check_files=False)  # nothing else is wrong
+    monkeypatch.setenv("JAXJUDGE_GGUF_DIR", str(tmp_path / "empty"))
+    qwen = load_config(EXPERIMENTS / "contrastive.py")
+    with pytest.raises(ConfigError) as e:
+        validate_config(qwen)
+    assert "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" in str(e.value) and "get_models.sh" in str(e.value)
+    assert "qwen2.5-coder-0.5b-instruct-awq.gguf" in str(e.value)  # every problem is listed
+    folder = tmp_path / "summeval_data"
+    folder.mkdir()
+    (folder / "summeval_docs.jsonl").write_text("")
+    task = TaskSpec("summeval", ("coherence",), data=str(folder), split="fixed_docs")
+    with pytest.raises(ConfigError) as e:
+        validate_config(_cfg(tmp_path, tasks=(task,)))
+    assert "summeval_summaries.jsonl" in str(e.value) and "dev_doc_ids.txt" in str(e.value)
+    task = TaskSpec("stsb", ("similarity",), data=str(tmp_path / "nowhere"), split="original")
+    with pytest.raises(ConfigError, match=r"data folder not found: .*nowhere"):
+        validate_config(_cfg(tmp_path, tasks=(task,)))
+
+
+def test_tokenizer_that_cannot_write_a_scale_is_refused(tmp_path):
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    vocab = {"[UNK]": 0, **{d: i + 1 for i, d in enumerate("012345")}}
+    tok = Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    check_tokenizer(_cfg(tmp_path, scales=("0-4", "1-5")), "sim", tok)
+    with pytest.raises(ConfigError, match=r"model 'sim' cannot express scale '3-7'.*coherence"):
+        check_tokenizer(_cfg(tmp_path, scales=("1-5", "3-7")), "sim", tok)
+
+
+@pytest.mark.parametrize("name", ["score_range_bias", "random_number_debias", "contrastive", "combined", "demo"])
+def test_experiment_configs_are_valid(name):
+    cfg = load_config(EXPERIMENTS / f"{name}.py")
+    assert cfg.name == name
+    validate_config(cfg, check_files=False)
+    assert set(cfg.scales) >= {"1-5", "3-7"}
+    doc = (EXPERIMENTS / f"{name}.py").read_text()
+    assert f"experiments/{name}.py" in doc  # the command that runs it is in its docstring
+    n_aspects = sum(len(t.aspects) for t in cfg.tasks)
+    assert len(cells(cfg)) == len(cfg.judge_names) * n_aspects * len(cfg.scales)
+    quick = load_config(f"{EXPERIMENTS / name}.py:{'ci' if name == 'demo' else 'quick'}", ["n_boot=10"])
+    assert quick.n_boot == 10 and all(t.data == "embedded" for t in quick.tasks)
+    with pytest.raises(ValueError, match="unknown argument"):
+        load_config(f"{EXPERIMENTS / name}.py:nonsense")
+
+
+def test_extraction_plan_lists_what_each_method_needs(tmp_path):
+    jobs = extraction_plan(_cfg(tmp_path))
+    roles = sorted(j.role for j in jobs)
+    assert roles == sorted(["random_r", "score", "generate", "content_free", "random_t"] * 2)
+    assert ExtractionJob("random_r", "sim", None, None, "2-6") in jobs
+    pair = _cfg(
+        tmp_path, models=(ModelSpec("big", "a.gguf"), ModelSpec("small", "b.gguf")), pairs=(("big", "small"),),
+        methods=("vanilla", "contrastive_deb_t"), scales=("1-5",),
+    )
+    assert pair.judge_names == ("big",)
+    got = {(j.role, j.model) for j in extraction_plan(pair)}
+    assert got == {("score", "big"), ("random_t", "big"), ("score", "small"), ("random_t", "small")}
+
+
+# -- store -> report -------------------------------------------------------------------------
+
+
+def _synthetic_cells(cfg, seed=0):
+    """Arrays a biased judge would produce on the embedded subset (64 examples, 4 documents)."""
+    rng = np.random.default_rng(seed)
+    task = cfg.tasks[0]
+    data = load_task_data(task)
+    human = data.human("coherence")
+    out = {}
+    for s in cfg.scales:
+        scale = ScoreScale.parse(s)
+        bonus = np.zeros(scale.size)
+        bonus[2] = 3.0
+        q = map_human(human, (1, 5), scale) + rng.normal(0, 0.5, len(human))
+        lp = -((scale.values[None] - q[:, None]) ** 2) / 0.98 + bonus
+        lp = lp - np.log(np.exp(lp).sum(1, keepdims=True)) - 0.5
+        gen = np.where(rng.uniform(size=len(human)) < 0.1, np.nan, scale.values[np.argmax(lp, 1)])
+        rand = {v: RandomPrior(bonus + rng.normal(0, 0.2, (20, scale.size)) - 2, rng.uniform(1, 3, 20)) for v in "RT"}
+        out[Cell("sim", "summeval", "coherence", s)] = CellArrays(
+            scale=scale, logprobs=lp, human=human, human_range=(1.0, 5.0), groups=data.groups(),
+            example_ids=data.ids(), valid=rng.uniform(size=len(human)) > 0.05, generated=gen, random=rand,
+            content_free=bonus + rng.normal(0, 0.3, (3, scale.size)), split_labels=data.split_labels,
+        )
+    return out
+
+
+def _write_stores(cfg, arrays, root, sha):
+    rng = np.random.default_rng(1)
+    for cell, a in arrays.items():
+        perm = rng.permutation(a.n)  # the engine's order need not be the data's
+        by_role = {
+            "score": {"example_ids": a.example_ids[perm], "cand_logprobs": a.logprobs[perm], "valid": a.valid[perm]},
+            "generate": {"example_ids": a.example_ids[perm], "parsed_scores": a.generated[perm]},
+            "random_r": {"cand_logprobs": a.random["R"].logprobs, "sequence_nll": a.random["R"].nll},
+            "random_t": {"cand_logprobs": a.random["T"].logprobs, "sequence_nll": a.random["T"].nll},
+            "content_free": {"cand_logprobs": a.content_free},
+        }
+        for role, payload in by_role.items():
+            task, aspect = (None, None) if role == "random_r" else (cell.task, cell.aspect)
+            job = ExtractionJob(role, cell.judge, task, aspect, cell.scale)
+            key = {**store_match(job), "model_sha256": sha, "template": "whatever else the engine keys on"}
+            store = Store.open(root / f"{role}-{cell.scale}", key, n_chunks=1)
+            store.write_chunk(0, payload)
+
+
+def test_report_from_store_recomputes_identical_numbers(tmp_path):
+    cfg = _cfg(tmp_path)
+    validate_config(cfg)
+    arrays = _synthetic_cells(cfg)
+    root = Path(cfg.store_root)
+    sha = hashlib.sha256(Path(cfg.models[0].path).read_bytes()).hexdigest()
+    _write_stores(cfg, arrays, root, sha)
+
+    first = report_from_store(root, cfg)
+    again = report_from_store(root, cfg)
+    assert first.rows == again.rows and first.aux == again.aux
+    direct = report_from_arrays(arrays, cfg)
+    assert direct.rows == first.rows  # the stores' row order was shuffled: alignment by id
+    methods = {r["method"] for r in first.rows}
+    assert methods == {"vanilla", "generate", "deb_r_tp10", "deb_t_tp10", "contextual", "batch", "distribution"}
+    assert {r["scale"] for r in first.rows} == {"1-5", "2-6"}
+    gen = next(r for r in first.rows if r["method"] == "generate" and r["scale"] == "1-5")
+    nan = int(np.isnan(arrays[Cell("sim", "summeval", "coherence", "1-5")].generated).sum())
+    assert gen["parse_failures"] == nan and gen["metrics"]["validity"]["estimate"] == pytest.approx(1 - nan / 64, abs=0.02)
+
+    paths = write_run(first, tmp_path / "results" / "pipe" / "r1", {"command": "jaxjudge report cfg.py"})
+    assert Results.load_json(paths["json"]).rows == first.rows
+    columns, flat = flat_rows(first)
+    assert read_csv(paths["csv"]) == [{c: r[c] for c in columns} for r in flat]
+
+
+def test_store_from_another_model_or_missing_role_fails_before_any_work(tmp_path):
+    cfg = _cfg(tmp_path, scales=("1-5",), methods=("vanilla", "contextual"))
+    arrays = _synthetic_cells(cfg)
+    root = Path(cfg.store_root)
+    _write_stores(cfg, arrays, root, "0" * 64)
+    with pytest.raises(StoreModelMismatch, match=r"model 'sim'.*another model file"):
+        report_from_store(root, cfg)
+    sha = hashlib.sha256(Path(cfg.models[0].path).read_bytes()).hexdigest()
+    other = tmp_path / "other"
+    _write_stores(cfg, arrays, other, sha)
+    for p in other.glob("content_free-*"):
+        for f in sorted(p.rglob("*"), reverse=True):
+            f.unlink() if f.is_file() else f.rmdir()
+        p.rmdir()
+    with pytest.raises(StoreLookupError, match=r"'role': 'content_free'.*closest"):
+        report_from_store(other, cfg)
+
+
+def test_splits_by_mode():
+    groups = np.repeat(["a", "b", "c", "d", "e"], 3)
+    kf = make_splits("kfold", groups, n_folds=5, seed=0)
+    assert kf.dev.shape == (5, 15) and (kf.dev.sum(1) == 3).all() and (kf.test.sum(1) == 12).all()
+    for f in range(5):  # dev is one whole document, test the other four
+        assert len(set(groups[kf.dev[f]])) == 1 and not set(groups[kf.dev[f]]) & set(groups[kf.test[f]])
+    fx = make_splits("fixed_docs", groups, dev_groups=["b", "e"])
+    assert set(groups[fx.dev[0]]) == {"b", "e"} and set(groups[fx.test[0]]) == {"a", "c", "d"}
+    labels = np.asarray(["train"] * 5 + ["dev"] * 10)
+    orig = make_splits("original", groups, split_labels=labels, original=("train", "dev"))
+    assert (orig.dev[0] == (labels == "train")).all() and (orig.test[0] == (labels == "dev")).all()
+    with pytest.raises(ValueError, match="'test'"):
+        make_splits("original", groups, split_labels=labels, original=("train", "test"))
+
+
+SHARED = REPO.parent / "shared" / "data"
+
+
+@pytest.mark.skipif(not (SHARED / "summeval").is_dir(), reason="shared data absent")
+def test_subsets_are_documented_and_keep_the_dev_documents(monkeypatch):
+    monkeypatch.setenv("JAXJUDGE_DATA_DIR", str(SHARED))
+    sub = SubsetSpec(reason="five test documents to fit the time budget", n_docs=5)
+    td = load_task_data(TaskSpec("summeval", ("coherence",), split="fixed_docs", subset=sub))
+    groups = set(td.groups().tolist())
+    dev = set(td.dev_docs)
+    assert len(dev) == 10 and dev <= groups and len(groups - dev) == 5 and len(td.examples) == 15 * 16
+    assert td.notes and "five test documents" in td.notes[0]
+    semrel = load_task_data(load_config(EXPERIMENTS / "random_number_debias.py").task("semrel"))
+    n_train = int((semrel.split_labels == "train").sum())
+    assert 900 < n_train <= 1000 and int((semrel.split_labels == "dev").sum()) == 250
+    train_groups = set(semrel.groups()[semrel.split_labels == "train"].tolist())
+    full = load_task_data(TaskSpec("semrel", ("relatedness",), split="original"))
+    full_groups = full.groups()[full.split_labels == "train"]
+    assert sum(int((full_groups == g).sum()) for g in train_groups) == n_train  # whole groups kept
