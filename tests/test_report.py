@@ -98,6 +98,9 @@ def test_deb_r_removes_the_number_bias(biased):
     d = deb["delta"]["spearman"]
     assert d["estimate"] == pytest.approx(deb["metrics"]["spearman"]["estimate"] - van, abs=1e-5)
     assert d["low"] <= d["estimate"] <= d["high"] and d["low"] > 0
+    rel = deb["relative"]
+    assert rel["metric"] == "spearman" and rel["vs_generate"] is None  # no generation in this cell
+    assert rel["vs_vanilla"] == pytest.approx((deb["metrics"]["spearman"]["estimate"] - van) / abs(van))
 
 
 def test_vanilla_metrics_match_scipy(biased):

@@ -310,9 +310,9 @@ def make_splits(
             raise ValueError("split 'original' needs split_labels and original=(dev, test)")
         labels = np.asarray(split_labels)
         dev, test = labels == original[0], labels == original[1]
-        for name, m in (("dev", dev), ("test", test)):
+        for label, m in zip(original, (dev, test)):
             if not m.any():
-                raise ValueError(f"split 'original': no example has split label {original[0 if name == 'dev' else 1]!r}")
+                raise ValueError(f"split 'original': no example has split label {label!r}")
         if (dev | test).all():
             return fixed_split(dev_mask=dev)
         return Splits(dev=dev[None], test=test[None], fold_ids=None)
@@ -576,7 +576,8 @@ def evaluate_cell(
       the interval leaves out), ``delta`` (the
       selection metric minus the vanilla judge's, same reading, paired interval),
       ``hparams`` (the chosen values per fold), ``dev_metric`` / ``test_metric`` (selection
-      metric per fold), ``n``, ``n_folds``, ``n_test``.
+      metric per fold), ``relative`` (relative improvement of the selection metric over the
+      vanilla judge and over the greedy generation), ``n``, ``n_folds``, ``n_test``.
     """
     labels = dict(labels or {})
     scale = arrays.scale
@@ -622,6 +623,7 @@ def evaluate_cell(
         return pred, probs
 
     base_pred = {kt[0]: read(vanilla, kt)[0] for kt in kinds}
+    dist_kind = "greedy" if options.greedy else kinds[0][0]
     ones = np.ones(n, np.float32)
 
     def selection_per_fold(pred_fn: np.ndarray, mask: np.ndarray) -> list[float | None]:
@@ -653,8 +655,9 @@ def evaluate_cell(
             test_metric=test_metric if test_metric is not None else selection_per_fold(pred, test),
         )
         rows.append(row)
-        # Score distribution of this method (argmax over all examples, mean over folds).
-        if kind == kinds[0][0]:
+        # Score distribution of this method: argmax over all examples, mean over folds, drawn
+        # with the hyper-parameters chosen for the greedy reading (what a judge would output).
+        if kind == dist_kind:
             top = np.asarray(jnp.argmax(adj_fnk, -1))  # [F, N]
             frac = np.mean([np.bincount(top[i], minlength=k) / n for i in range(f)], axis=0)
             aux["distributions"][method] = {
@@ -782,4 +785,25 @@ def evaluate_cell(
         return len(order)
 
     rows.sort(key=lambda r: family(r["method"]))
+    _add_relative(rows, options)
     return CellReport(rows=rows, aux=aux)
+
+
+def _add_relative(rows: list[dict[str, Any]], options: MethodOptions) -> None:
+    """Relative improvement of the selection metric over the vanilla judge read the same way
+    and over the parsed greedy generation: ``(m - b) / |b|`` (point estimates; the paired
+    interval of the difference from vanilla is in ``delta``)."""
+    name = f"{options.select_metric}_doc" if options.select_per_group else options.select_metric
+
+    def est(r):
+        return None if r is None else (r["metrics"].get(name) or {}).get("estimate")
+
+    gen = next((r for r in rows if r["method"] == "generate"), None)
+    for r in rows:
+        van = next((v for v in rows if v["method"] == "vanilla" and v["score"] == r["score"]), None)
+        rel = {}
+        for key, base in (("vs_vanilla", van), ("vs_generate", gen)):
+            m, b = est(r), est(base)
+            ok = base is not None and base is not r and m is not None and b not in (None, 0.0)
+            rel[key] = (m - b) / abs(b) if ok else None
+        r["relative"] = {"metric": name, **rel}

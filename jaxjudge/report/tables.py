@@ -54,7 +54,7 @@ def flat_rows(results: Results) -> tuple[list[str], list[dict[str, Any]]]:
         columns += [m, f"{m}_low", f"{m}_high"]
     for m in deltas:
         columns += [f"delta_{m}", f"delta_{m}_low", f"delta_{m}_high"]
-    columns += list(_JSON_FIELDS)
+    columns += ["rel_vs_vanilla", "rel_vs_generate", *_JSON_FIELDS]
     out = []
     for r in results.rows:
         flat: dict[str, Any] = {c: r.get(c) for c in LABELS + _COUNTS}
@@ -64,6 +64,8 @@ def flat_rows(results: Results) -> tuple[list[str], list[dict[str, Any]]]:
                 flat[f"{prefix}{m}"] = iv.get("estimate")
                 flat[f"{prefix}{m}_low"] = iv.get("low")
                 flat[f"{prefix}{m}_high"] = iv.get("high")
+        rel = r.get("relative") or {}
+        flat["rel_vs_vanilla"], flat["rel_vs_generate"] = rel.get("vs_vanilla"), rel.get("vs_generate")
         for c in _JSON_FIELDS:
             flat[c] = json.dumps(r.get(c), sort_keys=True)
         out.append(flat)
@@ -164,12 +166,14 @@ def _hp(r: dict[str, Any]) -> str:
 def _long_table(results: Results) -> str:
     metrics, deltas = _metric_names(results.rows)
     head = ["judge", "task", "aspect", "scale", "method", "score", *metrics]
-    head += [f"Δ{m}" for m in deltas] + ["chosen per fold"]
+    head += [f"Δ{m}" for m in deltas] + ["rel. vs vanilla", "rel. vs generate", "chosen per fold"]
     lines = [f"| {' | '.join(head)} |", "|" + "---|" * len(head)]
     for r in results.rows:
         cells = [str(r.get(c)) for c in ("judge", "task", "aspect", "scale", "method", "score")]
         cells += [format_interval(r["metrics"].get(m)) for m in metrics]
         cells += [format_interval((r.get("delta") or {}).get(m)) for m in deltas]
+        rel = r.get("relative") or {}
+        cells += [f"{rel[k]:+.1%}" if rel.get(k) is not None else "-" for k in ("vs_vanilla", "vs_generate")]
         cells.append(_hp(r))
         lines.append(f"| {' | '.join(cells)} |")
     return "\n".join(lines)
