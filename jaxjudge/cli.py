@@ -1,0 +1,112 @@
+"""The ``jaxjudge`` command: run experiment configs.
+
+    jaxjudge extract experiments/score_range_bias.py        # forward passes -> stores (resumable)
+    jaxjudge report  experiments/score_range_bias.py        # stores -> tables and figures, no model
+    jaxjudge sweep   experiments/score_range_bias.py:quick  # both
+    jaxjudge demo                                           # the main job on the embedded default
+    jaxjudge demo --ci                                      # its reduced form (CI)
+
+A config is ``path.py`` or ``path.py:arg`` (``arg`` goes to ``get_config``); ``--set
+field=value`` overrides config fields (an unknown field is refused, naming it). Every problem
+that can be seen before a forward pass (missing model or data file, a scale the tokenizer
+cannot express, a store from another model) stops the command with a message naming it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def _demo_config_path() -> Path:
+    """experiments/demo.py: in the working directory, else next to the installed package."""
+    for base in (Path.cwd(), Path(__file__).resolve().parents[1]):
+        path = base / "experiments" / "demo.py"
+        if path.is_file():
+            return path
+    raise SystemExit("jaxjudge demo: experiments/demo.py not found (run it from the repository)")
+
+
+def _load(spec: str, overrides: list[str]):
+    from jaxjudge.report import load_config  # noqa: PLC0415
+
+    return load_config(spec, overrides)
+
+
+def _extract(cfg, args) -> None:
+    from jaxjudge.report.jobs import run_extractions  # noqa: PLC0415
+
+    t0 = time.perf_counter()
+    jobs = run_extractions(cfg, store_root=args.stores, models=args.models, progress=not args.quiet)
+    done = sum(j.computed for j in jobs)
+    print(f"extract: {len(jobs)} jobs ({done} computed, {len(jobs) - done} from the store) "
+          f"in {time.perf_counter() - t0:.1f} s")
+
+
+def _report(cfg, args, spec: str) -> Path:
+    from jaxjudge.report import collect_metadata, report_from_store, run_dir, write_run  # noqa: PLC0415
+    from jaxjudge.report.tables import headline_table  # noqa: PLC0415
+
+    t0 = time.perf_counter()
+    results = report_from_store(args.stores or cfg.store_root, cfg)
+    out = run_dir(cfg, args.run, root=args.results)
+    config_file = spec.split(":", 1)[0]
+    meta = collect_metadata(cfg, config_file=config_file,
+                            extra={"store_root": str(args.stores or cfg.store_root)})
+    write_run(results, out, meta)
+    for score in ("expected@0.2",) if 0.2 in cfg.temperatures else (None,):
+        print(f"\nSpearman (95% grouped bootstrap interval), score {score or 'all'}:\n")
+        print(headline_table(results, "spearman", score=score))
+    print(f"\nreport: {out} ({time.perf_counter() - t0:.1f} s, no forward pass)")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="jaxjudge", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser, *, config: bool = True) -> None:
+        if config:
+            p.add_argument("config", help="experiment file, e.g. experiments/contrastive.py[:arg]")
+        p.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                       help="override a config field (repeatable)")
+        p.add_argument("--stores", default=None, help="store root (default: the config's store_root)")
+        p.add_argument("--results", default=None, help="results root (default: the config's results_root)")
+        p.add_argument("--run", default=None, help="run name (default: UTC date and time)")
+        p.add_argument("--models", nargs="*", default=None, help="extract only these models")
+        p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    common(sub.add_parser("extract", help="run the forward passes of a config into stores"))
+    common(sub.add_parser("report", help="tables and figures from existing stores (no forward pass)"))
+    common(sub.add_parser("sweep", help="extract, then report"))
+    demo = sub.add_parser("demo", help="the main job: SmolLM2 on the bundled SummEval subset")
+    common(demo, config=False)
+    demo.add_argument("--ci", action="store_true", help="reduced demo (one aspect, two ranges)")
+    args = parser.parse_args(argv)
+
+    from jaxjudge.report import ConfigError  # noqa: PLC0415
+
+    if args.command == "demo":
+        spec = f"{_demo_config_path()}" + (":ci" if args.ci else "")
+    else:
+        spec = args.config
+    try:
+        cfg = _load(spec, args.overrides)
+        if args.command in ("extract", "sweep", "demo"):
+            _extract(cfg, args)
+        if args.command in ("report", "sweep", "demo"):
+            _report(cfg, args, spec)
+    except (ConfigError, FileNotFoundError) as e:
+        print(f"jaxjudge {args.command}: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    raise SystemExit(main())

@@ -1,0 +1,207 @@
+"""Run an experiment's extractions: the expensive half, into resumable stores.
+
+`run_extractions(cfg)` walks `jaxjudge.report.config.extraction_plan(cfg)` model by model. For
+each model it first loads only the tokenizer and checks that every scale can be expressed
+(`check_tokenizer`), so a bad config fails before any weights are read or any forward pass
+runs; then it loads the judge once and runs every job of that model:
+
+=============  ===========================================================================
+role           what runs
+=============  ===========================================================================
+score          the task template over the task's examples -> `jaxjudge.engine.extract`,
+               chunked into the store as chunks finish (a killed run resumes)
+generate       greedy generation parsed into a number (`generate_scores`), one chunk
+random_r/_t    the 100 random-number paraphrases (raw / after the task instruction):
+               candidate log-probs and each prompt's mean token NLL, one chunk
+content_free   the template filled with content-free strings (`CONTENT_FREE`), one chunk
+=============  ===========================================================================
+
+Each job has its own store folder under ``<store_root>/<model>/``; its key holds the entries
+`jaxjudge.report.pipeline.store_match` looks up, plus everything the arrays depend on (model
+file hash, prompts, candidates). A finished job is skipped when the command is repeated.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jaxjudge.report import config as C
+from jaxjudge.report.pipeline import load_task_data, store_match
+
+__all__ = ["CONTENT_FREE", "JobResult", "load_tokenizer", "job_store_path", "run_extractions"]
+
+# Content-free fillers for contextual calibration (Zhao et al. use "N/A", "[MASK]" and "").
+# An empty text is refused by the data layer, so a lone space stands in for it.
+CONTENT_FREE = ("N/A", "[MASK]", " ")
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """One extraction job's outcome: its store folder and whether this call computed it."""
+
+    job: C.ExtractionJob
+    store: Path
+    computed: bool
+    n_rows: int
+
+
+def load_tokenizer(path: str | os.PathLike) -> tuple[Any, str | None]:
+    """Load only a model's tokenizer and chat template (no weights): GGUF file or HF folder."""
+    path = Path(path)
+    if path.suffix == ".gguf":
+        from jaxjudge.models.gguf import gguf_metadata  # noqa: PLC0415
+        from jaxjudge.models.tokenizer import tokenizer_from_gguf_metadata  # noqa: PLC0415
+
+        meta = gguf_metadata(path)
+        return tokenizer_from_gguf_metadata(meta, source=str(path)), meta.get("tokenizer.chat_template")
+    from jaxjudge.models.hf import read_tokenizer, resolve_source  # noqa: PLC0415
+
+    tok, template, _ = read_tokenizer(resolve_source(path))
+    return tok, template
+
+
+def job_store_path(root: str | os.PathLike, job: C.ExtractionJob) -> Path:
+    """``<root>/<model>/<role>[-<task>-<aspect>]-<scale>``: one folder per job."""
+    parts = [job.role] + ([job.task, job.aspect] if job.task else []) + [job.scale]
+    return Path(root) / job.model / "-".join(parts)
+
+
+def _chat_format(cfg: C.ExperimentConfig, judge: Any):
+    if cfg.prompt_style != "chat":
+        return None
+    from jaxjudge.prompts import ChatFormat  # noqa: PLC0415
+
+    if not judge.chat_template:
+        raise C.ConfigError(f"prompt_style='chat' but the model {judge.source} has no chat template")
+    special = judge.special_tokens or {}
+    return ChatFormat(judge.chat_template, bos_token=special.get("bos_token") or "",
+                      eos_token=special.get("eos_token") or "")
+
+
+def _content_free_examples(template: Any, task: str) -> list:
+    from jaxjudge.data import Example  # noqa: PLC0415
+
+    names = template.placeholders("all")
+    return [Example(id=f"content_free/{i}", group=f"content_free/{i}", fields={n: text for n in names}, scores={})
+            for i, text in enumerate(CONTENT_FREE)]
+
+
+def _one_chunk(root: Path, key: dict[str, Any], make: Callable[[], dict[str, np.ndarray]]) -> tuple[bool, int]:
+    """A job small enough to be one chunk: compute it unless the store already has it."""
+    from jaxjudge.store import Store  # noqa: PLC0415
+
+    store = Store.open(root, key, n_chunks=1)
+    if store.has_chunk(0):
+        return False, len(next(iter(store.load().values())))
+    arrays = make()
+    store.write_chunk(0, arrays)
+    return True, len(next(iter(arrays.values())))
+
+
+def run_extractions(
+    cfg: C.ExperimentConfig,
+    *,
+    store_root: str | os.PathLike | None = None,
+    models: Sequence[str] | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+) -> list[JobResult]:
+    """Run (or resume) every extraction an experiment needs.
+
+    Args:
+      cfg: a validated experiment config.
+      store_root: where stores go (default ``cfg.store_root``).
+      models: only these model names (default all).
+      progress: progress bars from the engine.
+      log: where one line per job goes.
+
+    Returns:
+      One `JobResult` per job, in plan order.
+
+    Raises:
+      ConfigError: missing files, a scale a tokenizer cannot express, a chat template missing;
+        all before the first forward pass of the model concerned.
+    """
+    from jaxjudge import models as M  # noqa: PLC0415
+    from jaxjudge.engine import extract, generate_scores, sequence_nll  # noqa: PLC0415
+    from jaxjudge.prompts import ScoreScale, get_template, random_number_prompts, render_all  # noqa: PLC0415
+
+    C.validate_config(cfg)
+    root = Path(store_root or cfg.store_root)
+    plan = C.extraction_plan(cfg)
+    names = list(dict.fromkeys(j.model for j in plan))
+    if models is not None:
+        unknown = sorted(set(models) - set(names))
+        if unknown:
+            raise C.ConfigError(f"config {cfg.name!r}: no jobs for models {unknown} (jobs exist for {names})")
+        names = [n for n in names if n in models]
+
+    # Every tokenizer first: a config that cannot run fails before any weights are loaded.
+    paths = {n: C.resolve_model_path(cfg.model(n)) for n in names}
+    for n in names:
+        tok, template = load_tokenizer(paths[n])
+        if cfg.prompt_style == "chat" and not template:
+            raise C.ConfigError(f"model {n!r} ({paths[n]}) has no chat template; set prompt_style='raw'")
+        C.check_tokenizer(cfg, n, tok, separator="" if cfg.prompt_style == "chat" else None)
+
+    engine_opts = dict(cfg.engine)
+    overflow = engine_opts.pop("overflow", "truncate")
+    data = {t.task: load_task_data(t) for t in cfg.tasks}
+    results: list[JobResult] = []
+    for n in names:
+        judge = M.load(paths[n])
+        chat = _chat_format(cfg, judge)
+        ctx = int(engine_opts.get("context_length") or judge.config.max_position_embeddings)
+        for job in (j for j in plan if j.model == n):
+            scale = ScoreScale.parse(job.scale)
+            key = store_match(job)
+            where = job_store_path(root, job)
+            template = get_template(job.task, job.aspect) if job.task else None
+            if job.role == "score":
+                rendered = render_all(template, data[job.task].examples, scale, chat=chat, tokenizer=judge.tokenizer,
+                                      max_tokens=ctx, overflow=overflow, reserve_tokens=4)
+                out = extract(judge, rendered.prompts, scale, store=where, key=key, progress=progress,
+                              overflow=overflow, **engine_opts)
+                computed, n_rows = bool(out.computed_chunks), len(out)
+            elif job.role == "generate":
+                rendered = render_all(template, data[job.task].examples, scale, chat=chat, tokenizer=judge.tokenizer,
+                                      max_tokens=ctx - cfg.generation_max_new_tokens, overflow=overflow)
+
+                def make(prompts=rendered.prompts, scale=scale):
+                    texts, parsed, _ = generate_scores(judge, prompts, scale,
+                                                       max_new_tokens=cfg.generation_max_new_tokens,
+                                                       progress=progress, overflow=overflow)
+                    return {"example_ids": np.asarray([p.example_id for p in prompts]),
+                            "parsed_scores": np.asarray(parsed, np.float32), "texts": np.asarray(texts)}
+
+                computed, n_rows = _one_chunk(where, {**key, "model_sha256": judge.sha256,
+                                                      "max_new_tokens": cfg.generation_max_new_tokens}, make)
+            elif job.role in ("random_r", "random_t"):
+                prompts = random_number_prompts(scale, chat=chat,
+                                                task_template=template if job.role == "random_t" else None)
+
+                def make(prompts=prompts, scale=scale):
+                    ex = extract(judge, prompts, scale, progress=False, overflow=overflow, **engine_opts)
+                    return {"example_ids": np.asarray(ex.example_ids), "cand_logprobs": ex.cand_logprobs,
+                            "sequence_nll": sequence_nll(judge, prompts)}
+
+                computed, n_rows = _one_chunk(where, {**key, "model_sha256": judge.sha256}, make)
+            elif job.role == "content_free":
+                rendered = render_all(template, _content_free_examples(template, job.task), scale, chat=chat)
+
+                def make(prompts=rendered.prompts, scale=scale):
+                    ex = extract(judge, prompts, scale, progress=False, overflow=overflow, **engine_opts)
+                    return {"example_ids": np.asarray(ex.example_ids), "cand_logprobs": ex.cand_logprobs}
+
+                computed, n_rows = _one_chunk(where, {**key, "model_sha256": judge.sha256}, make)
+            else:  # pragma: no cover - extraction_plan only makes the roles above
+                raise ValueError(f"unknown extraction role {job.role!r}")
+            log(f"{'computed' if computed else 'cached  '} {where.relative_to(root)} ({n_rows} rows)")
+            results.append(JobResult(job, where, computed, n_rows))
+    return results
