@@ -1,0 +1,61 @@
+"""Engine: the judge's score log-probabilities for rendered prompts, batched, length-bucketed,
+prefix-cached, sharded over devices, written chunk by chunk to a resumable store.
+
+    from jaxjudge import engine, models, prompts, data
+
+    judge = models.load()
+    examples = data.load_summeval_subset()
+    rendered = prompts.render_all(prompts.get_template("summeval", "coherence"), examples,
+                                  prompts.ScoreScale(1, 5))
+    out = engine.extract(judge, rendered, prompts.ScoreScale(1, 5), store="runs/coh-1-5")
+    out.cand_logprobs  # [N, 5], log p(score | prompt) over the full vocabulary
+
+`generate_scores` is the sampled-text baseline (greedy decoding, first number parsed), and
+`sequence_nll` the prompt log-perplexity used to rank random-number paraphrases.
+"""
+
+from jaxjudge.engine.extract import (
+    ARRAY_FIELDS,
+    ENGINE_FORMAT,
+    Extraction,
+    Placement,
+    extract,
+    extraction_key,
+    model_sha256,
+    prefill_prefix,
+    score_rows,
+)
+from jaxjudge.engine.generate import generate_scores, parse_score, sequence_nll
+from jaxjudge.engine.plan import (
+    CandidatePlan,
+    Chunk,
+    bucket_length,
+    candidate_plan,
+    plan_chunks,
+    resolve_candidates,
+    slot_bucket,
+    tokenise,
+)
+
+__all__ = [
+    "ARRAY_FIELDS",
+    "ENGINE_FORMAT",
+    "CandidatePlan",
+    "Chunk",
+    "Extraction",
+    "Placement",
+    "bucket_length",
+    "candidate_plan",
+    "extract",
+    "extraction_key",
+    "generate_scores",
+    "model_sha256",
+    "parse_score",
+    "plan_chunks",
+    "prefill_prefix",
+    "resolve_candidates",
+    "score_rows",
+    "sequence_nll",
+    "slot_bucket",
+    "tokenise",
+]
