@@ -34,7 +34,7 @@ import numpy as np
 from jaxjudge.report import config as C
 from jaxjudge.report.pipeline import load_task_data, store_match
 
-__all__ = ["CONTENT_FREE", "JobResult", "load_tokenizer", "job_store_path", "run_extractions"]
+__all__ = ["CONTENT_FREE", "JobResult", "chat_format", "load_tokenizer", "job_store_path", "run_extractions"]
 
 # Content-free fillers for contextual calibration (Zhao et al. use "N/A", "[MASK]" and "").
 # An empty text is refused by the data layer, so a lone space stands in for it.
@@ -72,13 +72,12 @@ def job_store_path(root: str | os.PathLike, job: C.ExtractionJob) -> Path:
     return Path(root) / job.model / "-".join(parts)
 
 
-def _chat_format(cfg: C.ExperimentConfig, judge: Any):
-    if cfg.prompt_style != "chat":
-        return None
+def chat_format(judge: Any):
+    """The `jaxjudge.prompts.ChatFormat` of a loaded judge (its own template, BOS/EOS strings)."""
     from jaxjudge.prompts import ChatFormat  # noqa: PLC0415
 
     if not judge.chat_template:
-        raise C.ConfigError(f"prompt_style='chat' but the model {judge.source} has no chat template")
+        raise C.ConfigError(f"the model {judge.source} has no chat template; use raw prompts")
     special = judge.special_tokens or {}
     return ChatFormat(judge.chat_template, bos_token=special.get("bos_token") or "",
                       eos_token=special.get("eos_token") or "")
@@ -156,7 +155,7 @@ def run_extractions(
     results: list[JobResult] = []
     for n in names:
         judge = M.load(paths[n])
-        chat = _chat_format(cfg, judge)
+        chat = chat_format(judge) if cfg.prompt_style == "chat" else None
         ctx = int(engine_opts.get("context_length") or judge.config.max_position_embeddings)
         for job in (j for j in plan if j.model == n):
             scale = ScoreScale.parse(job.scale)

@@ -1,0 +1,97 @@
+"""The main job end to end (reduced): `jaxjudge demo --ci`, `report` again from its stores, and
+both notebooks executed top to bottom against them.
+
+Slow: real forward passes of the embedded SmolLM2 judge (a few minutes on 2 cores).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def _cli(*args, cwd):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("XLA_FLAGS", None)  # one device, as a user's run
+    return subprocess.run([sys.executable, "-m", "jaxjudge.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=1800)
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    work = tmp_path_factory.mktemp("demo")
+    proc = _cli("demo", "--ci", "--quiet", "--stores", str(work / "stores"), "--results", str(work / "results"),
+                "--run", "first", cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return work, proc.stdout
+
+
+def test_demo_prints_the_table_and_writes_a_run(demo_run):
+    work, out = demo_run
+    assert "| judge | task | aspect | scale | score | vanilla |" in out
+    for scale in ("1-5", "3-7"):
+        assert f"| smollm2-135m | summeval | coherence | {scale} | expected@0.2 |" in out
+    run = work / "results" / "demo" / "first"
+    for name in ("results.json", "results.csv", "results.md", "metadata.json"):
+        assert (run / name).is_file(), name
+    assert list((run / "figures").glob("*.png"))
+    meta = json.loads((run / "metadata.json").read_text())
+    assert meta["command"].startswith("python -m jaxjudge") or "demo" in meta["command"]
+    assert meta["models"]["smollm2-135m"]["sha256"] == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    rows = json.loads((run / "results.json").read_text())["rows"]
+    methods = {r["method"] for r in rows}
+    assert {"vanilla", "generate", "deb_r_tp10", "deb_t_tp10", "contextual", "batch", "distribution"} <= methods
+
+
+def test_report_recomputes_from_the_stores_without_a_forward_pass(demo_run):
+    work, _ = demo_run
+    # A second extract finds every job in the store; report then reproduces the numbers.
+    again = _cli("extract", str(REPO / "experiments" / "demo.py:ci"), "--quiet", "--stores", str(work / "stores"),
+                 cwd=REPO)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert "computed " not in again.stdout and again.stdout.count("cached") >= 10
+    rep = _cli("report", str(REPO / "experiments" / "demo.py:ci"), "--stores", str(work / "stores"),
+               "--results", str(work / "results"), "--run", "second", cwd=REPO)
+    assert rep.returncode == 0, rep.stderr[-4000:]
+    first = json.loads((work / "results" / "demo" / "first" / "results.json").read_text())["rows"]
+    second = json.loads((work / "results" / "demo" / "second" / "results.json").read_text())["rows"]
+    assert first == second
+
+
+def test_a_store_from_another_model_is_refused(demo_run, tmp_path):
+    work, _ = demo_run
+    other = "0" * 64
+    rep = _cli("report", str(REPO / "experiments" / "demo.py:ci"), "--set", f"models=[{{'name': 'smollm2-135m', "
+               f"'path': 'default', 'sha256': '{other}'}}]", "--stores", str(work / "stores"),
+               "--results", str(tmp_path), cwd=REPO)
+    assert rep.returncode != 0
+    assert "another model" in rep.stderr or "sha256" in rep.stderr
+
+
+@pytest.mark.parametrize("name", ["quickstart.ipynb", "score_range_ablation.ipynb"])
+def test_notebook_runs_top_to_bottom(demo_run, name):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    work, _ = demo_run
+    env = {"JAXJUDGE_STORES": str(work / "stores"), "JAXJUDGE_CONFIG": str(REPO / "experiments" / "demo.py:ci"),
+           "JAXJUDGE_NB_EXAMPLES": "32"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        nb = nbformat.read(REPO / "notebooks" / name, as_version=4)
+        nbclient.NotebookClient(nb, timeout=900, kernel_name="python3",
+                                resources={"metadata": {"path": str(REPO / "notebooks")}}).execute()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "Spearman" in printed or "vanilla=" in printed
