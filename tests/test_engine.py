@@ -475,6 +475,26 @@ def test_generate_scores_matches_plain_greedy_generation(judge, prefix_cache):
     assert n_fail == int(np.isnan(want).sum())
 
 
+@pytest.mark.slow
+def test_generate_and_nll_on_a_sharded_judge(judge):
+    import copy
+
+    import jax
+
+    from jaxjudge.models.sharding import make_mesh
+
+    if len(jax.devices()) < 4:
+        pytest.skip("needs 4 host devices (tests/conftest.py asks for 8)")
+    prompts = make_prompts(n_groups=2, per_group=3)
+    sharded = copy.copy(judge).shard(make_mesh(data=4))
+    kw = dict(batch_size=2, progress=False, min_prefix_tokens=4)
+    assert (engine.generate_scores(sharded, prompts, ScoreScale(1, 5), 6, **kw)[0]
+            == engine.generate_scores(judge, prompts, ScoreScale(1, 5), 6, **kw)[0])
+    texts = [p.text for p in prompts]
+    np.testing.assert_allclose(engine.sequence_nll(sharded, texts), engine.sequence_nll(judge, texts),
+                               atol=1e-6, rtol=0)
+
+
 def test_sequence_nll_matches_full_forward(judge):
     texts = ["the cat sat on the mat", "ab", "alpha beta gamma delta " * 5]
     got = engine.sequence_nll(judge, texts, batch_size=2)
