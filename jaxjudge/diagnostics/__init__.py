@@ -7,11 +7,13 @@
 - `corrected`: bias-corrected accuracy of pass/fail judging with intervals that carry the
   calibration-set uncertainty, and calibration budget allocation.
 - `paired`: two judges or methods on the same items, standard errors clustered by document.
+- `run`: the position-bias protocol run on a model (chat prompts for both orders, answer-token
+  log-probabilities through the engine's prefix cache, intervals, report files).
 
-These are float64 numpy functions rather than jitted JAX: each diagnostic is a few vector
-reductions evaluated once per report, so compilation would cost more than it saves, and the
-project runs JAX with x64 disabled while intervals and worked examples here need double
-precision. No function returns NaN: undefined statistics raise ValueError with the reason.
+Apart from `run`, these are float64 numpy functions rather than jitted JAX: each diagnostic
+is a few vector reductions evaluated once per report, so compilation would cost more than it
+saves, and the project runs JAX with x64 disabled while intervals and worked examples here
+need double precision. No function returns NaN: undefined statistics raise ValueError with the reason.
 """
 
 from jaxjudge.diagnostics.agreement import cohen_kappa, confusion_matrix, to_integer_scale
@@ -51,10 +53,22 @@ from jaxjudge.diagnostics.pairwise import (
     render_pair_prompts,
     slot_verdicts,
 )
+from jaxjudge.diagnostics.run import (
+    ChoiceScores,
+    PositionBiasRun,
+    answer_token_ids,
+    choice_logprobs,
+    pair_length_bias,
+    pairwise_chat_prompts,
+    position_bias_table,
+    run_position_bias,
+    write_position_bias,
+)
 
 __all__ = [
     "ASPECT_DEFINITIONS",
     "CalibrationRates",
+    "ChoiceScores",
     "CorrectedAccuracy",
     "CorrelationDifference",
     "LengthBias",
@@ -63,11 +77,14 @@ __all__ = [
     "Pairs",
     "PairwiseTemplate",
     "PositionBias",
+    "PositionBiasRun",
     "SUMMARY_PAIRWISE",
     "allocate_calibration",
+    "answer_token_ids",
     "bias_corrected_accuracy",
     "build_pairs",
     "calibration_rates",
+    "choice_logprobs",
     "clustered_mean_se",
     "cohen_kappa",
     "confusion_matrix",
@@ -77,11 +94,16 @@ __all__ = [
     "length_bias",
     "length_controlled_difference",
     "length_residuals",
+    "pair_length_bias",
     "paired_correlation_difference",
     "paired_difference",
     "pairs_from_examples",
+    "pairwise_chat_prompts",
     "position_bias",
+    "position_bias_table",
     "render_pair_prompts",
+    "run_position_bias",
     "slot_verdicts",
     "to_integer_scale",
+    "write_position_bias",
 ]

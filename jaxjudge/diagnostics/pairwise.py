@@ -27,6 +27,7 @@ Reported by `position_bias`:
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,9 @@ import numpy as np
 
 from jaxjudge.diagnostics._checks import as_float_vector, as_groups, as_logprob_pairs, same_length
 from jaxjudge.diagnostics.paired import clustered_mean_se
+
+# A slot placeholder as `str.format` reads it ({summary_a}, {summary_a!r}, {summary_b:>10}).
+_SLOT_FIELD_RE = re.compile(r"(?<!\{)\{summary_[ab][}!:]")
 
 # --------------------------------------------------------------------------------------------
 # Prompt wording (data, rendered by the engine; the chat template is applied by the prompts
@@ -98,6 +102,35 @@ class PairwiseTemplate:
         Returns:
           The user message.
         """
+        prefix, suffix = self.format_user_parts(document=document, summary_a=summary_a, summary_b=summary_b,
+                                                aspect=aspect, aspect_definition=aspect_definition)
+        return prefix + suffix
+
+    @property
+    def split_index(self) -> int:
+        """Offset in `user` where the per-pair part starts.
+
+        It is the start of the line holding the first {summary_a} or {summary_b} placeholder:
+        everything before it depends only on the document and the aspect, so it is the same
+        for both orders of every pair of one document and can be computed once as a shared
+        prefix (KV cache).
+        """
+        hits = [m.start() for m in _SLOT_FIELD_RE.finditer(self.user)]
+        if not hits:
+            raise ValueError(f"pairwise template {self.name!r}: user message has no {{summary_a}}/{{summary_b}}")
+        return self.user.rfind("\n", 0, min(hits)) + 1
+
+    def format_user_parts(self, *, document: str, summary_a: str, summary_b: str, aspect: str,
+                          aspect_definition: str | None = None) -> tuple[str, str]:
+        """`format_user` cut into the document-level prefix and the per-pair suffix.
+
+        Args:
+          document, summary_a, summary_b, aspect, aspect_definition: as in `format_user`.
+
+        Returns:
+          (prefix, suffix) with `prefix + suffix == format_user(...)`; the prefix does not
+          depend on the summaries (see `split_index`).
+        """
         if aspect_definition is None:
             if aspect not in self.aspect_definitions:
                 raise ValueError(
@@ -105,8 +138,10 @@ class PairwiseTemplate:
                     "(or pass aspect_definition=)"
                 )
             aspect_definition = self.aspect_definitions[aspect]
-        return self.user.format(document=document, summary_a=summary_a, summary_b=summary_b,
-                                aspect=aspect, aspect_definition=aspect_definition)
+        cut = self.split_index
+        fields = dict(document=document, summary_a=summary_a, summary_b=summary_b, aspect=aspect,
+                      aspect_definition=aspect_definition)
+        return self.user[:cut].format(**fields), self.user[cut:].format(**fields)
 
 
 SUMMARY_PAIRWISE = PairwiseTemplate(
