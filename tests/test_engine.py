@@ -200,11 +200,46 @@ def test_plan_chunks_keeps_groups_whole():
         engine.plan_chunks(group_of, 0)
 
 
+def test_plan_batches_hand_case_and_optimality():
+    # 8 rows of 100 tokens and 8 of 40: one call of 16 x 128 costs 2048 + 64, two calls
+    # (8 x 128 and 8 x 64) cost 1536 + 128, so the planner splits.
+    plan = engine.plan_batches([100] * 8 + [40] * 8, max_rows=16, max_tokens=1 << 20)
+    assert [(b.start, b.stop, b.rows, b.length) for b in plan] == [(0, 8, 8, 128), (8, 16, 8, 64)]
+    # Lengths in one bucket stay in one call.
+    assert len(engine.plan_batches([120] * 8 + [100] * 8, max_rows=16, max_tokens=1 << 20)) == 1
+    # The token cap lowers the rows per call to a power of two.
+    assert {b.rows for b in engine.plan_batches([300] * 8, max_rows=16, max_tokens=1000)} == {2}
+    with pytest.raises(ValueError, match="decreasing"):
+        engine.plan_batches([1, 2], max_rows=4, max_tokens=100)
+
+    def cost(lengths, cuts, max_rows, max_tokens):
+        total = 0
+        for i, j in zip(cuts[:-1], cuts[1:]):
+            t = engine.bucket_length(lengths[i])
+            cap = min(max_rows, max_tokens // t) if max_tokens // t >= max_rows else 1 << ((max_tokens // t).bit_length() - 1)
+            if j - i > cap:
+                return np.inf
+            total += min(cap, 1 << (j - i - 1).bit_length()) * t + 64
+        return total
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        n = int(rng.integers(1, 9))
+        lengths = sorted(rng.integers(1, 300, n).tolist(), reverse=True)
+        max_rows, max_tokens = int(rng.integers(1, 9)), int(rng.integers(256, 2048))
+        plan = engine.plan_batches(lengths, max_rows=max_rows, max_tokens=max_tokens)
+        assert [b.start for b in plan][0] == 0 and plan[-1].stop == n
+        got = cost(lengths, [b.start for b in plan] + [n], max_rows, max_tokens)
+        brute = min(cost(lengths, [0, *[i + 1 for i in range(n - 1) if mask >> i & 1], n], max_rows, max_tokens)
+                    for mask in range(1 << (n - 1)))
+        assert got == brute
+
+
 # ------------------------------------------------------------------------------ parity, tiny model
 
 
-@pytest.mark.parametrize("prefix_cache", [True, False])
-@pytest.mark.parametrize("scale", [ScoreScale(1, 5), ScoreScale(1, 10)], ids=["1-5", "1-10"])
+@pytest.mark.parametrize(("scale", "prefix_cache"), [(ScoreScale(1, 5), True), (ScoreScale(1, 10), True),
+                                                     (ScoreScale(1, 10), False)], ids=["1-5", "1-10", "1-10-noprefix"])
 def test_extract_matches_per_example_forward(judge, prefix_cache, scale):
     prompts = make_prompts()
     # batch_size 3 leaves partial batches; a short min_prefix_tokens makes the groups use the cache.
@@ -229,6 +264,7 @@ def test_extract_with_shared_extension_token(judge_unmerged):
     check_against_reference(judge_unmerged, prompts, out)
 
 
+@pytest.mark.slow
 def test_mesh_sharded_batch_matches_single_device(judge):
     import jax
 

@@ -27,10 +27,12 @@ from jaxjudge.engine.extract import (
 )
 from jaxjudge.engine.generate import generate_scores, parse_score, sequence_nll
 from jaxjudge.engine.plan import (
+    Batch,
     CandidatePlan,
     Chunk,
     bucket_length,
     candidate_plan,
+    plan_batches,
     plan_chunks,
     resolve_candidates,
     slot_bucket,
@@ -40,6 +42,7 @@ from jaxjudge.engine.plan import (
 __all__ = [
     "ARRAY_FIELDS",
     "ENGINE_FORMAT",
+    "Batch",
     "CandidatePlan",
     "Chunk",
     "Extraction",
@@ -51,6 +54,7 @@ __all__ = [
     "generate_scores",
     "model_sha256",
     "parse_score",
+    "plan_batches",
     "plan_chunks",
     "prefill_prefix",
     "resolve_candidates",

@@ -11,9 +11,10 @@ How it is fast
 - Prompts with the same prefix text (instructions + source document) form a group; the
   prefix is run once (batch 1) into a KV cache and every suffix of the group attends to it
   (`jaxjudge.models.decoder` broadcasts a batch-1 prefix over the batch without copying it).
-- Suffixes (or whole prompts, without a shared prefix) are left-padded to a length bucket
-  (`jaxjudge.engine.plan.bucket_length`) and run ``batch_size`` at a time; each (bucket,
-  batch) shape compiles once. Long prompts get fewer rows per call (``max_batch_tokens``).
+- Suffixes (or whole prompts, without a shared prefix) are sorted by length, left-padded to a
+  length bucket (`jaxjudge.engine.plan.bucket_length`) and run up to ``batch_size`` at a time,
+  cut into calls that pad least (`jaxjudge.engine.plan.plan_batches`); each (bucket, rows)
+  shape compiles once. Long prompts get fewer rows per call (``max_batch_tokens``).
 - The output head runs only at the read positions (the answer position, and the positions
   inside a multi-token candidate); the statistics are reduced on the device.
 - With a ``mesh``, the batch is split over its ``data`` axis (parameters placed by the
@@ -50,11 +51,13 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxjudge.engine.plan import (
+    Batch,
     CandidatePlan,
     Chunk,
     Tokenised,
     bucket_length,
     candidate_plan,
+    plan_batches,
     plan_chunks,
     resolve_candidates,
     shared_prefix_length,
@@ -289,30 +292,22 @@ class _Runner:
         self.pad_id = judge.pad_id
         self.place = Placement(mesh)
 
-    # -- shapes
-
-    def _rows_per_call(self, t: int) -> int:
-        """Examples per call for suffix bucket t: batch_size, fewer for long rows."""
-        n_var = self.cplan.n_variants
-        by_tokens = max(1, self.max_batch_tokens // (t * n_var))
-        if by_tokens < self.batch_size:
-            by_tokens = 1 << (by_tokens.bit_length() - 1)  # a power of two: few distinct shapes
-        return min(self.batch_size, by_tokens)
-
     # -- device calls
 
-    def score(self, tails: Sequence[Sequence[int]], prefix: _dec.KVCache | None) -> dict[str, np.ndarray]:
+    def score(self, tails: Sequence[Sequence[int]], prefix: _dec.KVCache | None, batch: Batch) -> dict[str, np.ndarray]:
         """Scores examples whose own tokens are ``tails`` (after the prefix, if any).
 
         Args:
-            tails: ``[n]`` token lists (each non-empty), all rows of one call.
+            tails: ``[n]`` token lists (each non-empty), the examples of one call.
             prefix: the group's prefix cache, or None.
+            batch: the call's padded shape (`plan_batches`): ``batch.rows`` examples of
+                ``batch.length`` tokens.
 
         Returns:
             Per-example arrays (see `_Runner.run_chunk`), n rows.
         """
         cp = self.cplan
-        n_var, r = cp.n_variants, cp.n_reads
+        n_var, r, t = cp.n_variants, cp.n_reads, batch.length
         rows, reads, picks_r, picks_t = [], [], [], []
         for tail in tails:
             for v in range(n_var):
@@ -323,17 +318,14 @@ class _Runner:
                 reads.append(row_reads + [row_reads[-1]] * (r - len(row_reads)))
                 picks_r.append(cp.pick_read[v])
                 picks_t.append(cp.pick_token[v])
-        t = bucket_length(max(len(x) for x in rows))
-        # A partial batch is padded to the next power of two, not to a full batch: less wasted
-        # compute, and still few shapes.
-        n_ex = min(self._rows_per_call(t), 1 << (len(tails) - 1).bit_length())
-        b = self.place.round_rows(max(len(tails), n_ex) * n_var)
-        tokens, mask = _dec.pad_batch(rows + [rows[-1]] * (b - len(rows)), side="left", length=t,
-                                      pad_id=self.pad_id)
-        lengths = np.asarray([len(x) for x in rows] + [len(rows[-1])] * (b - len(rows)))
-        read_br = np.asarray(reads + [reads[-1]] * (b - len(rows)), np.int32) + (t - lengths)[:, None]
-        pick_read = np.asarray(picks_r + [picks_r[-1]] * (b - len(rows)), np.int32)
-        pick_token = np.asarray(picks_t + [picks_t[-1]] * (b - len(rows)), np.int32)
+        # Padding rows repeat the last one (their outputs are dropped).
+        b = self.place.round_rows(batch.rows * n_var)
+        pad = b - len(rows)
+        tokens, mask = _dec.pad_batch(rows + [rows[-1]] * pad, side="left", length=t, pad_id=self.pad_id)
+        lengths = np.asarray([len(x) for x in rows] + [len(rows[-1])] * pad)
+        read_br = np.asarray(reads + [reads[-1]] * pad, np.int32) + (t - lengths)[:, None]
+        pick_read = np.asarray(picks_r + [picks_r[-1]] * pad, np.int32)
+        pick_token = np.asarray(picks_t + [picks_t[-1]] * pad, np.int32)
         put = self.place.rows
         out = score_rows(self.graphdef, self.state, put(tokens), put(mask), put(read_br.astype(np.int32)),
                          put(pick_read), put(pick_token), prefix, answer_read=cp.n_ext, topk=self.topk)
@@ -358,15 +350,15 @@ class _Runner:
             "extension_logprob": ext.astype(np.float32),
         }
 
-    def _batches(self, order: Sequence[int], lengths: Sequence[int]) -> list[list[int]]:
-        """Consecutive batches of ``order`` (sorted longest first), sized by their bucket."""
+    def _run_sorted(self, members: Sequence[int], tails: Mapping[int, Sequence[int]],
+                    prefix: _dec.KVCache | None, collect: Callable) -> None:
+        """Scores ``members`` longest first, in the calls `plan_batches` chooses."""
         extra = self.cplan.n_ext + max(len(p) for p in self.cplan.paths)
-        out, i = [], 0
-        while i < len(order):
-            n = self._rows_per_call(bucket_length(lengths[order[i]] + extra))
-            out.append(list(order[i:i + n]))
-            i += n
-        return out
+        order = sorted(members, key=lambda i: -len(tails[i]))
+        for batch in plan_batches([len(tails[i]) + extra for i in order], max_rows=self.batch_size,
+                                  max_tokens=self.max_batch_tokens, rows_per_example=self.cplan.n_variants):
+            idx = order[batch.start:batch.stop]
+            collect(idx, self.score([tails[i] for i in idx], prefix, batch))
 
     def run_chunk(self, chunk: Chunk, tk: Tokenised, progress: Progress) -> dict[str, np.ndarray]:
         """All arrays of one chunk, rows in ``chunk.members`` order."""
@@ -385,15 +377,10 @@ class _Runner:
                 flat.extend(int(i) for i in piece)
                 continue
             prefix = prefill_prefix(self.judge, seqs[0][:p], self.place)
-            tails = {int(i): tk.ids[i][p:] for i in piece}
-            order = sorted(tails, key=lambda i: -len(tails[i]))
-            for batch in self._batches(order, {i: len(tails[i]) for i in order}):
-                collect(batch, self.score([tails[i] for i in batch], prefix))
+            self._run_sorted([int(i) for i in piece], {int(i): tk.ids[i][p:] for i in piece}, prefix, collect)
             del prefix
         if flat:
-            order = sorted(flat, key=lambda i: -len(tk.ids[i]))
-            for batch in self._batches(order, {i: len(tk.ids[i]) for i in order}):
-                collect(batch, self.score([tk.ids[i] for i in batch], None))
+            self._run_sorted(flat, {i: tk.ids[i] for i in flat}, None, collect)
 
         members = chunk.members
         arrays = {k: np.stack([results[int(i)][k] for i in members]) for k in results[int(members[0])]}
@@ -562,7 +549,8 @@ def extract(
             `jaxjudge.engine.plan.tokenise`.
         mesh: a ``jax.sharding.Mesh`` with a ``data`` axis: the batch is split over it
             (and the parameters placed by the models package's rules, on a copy of the judge).
-            Under several processes it must hold only this process's devices.
+            Default: the judge's own mesh (``judge.shard``), if any. Under several processes
+            it must hold only this process's devices.
         prefix_cache: compute each shared prefix once (True) or run every prompt in full.
         context_length: the context to fit in (default the model's
             ``max_position_embeddings``).
@@ -616,6 +604,8 @@ def extract(
     mine = [c.index for c in chunks if c.index % n_proc == proc]
     todo = [c for c in mine if st is None or not st.has_chunk(c)]
 
+    if mesh is None:
+        mesh = judge.mesh
     if mesh is not None:
         if "data" not in mesh.shape:
             raise ValueError(f"mesh needs a 'data' axis, has {tuple(mesh.shape)}")
@@ -660,7 +650,9 @@ def _assemble(chunks: list[Chunk], tk: Tokenised, st: Store | None, in_memory: d
             raise StoreError(f"store {st.root if st else ''}: chunk {ch.index} holds examples {got[:3]}..., "
                              f"expected {want[:3]}...; the store does not match these prompts")
         parts.append((ch.members, arrays))
-    rows = np.concatenate([m for m, _ in parts]) if parts else np.zeros(0, np.int64)
+    if not parts:
+        raise StoreError(f"store {st.root if st else ''}: none of the {len(chunks)} chunks is available")
+    rows = np.concatenate([m for m, _ in parts])
     if missing:
         warnings.warn(f"{len(missing)} of {len(chunks)} chunks are not in the store (written by other processes "
                       "to other folders?); returning the examples of the chunks present. Merge the stores with "

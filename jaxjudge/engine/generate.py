@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from jaxjudge.engine.extract import Placement, _check_prompts, _positive_int, prefill_prefix
-from jaxjudge.engine.plan import bucket_length, plan_chunks, shared_prefix_length, tokenise
+from jaxjudge.engine.plan import plan_batches, plan_chunks, shared_prefix_length, tokenise
 from jaxjudge.engine.progress import Progress
 from jaxjudge.models import decoder as _dec
 from jaxjudge.prompts import RenderedPrompt, ScoreScale, as_tokenizer
@@ -48,13 +48,6 @@ def parse_score(text: str, scale: ScoreScale | None = None) -> float:
     if scale is not None and not (scale.lo <= value <= scale.hi):
         return math.nan
     return value
-
-
-def _rows_per_call(batch_size: int, max_batch_tokens: int, t: int) -> int:
-    by_tokens = max(1, max_batch_tokens // t)
-    if by_tokens < batch_size:
-        by_tokens = 1 << (by_tokens.bit_length() - 1)
-    return min(batch_size, by_tokens)
 
 
 def generate_scores(
@@ -107,13 +100,9 @@ def generate_scores(
 
     def run(idx: list[int], tails: dict[int, list[int]], prefix: _dec.KVCache | None, bar: Progress) -> None:
         order = sorted(idx, key=lambda i: -len(tails[i]))
-        i = 0
-        while i < len(order):
-            t = bucket_length(len(tails[order[i]]))
-            n = _rows_per_call(batch_size, max_batch_tokens, t)
-            batch = order[i:i + n]
-            i += n
-            b = place.round_rows(min(n, 1 << (len(batch) - 1).bit_length()))
+        for plan in plan_batches([len(tails[i]) for i in order], max_rows=batch_size, max_tokens=max_batch_tokens):
+            batch, t = order[plan.start:plan.stop], plan.length
+            b = place.round_rows(plan.rows)
             rows = [tails[j] for j in batch]
             rows += [rows[-1]] * (b - len(rows))
             tokens, mask = _dec.pad_batch(rows, side="left", length=t, pad_id=judge.pad_id)
@@ -206,14 +195,10 @@ def sequence_nll(
     out = np.zeros(len(texts), np.float32)
     order = sorted(range(len(texts)), key=lambda i: -len(ids[i]))
     with Progress(len(texts), enabled=progress, desc="nll") as bar:
-        i = 0
-        while i < len(order):
-            t = bucket_length(len(ids[order[i]]))
-            n = _rows_per_call(batch_size, max_batch_tokens, t)
-            batch = order[i:i + n]
-            i += n
+        for plan in plan_batches([len(ids[i]) for i in order], max_rows=batch_size, max_tokens=max_batch_tokens):
+            batch, t = order[plan.start:plan.stop], plan.length
             rows = [ids[j] for j in batch]
-            rows += [rows[-1]] * (place.round_rows(min(n, 1 << (len(batch) - 1).bit_length())) - len(rows))
+            rows += [rows[-1]] * (place.round_rows(plan.rows) - len(rows))
             tokens, mask = _dec.pad_batch(rows, side="left", length=t, pad_id=judge.pad_id)
             sums, counts = _dec.sequence_nll(judge.graphdef, judge.state, place.rows(tokens), place.rows(mask))
             sums, counts = np.asarray(sums, np.float64), np.asarray(counts)

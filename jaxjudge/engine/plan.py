@@ -14,6 +14,14 @@ sequences and at most 25 % on long ones, while an 8k context needs 28 buckets.
 slots of a shared prefix: attending to a few empty slots is nearly free, and it keeps the
 number of (prefix, suffix) shape pairs that compile small.
 
+Batches
+-------
+The rows of a call are padded to the longest row's bucket, and a partial call to a power of
+two of rows. `plan_batches` cuts a list of rows sorted by decreasing length into calls so that
+the padded work (rows x bucket, plus a fixed cost per call) is smallest: the 16 summaries of
+an article, 60 to 160 tokens long, run as one batch of 16 or as 8 + 8 with two buckets,
+whichever pads less.
+
 Prefix groups and chunks
 ------------------------
 Prompts with the same ``prefix`` text (SummEval: instructions + article, shared by the 16
@@ -28,6 +36,7 @@ other settings fills the same chunks.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -55,6 +64,8 @@ __all__ = [
     "tokenise",
     "Chunk",
     "plan_chunks",
+    "Batch",
+    "plan_batches",
 ]
 
 
@@ -422,3 +433,73 @@ def plan_chunks(group_of: np.ndarray, chunk_size: int) -> list[Chunk]:
 def shared_prefix_length(seqs: Sequence[Sequence[int]]) -> int:
     """Tokens every sequence starts with, leaving each at least one token of its own."""
     return min(common_prefix_length(seqs), min(len(s) for s in seqs) - 1)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One call: examples ``[start, stop)`` of a length-sorted list.
+
+    Attributes:
+        start, stop: the examples (positions in the sorted list).
+        rows: examples the call is padded to (>= stop - start).
+        length: T, the padded length of every row.
+    """
+
+    start: int
+    stop: int
+    rows: int
+    length: int
+
+
+def _rows_cap(length: int, max_rows: int, max_tokens: int, rows_per_example: int) -> int:
+    by_tokens = max(1, max_tokens // (length * rows_per_example))
+    if by_tokens < max_rows:
+        by_tokens = 1 << (by_tokens.bit_length() - 1)  # a power of two: few distinct shapes
+    return min(max_rows, by_tokens)
+
+
+def plan_batches(
+    lengths: Sequence[int],
+    *,
+    max_rows: int,
+    max_tokens: int,
+    rows_per_example: int = 1,
+    call_cost: int = 64,
+) -> list[Batch]:
+    """Cuts examples sorted by decreasing length into calls with the least padded work.
+
+    A call of examples ``[i, j)`` is padded to ``bucket_length(lengths[i])`` tokens and to
+    ``min(cap, next power of two >= j - i)`` examples, where the cap is ``max_rows``, lowered
+    (to a power of two) so that rows x length stays within ``max_tokens``. Its cost is
+    ``padded examples x rows_per_example x length + call_cost``; dynamic programming over the
+    cut points minimises the total.
+
+    Args:
+        lengths: ``[n]`` row lengths (tokens each example feeds), non-increasing.
+        max_rows: most examples per call.
+        max_tokens: most rows x padded length per call.
+        rows_per_example: rows each example takes (teacher-forcing variants).
+        call_cost: fixed cost of a call, in padded tokens.
+
+    Returns:
+        The calls, in order, covering every example once.
+    """
+    n = len(lengths)
+    if any(lengths[i] < lengths[i + 1] for i in range(n - 1)):
+        raise ValueError("plan_batches needs lengths sorted in decreasing order")
+    best = [0.0] * (n + 1)
+    cut: list[Batch | None] = [None] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        t = bucket_length(lengths[i])
+        cap = _rows_cap(t, max_rows, max_tokens, rows_per_example)
+        best[i] = math.inf
+        for j in range(i + 1, min(n, i + cap) + 1):
+            rows = min(cap, 1 << (j - i - 1).bit_length())
+            cost = rows * rows_per_example * t + call_cost + best[j]
+            if cost < best[i]:
+                best[i], cut[i] = cost, Batch(i, j, rows, t)
+    out, i = [], 0
+    while i < n:
+        out.append(cut[i])
+        i = cut[i].stop
+    return out
