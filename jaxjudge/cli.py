@@ -32,6 +32,21 @@ def _demo_config_path() -> Path:
     raise SystemExit("jaxjudge demo: experiments/demo.py not found (run it from the repository)")
 
 
+def _enable_compile_cache() -> None:
+    """Keep compiled XLA programs on disk: a repeated run skips most of its compile time.
+
+    ``$JAXJUDGE_XLA_CACHE`` (default ``~/.cache/jaxjudge/xla``); set it to an empty string to
+    turn the cache off.
+    """
+    folder = os.environ.get("JAXJUDGE_XLA_CACHE", str(Path.home() / ".cache" / "jaxjudge" / "xla"))
+    if not folder:
+        return
+    import jax  # noqa: PLC0415
+
+    jax.config.update("jax_compilation_cache_dir", folder)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
 def _load(spec: str, overrides: list[str]):
     from jaxjudge.report import load_config  # noqa: PLC0415
 
@@ -95,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = f"{_demo_config_path()}" + (":ci" if args.ci else "")
     else:
         spec = args.config
+    _enable_compile_cache()
     try:
         cfg = _load(spec, args.overrides)
         if args.command in ("extract", "sweep", "demo"):
