@@ -41,7 +41,8 @@ PACKAGES = ("jaxjudge", "jax", "jaxlib", "flax", "numpy", "tokenizers", "jinja2"
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Command-line options (see the module docstring)."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", type=int, default=240, help="number of pairs (default 240)")
     ap.add_argument("--aspect", default="coherence", choices=("coherence", "consistency", "fluency", "relevance"))
     ap.add_argument("--min-gap", type=float, default=1.0, help="smallest human score difference of a pair")

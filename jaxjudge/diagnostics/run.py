@@ -213,8 +213,10 @@ def _pow2_at_least(n: int) -> int:
 def _tail_bucket(n: int) -> int:
     # Suffixes after a cached prefix are short (two summaries and a question, ~150-350
     # tokens): steps of 64 up to 512 waste little compute while keeping the number of compiled
-    # (rows, length, prefix slots) shapes small; beyond, powers of two.
-    return max(64, -(-n // 64) * 64) if n <= 512 else _pow2_at_least(n)
+    # (rows, length, prefix slots) shapes small; beyond, the engine's buckets (4 per octave).
+    from jaxjudge.engine import bucket_length  # noqa: PLC0415
+
+    return max(64, -(-n // 64) * 64) if n <= 512 else bucket_length(n)
 
 
 def choice_logprobs(
@@ -254,8 +256,11 @@ def choice_logprobs(
     Returns:
       `ChoiceScores` in the order of `prompts`.
 
+    Runs on one device (a judge placed on a mesh is refused; the pairwise protocol's few
+    hundred prompts do not need more).
+
     Raises:
-      ValueError / TypeError: empty prompts, duplicate ids, bad parameters.
+      ValueError / TypeError: empty prompts, duplicate ids, bad parameters, a sharded judge.
       CandidateTokenizationError: a choice is not one token after some prompt.
       ContextOverflowError: a prompt too long under ``overflow="raise"``.
     """
@@ -276,6 +281,8 @@ def choice_logprobs(
     for name, value in (("batch_size", batch_size), ("max_batch_tokens", max_batch_tokens)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if getattr(judge, "mesh", None) is not None:
+        raise ValueError("choice_logprobs runs on one device; load the judge without a mesh")
     choice_ids = answer_token_ids(judge.tokenizer, prompts, choices)
     ctx = judge.config.max_position_embeddings if context_length is None else int(context_length)
     tk = tokenise(judge.tokenizer, prompts, limit=ctx - 1, overflow=overflow)
@@ -492,8 +499,10 @@ class PositionBiasRun:
             rows.append({
                 "pair": k, "document": str(p.group[k]), "first_id": str(p.first_id[k]),
                 "second_id": str(p.second_id[k]), "human_pref": int(p.human_pref[k]), "gap": float(p.gap[k]),
-                "logp_forward_A": float(self.forward.logprobs[k, 0]), "logp_forward_B": float(self.forward.logprobs[k, 1]),
-                "logp_swapped_A": float(self.swapped.logprobs[k, 0]), "logp_swapped_B": float(self.swapped.logprobs[k, 1]),
+                "logp_forward_A": float(self.forward.logprobs[k, 0]),
+                "logp_forward_B": float(self.forward.logprobs[k, 1]),
+                "logp_swapped_A": float(self.swapped.logprobs[k, 0]),
+                "logp_swapped_B": float(self.swapped.logprobs[k, 1]),
                 "verdict_forward": int(b.verdict_forward[k]), "verdict_swapped": int(b.verdict_swapped[k]),
                 "combined": int(b.combined[k]), "prob_first": float(b.prob_first[k]),
             })
