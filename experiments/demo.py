@@ -14,15 +14,19 @@ Run:
     jaxjudge demo                          # this config
     jaxjudge sweep experiments/demo.py     # the same through the generic path
     jaxjudge sweep experiments/demo.py:ci  # coherence, ranges 1-5 and 3-7 (CI smoke test)
+    jaxjudge sweep experiments/demo.py:all # all four SummEval aspects (about four times longer)
+
+The default judges coherence only, so that the main job stays within about ten minutes on a
+2-core CPU; ``:all`` adds consistency, fluency and relevance.
 """
 
 from jaxjudge.report.config import SMOLLM2, ExperimentConfig, TaskSpec
 
 
 def get_config(arg: str | None = None) -> ExperimentConfig:
-    if arg not in (None, "ci"):
-        raise ValueError(f"demo: unknown argument {arg!r}; use 'ci'")
-    aspects = ("coherence",) if arg == "ci" else ("coherence", "consistency", "fluency", "relevance")
+    if arg not in (None, "ci", "all"):
+        raise ValueError(f"demo: unknown argument {arg!r}; use 'ci' or 'all'")
+    aspects = ("coherence", "consistency", "fluency", "relevance") if arg == "all" else ("coherence",)
     return ExperimentConfig(
         name="demo",
         description="SmolLM2-135M on the bundled SummEval subset: score-range bias and every one-model debiasing method.",
