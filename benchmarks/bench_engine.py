@@ -27,8 +27,8 @@ One run (2 CPU cores shared with other jobs, load average 4-5 throughout; 160 pr
 prompt tokens, mean 711): torch 929.8 s (122 tokens/s); jaxjudge 141.1 s (806 tokens/s,
 6.59x torch; first pass with compilation 244.6 s); jaxjudge without the prefix cache 585.1 s
 (194 tokens/s, 1.59x; first pass 573.1 s). Largest log-probability difference to torch
-4.4e-05. Torch's threads suffer more from a loaded machine than XLA's, so on an idle machine
-expect smaller ratios.
+4.4e-05. Torch's OpenMP threads may suffer more from a loaded machine than XLA's, so on an idle
+machine the ratios may be smaller.
 """
 
 from __future__ import annotations
