@@ -21,12 +21,9 @@ same command gives the same pairs.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import importlib.metadata
 import os
 import platform
 import shlex
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -34,9 +31,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from jaxjudge.report.config import file_sha256
+from jaxjudge.report.run import git_commit, package_versions
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "summeval"
-PACKAGES = ("jaxjudge", "jax", "jaxlib", "flax", "numpy", "tokenizers", "jinja2", "gguf")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -60,36 +59,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for name in PACKAGES:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def _git() -> dict[str, Any] | None:
-    try:
-        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if head.returncode != 0:
-        return None
-    return {"commit": head.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
-
-
 def load_examples(data: str) -> tuple[list, dict[str, Any]]:
     """SummEval examples and a description of where they came from (files and their sha256)."""
     from jaxjudge.data import load_summeval, load_summeval_subset  # noqa: PLC0415
@@ -105,7 +74,7 @@ def load_examples(data: str) -> tuple[list, dict[str, Any]]:
             raise FileNotFoundError(f"--data: SummEval folder not found: {data}")
         examples = load_summeval(folder)
         name = "SummEval (../shared/data/summeval)" if folder.resolve() == DEFAULT_DATA.resolve() else str(data)
-    files = {p.name: _sha256(p) for p in sorted(folder.glob("*.jsonl"))}
+    files = {p.name: file_sha256(p) for p in sorted(folder.glob("*.jsonl"))}
     return examples, {"name": name, "n_summaries": len(examples), "files_sha256": files}
 
 
@@ -138,12 +107,12 @@ def main(argv: Sequence[str] | None = None):
         "model": {"file": Path(judge.source).name if judge.source else None, "sha256": judge.sha256,
                   "dtype": jax.numpy.dtype(judge.dtype).name},
         "data": data_info,
-        "packages": _versions(),
+        "packages": package_versions(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "jax_backend": jax.default_backend(),
         "jax_devices": len(jax.devices()),
-        "git": _git(),
+        "git": git_commit(),
         "seconds": {"model_load": round(t_load, 2), "run": round(t_run, 2), "scoring": round(run.seconds, 2)},
     }
     paths = write_position_bias(run, args.out, meta)

@@ -264,20 +264,12 @@ def choice_logprobs(
       CandidateTokenizationError: a choice is not one token after some prompt.
       ContextOverflowError: a prompt too long under ``overflow="raise"``.
     """
-    from jaxjudge.engine import Placement, prefill_prefix, score_rows, tokenise  # noqa: PLC0415
+    from jaxjudge.engine.extract import Placement, check_prompts, prefill_prefix, score_rows  # noqa: PLC0415
+    from jaxjudge.engine.plan import tokenise  # noqa: PLC0415
     from jaxjudge.models.decoder import pad_batch  # noqa: PLC0415
-    from jaxjudge.prompts import RenderedPrompt, common_prefix_length  # noqa: PLC0415
+    from jaxjudge.prompts import common_prefix_length  # noqa: PLC0415
 
-    prompts = list(prompts)
-    if not prompts:
-        raise ValueError("prompts is empty: nothing to score")
-    seen: set[str] = set()
-    for i, p in enumerate(prompts):
-        if not isinstance(p, RenderedPrompt):
-            raise TypeError(f"prompts[{i}] is a {type(p).__name__}, not a jaxjudge.prompts.RenderedPrompt")
-        if p.example_id in seen:
-            raise ValueError(f"prompts[{i}]: duplicate example id {p.example_id!r}")
-        seen.add(p.example_id)
+    prompts = check_prompts(prompts)
     for name, value in (("batch_size", batch_size), ("max_batch_tokens", max_batch_tokens)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")

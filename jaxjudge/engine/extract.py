@@ -486,7 +486,7 @@ def _barrier(name: str) -> None:
 # ------------------------------------------------------------------------------ entry point
 
 
-def _check_prompts(prompts: Any) -> list[RenderedPrompt]:
+def check_prompts(prompts: Any) -> list[RenderedPrompt]:
     if isinstance(prompts, (str, RenderedPrompt)):
         raise TypeError("prompts must be a sequence of RenderedPrompt, not a single prompt")
     prompts = list(prompts)
@@ -570,7 +570,7 @@ def extract(
         CandidateTokenizationError: a candidate with no token sequence of its own after a
             prompt (the message names the value and the example).
     """
-    prompts = _check_prompts(prompts)
+    prompts = check_prompts(prompts)
     batch_size = _positive_int("batch_size", batch_size)
     chunk_size = _positive_int("chunk_size", chunk_size)
     topk = _positive_int("topk", topk)

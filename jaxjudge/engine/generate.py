@@ -20,7 +20,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxjudge.engine.extract import Placement, _check_prompts, _positive_int, prefill_prefix
+from jaxjudge.engine.extract import Placement, check_prompts, _positive_int, prefill_prefix
 from jaxjudge.engine.plan import plan_batches, plan_chunks, shared_prefix_length, tokenise
 from jaxjudge.engine.progress import Progress
 from jaxjudge.models import decoder as _dec
@@ -84,7 +84,7 @@ def generate_scores(
     Returns:
         ``(texts [N], parsed [N] float64 with NaN for parse failures, n_failures)``.
     """
-    prompts = _check_prompts(prompts)
+    prompts = check_prompts(prompts)
     if not isinstance(scale, ScoreScale):
         raise TypeError(f"scale must be a ScoreScale, got {type(scale).__name__}")
     max_new_tokens = _positive_int("max_new_tokens", max_new_tokens)

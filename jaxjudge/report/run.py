@@ -69,7 +69,7 @@ def command_line(argv: Sequence[str] | None = None) -> str:
     return shlex.join([prog, *args])
 
 
-def _versions() -> dict[str, str | None]:
+def package_versions() -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
@@ -79,7 +79,7 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
-def _git_commit() -> dict[str, Any] | None:
+def git_commit() -> dict[str, Any] | None:
     repo = Path(__file__).resolve().parents[2]
     if not (repo / ".git").exists():
         return None
@@ -170,10 +170,10 @@ def collect_metadata(
         "config": C.config_to_dict(cfg),
         "models": {m.name: _model_entry(m, hash_files) for m in cfg.models},
         "data": _data_entries(cfg, hash_files),
-        "packages": _versions(),
+        "packages": package_versions(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "git": _git_commit(),
+        "git": git_commit(),
     }
     try:
         import jax  # noqa: PLC0415
