@@ -184,70 +184,70 @@ class Attention(nnx.Module):
         sin_bth: jax.Array,
         own: "_Segment",
         prefix: "_Segment | None",
-        q_slot_bt: jax.Array,
         q_pos_bt: jax.Array,
-        cache_k_bskh: jax.Array | None = None,
-        cache_v_bskh: jax.Array | None = None,
-        cache_start: jax.Array | None = None,
+        past: "_Segment | None" = None,
     ) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """Attends from the new tokens to the prefix and to the own segment.
+        """Attends from the new tokens to the prefix, the cached past and themselves.
 
         Args:
             x_btd: normalised hidden states of the new tokens [B, T, D].
             cos_bth, sin_bth: rotary tables of the new tokens [B, T, H].
-            own: validity and positions of the own slots [B, S], this call's tokens included
-                (S = T without a cache).
+            own: validity and positions of the new tokens themselves [B, T] (causal).
             prefix: a read-only batch-1 segment with keys/values [P, K, H], or None.
-            q_slot_bt: slot index of each query among the own slots [B, T].
             q_pos_bt: rotary position of each query [B, T].
-            cache_k_bskh, cache_v_bskh: this layer's cache [B, S, K, H], or None.
-            cache_start: slot where this call's tokens are written in the cache [].
+            past: this layer's cache before this call, keys/values [B, S, K, H], its
+                validity and positions [B, S] (every valid slot precedes the new tokens), or
+                None.
 
         Returns:
-            (output [B, T, D], own keys [B, S, K, H], own values [B, S, K, H]); with a cache
-            these are the updated cache layer.
+            (output [B, T, D], keys [B, T, K, H], values [B, T, K, H] of the new tokens, for
+            the caller to write into the cache).
         """
         b, t, _ = x_btd.shape
         q_btnh = _rotate(self.q_proj(x_btd), cos_bth, sin_bth)
         k_btkh = _rotate(self.k_proj(x_btd), cos_bth, sin_bth)
         v_btkh = self.v_proj(x_btd)
-        if cache_k_bskh is None:
-            k_bskh, v_bskh = k_btkh, v_btkh
-        else:
-            at = (0, cache_start, 0, 0)
-            k_bskh = jax.lax.dynamic_update_slice(cache_k_bskh, k_btkh.astype(cache_k_bskh.dtype), at)
-            v_bskh = jax.lax.dynamic_update_slice(cache_v_bskh, v_btkh.astype(cache_v_bskh.dtype), at)
-        kv = k_bskh.shape[2]
+        kv = k_btkh.shape[2]
         # Query head n reads K/V head n // G, the grouping of transformers' repeat_kv.
         q_btkgh = q_btnh.reshape(b, t, kv, self.num_groups, q_btnh.shape[-1])
 
-        s_own = k_bskh.shape[1]
-        own_slots_s = jnp.arange(s_own)
-        allowed_bts = own.valid_bs[:, None, :] & (own_slots_s[None, None, :] <= q_slot_bt[:, :, None])
-        if self.window is not None:
-            allowed_bts &= (q_pos_bt[:, :, None] - own.positions_bs[:, None, :]) < self.window
-        scores_bkgts = jnp.einsum("BTKGH,BSKH->BKGTS", q_btkgh, k_bskh.astype(self.dtype),
-                                  preferred_element_type=jnp.float32) * self.scaling
-        scores_bkgts = jnp.where(allowed_bts[:, None, None], scores_bkgts, _MASK_VALUE)
+        def window(allowed_bts, positions_bs):
+            if self.window is None:
+                return allowed_bts
+            return allowed_bts & ((q_pos_bt[:, :, None] - positions_bs[:, None, :]) < self.window)
 
+        # Segments in slot order (prefix, past, own): their scores, then their values.
+        scores, values = [], []
         if prefix is not None:
-            allowed_btp = jnp.broadcast_to(prefix.valid_bs[:, None, :], (b, t, prefix.valid_bs.shape[1]))
-            if self.window is not None:
-                allowed_btp &= (q_pos_bt[:, :, None] - prefix.positions_bs[:, None, :]) < self.window
-            scores_bkgtp = jnp.einsum("BTKGH,PKH->BKGTP", q_btkgh, prefix.k_pkh.astype(self.dtype),
-                                      preferred_element_type=jnp.float32) * self.scaling
-            scores_bkgtp = jnp.where(allowed_btp[:, None, None], scores_bkgtp, _MASK_VALUE)
-            scores_bkgts = jnp.concatenate([scores_bkgtp, scores_bkgts], axis=-1)
+            allowed = window(jnp.broadcast_to(prefix.valid_bs[:, None, :], (b, t, prefix.valid_bs.shape[1])),
+                             prefix.positions_bs)
+            s_bkgtp = jnp.einsum("BTKGH,PKH->BKGTP", q_btkgh, prefix.k_pkh.astype(self.dtype),
+                                 preferred_element_type=jnp.float32) * self.scaling
+            scores.append(jnp.where(allowed[:, None, None], s_bkgtp, _MASK_VALUE))
+            values.append(("BKGTP,PKH->BTKGH", prefix.v_pkh))
+        if past is not None:
+            allowed = window(jnp.broadcast_to(past.valid_bs[:, None, :], (b, t, past.valid_bs.shape[1])),
+                             past.positions_bs)
+            s_bkgts = jnp.einsum("BTKGH,BSKH->BKGTS", q_btkgh, past.k_pkh.astype(self.dtype),
+                                 preferred_element_type=jnp.float32) * self.scaling
+            scores.append(jnp.where(allowed[:, None, None], s_bkgts, _MASK_VALUE))
+            values.append(("BKGTS,BSKH->BTKGH", past.v_pkh))
+        causal_tt = jnp.arange(t)[None, :] <= jnp.arange(t)[:, None]
+        allowed = window(own.valid_bs[:, None, :] & causal_tt[None], own.positions_bs)
+        s_bkgtu = jnp.einsum("BTKGH,BUKH->BKGTU", q_btkgh, k_btkh,
+                             preferred_element_type=jnp.float32) * self.scaling
+        scores.append(jnp.where(allowed[:, None, None], s_bkgtu, _MASK_VALUE))
+        values.append(("BKGTU,BUKH->BTKGH", v_btkh))
 
-        probs = jax.nn.softmax(scores_bkgts, axis=-1).astype(self.dtype)
-        if prefix is not None:
-            p = prefix.k_pkh.shape[0]
-            out_btkgh = jnp.einsum("BKGTP,PKH->BTKGH", probs[..., :p], prefix.v_pkh.astype(self.dtype))
-            out_btkgh += jnp.einsum("BKGTS,BSKH->BTKGH", probs[..., p:], v_bskh.astype(self.dtype))
-        else:
-            out_btkgh = jnp.einsum("BKGTS,BSKH->BTKGH", probs, v_bskh.astype(self.dtype))
+        probs = jax.nn.softmax(jnp.concatenate(scores, axis=-1), axis=-1).astype(self.dtype)
+        out_btkgh, start = None, 0
+        for sc, (spec, v) in zip(scores, values):
+            width = sc.shape[-1]
+            part = jnp.einsum(spec, probs[..., start:start + width], v.astype(self.dtype))
+            out_btkgh = part if out_btkgh is None else out_btkgh + part
+            start += width
         out_btnh = out_btkgh.reshape(b, t, -1, out_btkgh.shape[-1])
-        return self.o_proj(out_btnh), k_bskh, v_bskh
+        return self.o_proj(out_btnh), k_btkh, v_btkh
 
 
 class MLP(nnx.Module):
@@ -417,39 +417,38 @@ class Decoder(nnx.Module):
         pre = None
         if prefix is not None:
             pre = dict(valid_bs=prefix.valid[:1], positions_bs=prefix.positions[:1])
+        own = _Segment(valid_bs=mask_bt, positions_bs=positions_bt)
 
-        if cache is None:
-            own = _Segment(valid_bs=mask_bt, positions_bs=positions_bt)
-            q_slot_bt = jnp.broadcast_to(jnp.arange(t)[None], (b, t))
-            new_cache = None
-        else:
-            start = cache.length
-            valid_bs = jax.lax.dynamic_update_slice(cache.valid, mask_bt, (0, start))
-            pos_bs = jax.lax.dynamic_update_slice(cache.positions, positions_bt, (0, start))
-            own = _Segment(valid_bs=valid_bs, positions_bs=pos_bs)
-            q_slot_bt = jnp.broadcast_to(start + jnp.arange(t)[None], (b, t))
-            new_k, new_v = cache.k, cache.v
-
+        # The cache is read per layer as it was before this call, and the new tokens' keys and
+        # values are written into it once, after the last layer: per-layer writes into the
+        # stacked [L, B, S, K, H] buffer made XLA copy the whole buffer once per layer.
+        new_k, new_v = [], []
         for i, layer in enumerate(self.layers):
             seg_pre = None
             if prefix is not None:
                 seg_pre = _Segment(k_pkh=prefix.k[i, 0], v_pkh=prefix.v[i, 0], **pre)
-            layer_cache = {}
+            past = None
             if cache is not None:
-                layer_cache = dict(cache_k_bskh=new_k[i], cache_v_bskh=new_v[i],
-                                   cache_start=cache.length)
+                past = _Segment(valid_bs=cache.valid, positions_bs=cache.positions, k_pkh=cache.k[i],
+                                v_pkh=cache.v[i])
             h_btd = layer.input_layernorm(x_btd)
-            attn_btd, k_bskh, v_bskh = layer.self_attn(
-                h_btd, cos_bth, sin_bth, own, seg_pre, q_slot_bt, positions_bt, **layer_cache)
+            attn_btd, k_btkh, v_btkh = layer.self_attn(h_btd, cos_bth, sin_bth, own, seg_pre, positions_bt, past)
             x_btd = x_btd + attn_btd
             x_btd = x_btd + layer.mlp(layer.post_attention_layernorm(x_btd))
             if cache is not None:
-                new_k = new_k.at[i].set(k_bskh)
-                new_v = new_v.at[i].set(v_bskh)
+                new_k.append(k_btkh.astype(cache.k.dtype))
+                new_v.append(v_btkh.astype(cache.v.dtype))
 
+        new_cache = None
         if cache is not None:
-            new_cache = KVCache(k=new_k, v=new_v, positions=own.positions_bs, valid=own.valid_bs,
-                                length=cache.length + t)
+            start = cache.length
+            new_cache = KVCache(
+                k=jax.lax.dynamic_update_slice(cache.k, jnp.stack(new_k), (0, 0, start, 0, 0)),
+                v=jax.lax.dynamic_update_slice(cache.v, jnp.stack(new_v), (0, 0, start, 0, 0)),
+                positions=jax.lax.dynamic_update_slice(cache.positions, positions_bt, (0, start)),
+                valid=jax.lax.dynamic_update_slice(cache.valid, mask_bt, (0, start)),
+                length=cache.length + t,
+            )
         return self.norm(x_btd), new_cache
 
     def head(self, h_brd: jax.Array) -> jax.Array:
@@ -592,8 +591,9 @@ def generate(
     Step g samples token g from the current logits (greedy when ``temperature == 0``; else from
     ``softmax(logits / temperature)`` restricted to the ``top_k`` largest, row b with key
     ``sample_key(key, g, b)``), then feeds it through the cache at the next position of its row.
-    After a row emits a token in ``eos_ids`` it keeps running but its later tokens are
-    reported as ``pad_id``.
+    After a row emits a token in ``eos_ids`` its later tokens are reported as ``pad_id``; the
+    loop stops as soon as every row has ended (a ``while_loop``, so short replies cost only the
+    steps they take).
 
     Args:
         graphdef, state: ``nnx.split(decoder)``.
@@ -615,27 +615,36 @@ def generate(
     b = logits_bv.shape[0]
     eos = jnp.asarray(eos_ids if eos_ids else (-1,), jnp.int32)
 
-    def step(carry, g):
-        logits_bv, cache, done_b, lengths_b = carry
+    def step(logits_bv, done_b, lengths_b, g):
         tok_b = _sample(logits_bv, key, g, temperature, top_k)
         out_b = jnp.where(done_b, pad_id, tok_b)
         lengths_b = lengths_b + (~done_b).astype(jnp.int32)
         done_b = done_b | jnp.isin(tok_b, eos)
-        return (logits_bv, cache, done_b, lengths_b), (tok_b, out_b)
+        return tok_b, out_b, done_b, lengths_b
 
-    def step_and_feed(carry, g):
-        (logits_bv, cache, done_b, lengths_b), (tok_b, out_b) = step(carry, g)
+    def body(carry):
+        g, logits_bv, cache, done_b, lengths_b, out_bg = carry
+        tok_b, out_b, done_b, lengths_b = step(logits_bv, done_b, lengths_b, g)
+        out_bg = jax.lax.dynamic_update_slice(out_bg, out_b[:, None], (0, g))
         mask_b1 = jnp.ones((b, 1), bool)
         pos_b1 = default_positions(mask_b1, cache, prefix)
         logits_b1v, cache = model(tok_b[:, None], pos_b1, mask_b1, jnp.zeros((b, 1), jnp.int32),
                                   cache, prefix)
-        return (logits_b1v[:, 0], cache, done_b, lengths_b), out_b
+        return g + 1, logits_b1v[:, 0].astype(jnp.float32), cache, done_b, lengths_b, out_bg
 
-    carry = (logits_bv.astype(jnp.float32), cache, jnp.zeros((b,), bool), jnp.zeros((b,), jnp.int32))
-    carry, outs_gb = jax.lax.scan(step_and_feed, carry, jnp.arange(max_new_tokens - 1))
-    carry, (_, last_b) = step(carry, jnp.asarray(max_new_tokens - 1))
-    tokens_bg = jnp.concatenate([outs_gb.T, last_b[:, None]], axis=1)
-    return tokens_bg, carry[3], carry[1]
+    def more(carry):
+        g, done_b = carry[0], carry[3]
+        return (g < max_new_tokens - 1) & ~jnp.all(done_b)
+
+    out_bg = jnp.full((b, max_new_tokens), pad_id, jnp.int32)
+    carry = (jnp.asarray(0, jnp.int32), logits_bv.astype(jnp.float32), cache, jnp.zeros((b,), bool),
+             jnp.zeros((b,), jnp.int32), out_bg)
+    g, logits_bv, cache, done_b, lengths_b, out_bg = jax.lax.while_loop(more, body, carry)
+    # The last token needs no forward pass (nothing reads its logits); an early stop leaves
+    # every row ended, and the step below then writes only padding.
+    _, out_b, done_b, lengths_b = step(logits_bv, done_b, lengths_b, g)
+    out_bg = jax.lax.dynamic_update_slice(out_bg, out_b[:, None].astype(jnp.int32), (0, g))
+    return out_bg, lengths_b, cache
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "chunk"))
@@ -666,11 +675,29 @@ def sequence_nll(
     mask_bt = mask_bt.astype(bool)
     positions_bt = default_positions(mask_bt)
     h_btd, _ = model.trunk(tokens_bt, positions_bt, mask_bt)
-    b, t, d = h_btd.shape
+    b, t = tokens_bt.shape
     # Slot j predicts the next real token after it; with padding only on the sides and
     # contiguous real tokens, that is slot j + 1 whenever both are real.
     target_bt = jnp.concatenate([tokens_bt[:, 1:], jnp.zeros((b, 1), tokens_bt.dtype)], axis=1)
     use_bt = mask_bt & jnp.concatenate([mask_bt[:, 1:], jnp.zeros((b, 1), bool)], axis=1)
+    return next_token_nll(model, h_btd, target_bt, use_bt, chunk=chunk), jnp.sum(use_bt, axis=1).astype(jnp.int32)
+
+
+def next_token_nll(model: "Decoder", h_btd: jax.Array, target_bt: jax.Array, use_bt: jax.Array, *,
+                   chunk: int = 128) -> jax.Array:
+    """Summed ``-log p(target | slot)`` over the slots where ``use_bt`` is True [B] float32.
+
+    The output head runs over ``chunk`` slots at a time, so at most a [B, chunk, V] block of
+    logits exists at once (traceable; call it inside a jitted function).
+
+    Args:
+        model: the decoder (for its head).
+        h_btd: final-normed hidden states [B, T, D].
+        target_bt: the token each slot predicts [B, T] int.
+        use_bt: which slots count [B, T] bool.
+        chunk: slots per head evaluation.
+    """
+    b, t, d = h_btd.shape
     n_chunks = -(-t // chunk)
     pad = n_chunks * chunk - t
     h_cbkd = jnp.pad(h_btd, ((0, 0), (0, pad), (0, 0))).reshape(b, n_chunks, chunk, d).swapaxes(0, 1)
@@ -684,8 +711,7 @@ def sequence_nll(
         picked_bk = jnp.take_along_axis(logits_bkv, tgt_bk[..., None], axis=-1)[..., 0]
         return jnp.sum(jnp.where(use_bk, logz_bk - picked_bk, 0.0), axis=1)
 
-    nll_cb = jax.lax.map(chunk_nll, (h_cbkd, tgt_cbk, use_cbk))
-    return jnp.sum(nll_cb, axis=0), jnp.sum(use_bt, axis=1).astype(jnp.int32)
+    return jnp.sum(jax.lax.map(chunk_nll, (h_cbkd, tgt_cbk, use_cbk)), axis=0)
 
 
 # ------------------------------------------------------------------------------- host helpers
