@@ -546,6 +546,36 @@ def test_sequence_nll_matches_full_forward(judge):
         np.testing.assert_allclose(got[i], want, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize(("which", "scale", "prefix_cache"),
+                         [("merged", ScoreScale(1, 5), True), ("unmerged", ScoreScale(1, 10), True),
+                          ("merged", ScoreScale(1, 10), False)], ids=["1-5", "1-10-forced", "1-10-noprefix"])
+def test_extract_prompt_nll_equals_sequence_nll(judge, judge_unmerged, which, scale, prefix_cache):
+    """The one-pass NLL (prefix part once per group + each tail) equals a separate full pass."""
+    j = judge if which == "merged" else judge_unmerged
+    prompts = make_prompts(seed=3)
+    out = engine.extract(j, prompts, scale, batch_size=3, progress=False, prefix_cache=prefix_cache,
+                         min_prefix_tokens=4, prompt_nll=True)
+    plain = engine.extract(j, prompts, scale, batch_size=3, progress=False, prefix_cache=prefix_cache,
+                           min_prefix_tokens=4)
+    assert out.prompt_nll.shape == (len(prompts),) and out.prompt_nll.dtype == np.float32
+    np.testing.assert_allclose(out.prompt_nll, engine.sequence_nll(j, prompts), atol=2e-5, rtol=0)
+    # Asking for the NLL changes nothing else.
+    np.testing.assert_allclose(out.cand_logprobs, plain.cand_logprobs, atol=2e-5, rtol=0)
+    assert plain.prompt_nll is None and "prompt_nll" not in plain.arrays()
+
+
+def test_extract_prompt_nll_roundtrips_through_the_store(judge, tmp_path):
+    prompts = make_prompts(seed=4)
+    kw = dict(batch_size=4, progress=False, min_prefix_tokens=4, chunk_size=6)
+    first = engine.extract(judge, prompts, ScoreScale(1, 5), store=tmp_path / "s", prompt_nll=True, **kw)
+    again = engine.extract(judge, prompts, ScoreScale(1, 5), store=tmp_path / "s", prompt_nll=True, **kw)
+    assert again.computed_chunks == () and np.array_equal(first.prompt_nll, again.prompt_nll)
+    np.testing.assert_array_equal(first.take([2, 0]).prompt_nll, first.prompt_nll[[2, 0]])
+    # A store written without the NLL is a different store: it is not reused for a request with it.
+    with pytest.raises(Exception, match="key"):
+        engine.extract(judge, prompts, ScoreScale(1, 5), store=tmp_path / "s", **kw)
+
+
 # ------------------------------------------------------------------------------ SmolLM2 on SummEval
 
 

@@ -119,6 +119,9 @@ class Extraction:
             text ``separator + label``.
         candidates: the `ScoreCandidates` the columns of ``cand_logprobs`` refer to.
         computed_chunks: chunks computed by this call (the others came from the store).
+        prompt_nll: ``[N]`` float32, each prompt's mean per-token negative log-likelihood
+            (its log-perplexity; every token after the first is predicted), when `extract` was
+            asked for it (``prompt_nll=True``), else None.
     """
 
     example_ids: list[str]
@@ -133,6 +136,7 @@ class Extraction:
     extension_logprob: np.ndarray
     candidates: ScoreCandidates | None = None
     computed_chunks: tuple[int, ...] = ()
+    prompt_nll: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.example_ids)
@@ -153,6 +157,8 @@ class Extraction:
         """All per-example arrays, ``example_ids`` as a unicode array (the store's format)."""
         out = {"example_ids": np.asarray(self.example_ids, dtype=str)}
         out.update({name: getattr(self, name) for name in ARRAY_FIELDS})
+        if self.prompt_nll is not None:
+            out["prompt_nll"] = self.prompt_nll
         return out
 
     @classmethod
@@ -162,15 +168,18 @@ class Extraction:
         missing = [f for f in ("example_ids", *ARRAY_FIELDS) if f not in arrays]
         if missing:
             raise KeyError(f"arrays lack {missing}")
+        nll = arrays.get("prompt_nll")
         return cls(example_ids=[str(x) for x in arrays["example_ids"]],
                    **{f: np.asarray(arrays[f]) for f in ARRAY_FIELDS},
-                   candidates=candidates, computed_chunks=tuple(computed_chunks))
+                   candidates=candidates, computed_chunks=tuple(computed_chunks),
+                   prompt_nll=None if nll is None else np.asarray(nll))
 
     def take(self, index: Sequence[int] | np.ndarray) -> "Extraction":
         """The rows ``index`` (in that order)."""
         index = np.asarray(index, np.int64)
         return dataclasses.replace(self, example_ids=[self.example_ids[i] for i in index],
-                                   **{f: getattr(self, f)[index] for f in ARRAY_FIELDS})
+                                   **{f: getattr(self, f)[index] for f in ARRAY_FIELDS},
+                                   prompt_nll=None if self.prompt_nll is None else self.prompt_nll[index])
 
 
 # ------------------------------------------------------------------------------ device code
@@ -186,6 +195,7 @@ def score_rows(
     pick_read_bm: jax.Array,
     pick_token_bm: jax.Array,
     prefix: _dec.KVCache | None = None,
+    nll_use_bt: jax.Array | None = None,
     *,
     answer_read: int,
     topk: int,
@@ -200,16 +210,26 @@ def score_rows(
         pick_read_bm: [B, M] int32, which read each picked log-probability comes from.
         pick_token_bm: [B, M] int32, the token it is the log-probability of.
         prefix: optional batch-1 KV cache of the shared prefix.
+        nll_use_bt: optional [B, T] bool: the slots whose next token's negative log-likelihood
+            is summed per row (slot j predicts token j + 1); None skips it.
         answer_read: the read (in [0, R)) at the answer position (static).
         topk: k (static).
 
     Returns:
         ``picked [B, M]`` log-probabilities, ``log_normaliser [B]``, ``greedy [B]`` int32,
-        ``topk_logprobs [B, k]``, ``topk_ids [B, k]`` int32 (the last four at the answer read).
+        ``topk_logprobs [B, k]``, ``topk_ids [B, k]`` int32 (the last four at the answer read),
+        and with ``nll_use_bt`` the summed NLL ``[B]`` float32 as a sixth output.
     """
     model = nnx.merge(graphdef, state)
     positions_bt = _dec.default_positions(mask_bt, None, prefix)
-    logits_brv, _ = model(tokens_bt, positions_bt, mask_bt, read_br, None, prefix)
+    nll_b = None
+    if nll_use_bt is None:
+        logits_brv, _ = model(tokens_bt, positions_bt, mask_bt, read_br, None, prefix)
+    else:
+        h_btd, _ = model.trunk(tokens_bt, positions_bt, mask_bt, None, prefix)
+        logits_brv = model.head(jnp.take_along_axis(h_btd, read_br.astype(jnp.int32)[..., None], axis=1))
+        target_bt = jnp.concatenate([tokens_bt[:, 1:], jnp.zeros_like(tokens_bt[:, :1])], axis=1)
+        nll_b = _dec.next_token_nll(model, h_btd, target_bt, nll_use_bt.astype(bool))
     logz_br = jax.nn.logsumexp(logits_brv, axis=-1)
     rows_b1 = jnp.arange(logits_brv.shape[0])[:, None]
     picked_bm = logits_brv[rows_b1, pick_read_bm, pick_token_bm] - logz_br[rows_b1, pick_read_bm]
@@ -217,7 +237,22 @@ def score_rows(
     logz_b = logz_br[:, answer_read]
     top_bk, top_ids_bk = jax.lax.top_k(answer_bv, topk)
     greedy_b = jnp.argmax(answer_bv, axis=-1).astype(jnp.int32)
-    return picked_bm, logz_b, greedy_b, top_bk - logz_b[:, None], top_ids_bk.astype(jnp.int32)
+    out = (picked_bm, logz_b, greedy_b, top_bk - logz_b[:, None], top_ids_bk.astype(jnp.int32))
+    return out if nll_b is None else (*out, nll_b)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef",))
+def _prefix_nll(graphdef: nnx.GraphDef, state: nnx.State, tokens_bt: jax.Array, mask_bt: jax.Array):
+    """A right-padded batch-1 prefix: its summed NLL (tokens after the first) and the
+    log-probabilities [V] of the token after its last real token."""
+    model = nnx.merge(graphdef, state)
+    mask_bt = mask_bt.astype(bool)
+    h_btd, _ = model.trunk(tokens_bt, _dec.default_positions(mask_bt), mask_bt)
+    target_bt = jnp.concatenate([tokens_bt[:, 1:], jnp.zeros_like(tokens_bt[:, :1])], axis=1)
+    use_bt = mask_bt & jnp.concatenate([mask_bt[:, 1:], jnp.zeros_like(mask_bt[:, :1])], axis=1)
+    last = jnp.sum(mask_bt[0]) - 1
+    logits_v = model.head(h_btd[:, last][:, None])[0, 0]
+    return _dec.next_token_nll(model, h_btd, target_bt, use_bt)[0], jax.nn.log_softmax(logits_v)
 
 
 class Placement:
@@ -278,8 +313,9 @@ class _Runner:
     """Runs the plan on the device(s): prefill of shared prefixes, batched scoring of rows."""
 
     def __init__(self, judge: Any, cplan: CandidatePlan, *, batch_size: int, max_batch_tokens: int,
-                 topk: int, mesh: Any, prefix_cache: bool, min_prefix_tokens: int):
+                 topk: int, mesh: Any, prefix_cache: bool, min_prefix_tokens: int, nll: bool = False):
         self.judge = judge
+        self.nll = nll
         self.cfg = judge.config
         self.graphdef, self.state = judge.graphdef, judge.state
         self.cplan = cplan
@@ -308,11 +344,12 @@ class _Runner:
         """
         cp = self.cplan
         n_var, r, t = cp.n_variants, cp.n_reads, batch.length
-        rows, reads, picks_r, picks_t = [], [], [], []
+        rows, reads, picks_r, picks_t, tail_lens = [], [], [], [], []
         for tail in tails:
             for v in range(n_var):
                 cont = cp.continuation(v)
                 rows.append(list(tail) + cont)
+                tail_lens.append(len(tail))
                 start = len(tail) - 1
                 row_reads = [start + j for j in range(len(cont) + 1)]
                 reads.append(row_reads + [row_reads[-1]] * (r - len(row_reads)))
@@ -327,11 +364,21 @@ class _Runner:
         pick_read = np.asarray(picks_r + [picks_r[-1]] * pad, np.int32)
         pick_token = np.asarray(picks_t + [picks_t[-1]] * pad, np.int32)
         put = self.place.rows
+        nll_use = None
+        if self.nll:
+            # Slots whose next token is a prompt token of the row (not a candidate token).
+            off = t - lengths
+            tl = np.asarray(tail_lens + [tail_lens[-1]] * pad)
+            slots = np.arange(t)[None, :]
+            nll_use = put((slots >= off[:, None]) & (slots < (off + tl - 1)[:, None]))
         out = score_rows(self.graphdef, self.state, put(tokens), put(mask), put(read_br.astype(np.int32)),
-                         put(pick_read), put(pick_token), prefix, answer_read=cp.n_ext, topk=self.topk)
-        picked, logz, greedy, top_lp, top_ids = (np.asarray(x)[: len(rows)] for x in out)
-        return self._per_example(picked.reshape(len(tails), n_var, -1), logz[::n_var], greedy[::n_var],
-                                 top_lp[::n_var], top_ids[::n_var])
+                         put(pick_read), put(pick_token), prefix, nll_use, answer_read=cp.n_ext, topk=self.topk)
+        picked, logz, greedy, top_lp, top_ids = (np.asarray(x)[: len(rows)] for x in out[:5])
+        res = self._per_example(picked.reshape(len(tails), n_var, -1), logz[::n_var], greedy[::n_var],
+                                top_lp[::n_var], top_ids[::n_var])
+        if self.nll:
+            res["tail_nll"] = np.asarray(out[5], np.float64)[: len(rows)][::n_var]
+        return res
 
     def _per_example(self, picked_nvm, logz, greedy, top_lp, top_ids) -> dict[str, np.ndarray]:
         cp = self.cplan
@@ -370,6 +417,7 @@ class _Runner:
                 results[int(i)] = {k: v[j] for k, v in out.items()}
             progress.update(len(members), sum(len(tk.ids[i]) for i in members))
 
+        prefix_nll: dict[int, float] = {}
         for piece in chunk.pieces:
             seqs = [tk.ids[i] for i in piece]
             p = shared_prefix_length(seqs) if len(piece) > 1 else 0
@@ -377,6 +425,17 @@ class _Runner:
                 flat.extend(int(i) for i in piece)
                 continue
             prefix = prefill_prefix(self.judge, seqs[0][:p], self.place)
+            if self.nll:
+                # The prefix's own NLL, and the prediction of each example's first tail token.
+                pb = bucket_length(p)
+                ptok = np.full((1, pb), self.pad_id, np.int32)
+                ptok[0, :p] = seqs[0][:p]
+                pmask = np.zeros((1, pb), bool)
+                pmask[0, :p] = True
+                pre_sum, pre_lp = _prefix_nll(self.graphdef, self.state, *self.place.replicated((ptok, pmask)))
+                pre_sum, pre_lp = float(pre_sum), np.asarray(pre_lp, np.float64)
+                for i in piece:
+                    prefix_nll[int(i)] = pre_sum - pre_lp[tk.ids[i][p]]
             self._run_sorted([int(i) for i in piece], {int(i): tk.ids[i][p:] for i in piece}, prefix, collect)
             del prefix
         if flat:
@@ -387,6 +446,12 @@ class _Runner:
         arrays["n_prompt_tokens"] = np.asarray([len(tk.ids[i]) for i in members], np.int32)
         arrays["truncated"] = tk.truncated[members]
         arrays["example_ids"] = np.asarray([tk.prompts[i].example_id for i in members], dtype=str)
+        if self.nll:
+            tail = arrays.pop("tail_nll")
+            total = tail + np.asarray([prefix_nll.get(int(i), 0.0) for i in members])
+            count = np.asarray([len(tk.ids[i]) - 1 for i in members], np.float64)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                arrays["prompt_nll"] = np.where(count > 0, total / np.maximum(count, 1), np.nan).astype(np.float32)
         return arrays
 
 
@@ -526,6 +591,7 @@ def extract(
     min_prefix_tokens: int = 32,
     key: Mapping[str, Any] | None = None,
     on_chunk: Callable[[int], None] | None = None,
+    prompt_nll: bool = False,
 ) -> Extraction:
     """Extracts the judge's score log-probabilities for rendered prompts.
 
@@ -559,6 +625,10 @@ def extract(
         min_prefix_tokens: shorter shared prefixes are not worth a separate prefill.
         key: extra store-key entries (see `extraction_key`).
         on_chunk: called with the chunk index after each chunk this call computes.
+        prompt_nll: also return each prompt's mean token NLL (`Extraction.prompt_nll`), from
+            the same forward passes (the output head then runs at every prompt position; a
+            shared prefix's part is computed once per group). Equal to
+            `jaxjudge.engine.sequence_nll` of the prompts.
 
     Returns:
         `Extraction` in the order of ``prompts``.
@@ -593,8 +663,11 @@ def extract(
     n_proc, proc = jax.process_count(), jax.process_index()
     st = None
     if store is not None:
+        extra = dict(key or {})
+        if prompt_nll:
+            extra["prompt_nll"] = True
         ekey = extraction_key(judge, prompts, cands, chunk_size=chunk_size, topk=topk, overflow=overflow,
-                              context_length=ctx, extra=key)
+                              context_length=ctx, extra=extra)
         st = _open_store(store, ekey, len(chunks))
     elif n_proc > 1:
         raise ValueError(
@@ -614,7 +687,7 @@ def extract(
         if judge.mesh is not mesh:
             judge = copy.copy(judge).shard(mesh)
     runner = _Runner(judge, cplan, batch_size=batch_size, max_batch_tokens=max_batch_tokens, topk=topk,
-                     mesh=mesh, prefix_cache=prefix_cache, min_prefix_tokens=min_prefix_tokens)
+                     mesh=mesh, prefix_cache=prefix_cache, min_prefix_tokens=min_prefix_tokens, nll=bool(prompt_nll))
 
     in_memory: dict[int, dict[str, np.ndarray]] = {}
     with Progress(sum(len(chunks[c]) for c in todo), enabled=progress) as bar:
@@ -658,7 +731,8 @@ def _assemble(chunks: list[Chunk], tk: Tokenised, st: Store | None, in_memory: d
                       "to other folders?); returning the examples of the chunks present. Merge the stores with "
                       "jaxjudge.store.merge_stores to get all.", stacklevel=3)
     out = {}
-    for name in ARRAY_FIELDS:
+    names = list(ARRAY_FIELDS) + (["prompt_nll"] if all("prompt_nll" in a for _, a in parts) else [])
+    for name in names:
         stacked = np.concatenate([a[name] for _, a in parts], axis=0)
         full = np.zeros((n, *stacked.shape[1:]), stacked.dtype)
         full[rows] = stacked

@@ -12,7 +12,7 @@ score          the task template over the task's examples -> `jaxjudge.engine.ex
                chunked into the store as chunks finish (a killed run resumes)
 generate       greedy generation parsed into a number (`generate_scores`), one chunk
 random_r/_t    the 100 random-number paraphrases (raw / after the task instruction):
-               candidate log-probs and each prompt's mean token NLL, one chunk
+               candidate log-probs and each prompt's mean token NLL (one pass), one chunk
 content_free   the template filled with content-free strings (`CONTENT_FREE`), one chunk
 =============  ===========================================================================
 
@@ -128,7 +128,7 @@ def run_extractions(
         all before the first forward pass of the model concerned.
     """
     from jaxjudge import models as M  # noqa: PLC0415
-    from jaxjudge.engine import extract, generate_scores, sequence_nll  # noqa: PLC0415
+    from jaxjudge.engine import extract, generate_scores  # noqa: PLC0415
     from jaxjudge.prompts import ScoreScale, get_template, random_number_prompts, render_all  # noqa: PLC0415
 
     C.validate_config(cfg)
@@ -186,9 +186,11 @@ def run_extractions(
                                                 task_template=template if job.role == "random_t" else None)
 
                 def make(prompts=prompts, scale=scale):
-                    ex = extract(judge, prompts, scale, progress=False, overflow=overflow, **engine_opts)
+                    # One pass gives both the candidate log-probs and each prompt's NLL.
+                    ex = extract(judge, prompts, scale, progress=False, overflow=overflow, prompt_nll=True,
+                                 **engine_opts)
                     return {"example_ids": np.asarray(ex.example_ids), "cand_logprobs": ex.cand_logprobs,
-                            "sequence_nll": sequence_nll(judge, prompts)}
+                            "sequence_nll": ex.prompt_nll}
 
                 computed, n_rows = _one_chunk(where, {**key, "model_sha256": judge.sha256}, make)
             elif job.role == "content_free":
