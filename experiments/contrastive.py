@@ -19,22 +19,37 @@ Run:
     jaxjudge report experiments/contrastive.py
     jaxjudge sweep experiments/contrastive.py:fine         # adds the finer grid
     jaxjudge sweep experiments/contrastive.py:quick        # embedded subset, coherence
+    jaxjudge sweep experiments/contrastive.py:cpu          # the committed CPU subset run
 
 Arguments of ``get_config``: None, ``"fine"``, ``"quick"`` (the same pair on the embedded
-4-document SummEval subset, coherence only, dev = one document: a smoke test, not a result).
+4-document SummEval subset, coherence only, dev = one document: a smoke test, not a result),
+``"cpu"`` (coherence on ``CPU_SUMMEVAL_SUBSET``: selection on its 3 dev documents, report on
+its 3 test documents; without the 1.5B greedy generation, whose cost equals a second scoring
+pass: the greedy score there is the main judge's greedy candidate. The committed
+``results/contrastive/cpu`` run).
 """
 
 from jaxjudge.data import SUMMEVAL_SUBSET_DOC_IDS
-from jaxjudge.report.config import QWEN_05B, QWEN_15B, ExperimentConfig, TaskSpec
+from jaxjudge.report.config import (
+    CPU_SUMMEVAL_DEV_DOCS,
+    CPU_SUMMEVAL_SUBSET,
+    QWEN_05B,
+    QWEN_15B,
+    ExperimentConfig,
+    TaskSpec,
+)
 
 
 def get_config(arg: str | None = None) -> ExperimentConfig:
-    if arg not in (None, "fine", "quick"):
-        raise ValueError(f"contrastive: unknown argument {arg!r}; use 'fine' or 'quick'")
+    if arg not in (None, "fine", "quick", "cpu"):
+        raise ValueError(f"contrastive: unknown argument {arg!r}; use 'fine', 'quick' or 'cpu'")
     if arg == "quick":
         tasks = (
             TaskSpec("summeval", ("coherence",), data="embedded", split="fixed_docs", dev_docs=(SUMMEVAL_SUBSET_DOC_IDS[0],)),
         )
+    elif arg == "cpu":
+        tasks = (TaskSpec("summeval", ("coherence",), split="fixed_docs", dev_docs=CPU_SUMMEVAL_DEV_DOCS,
+                          subset=CPU_SUMMEVAL_SUBSET),)
     else:
         tasks = (TaskSpec("summeval", ("coherence", "consistency", "fluency", "relevance"), split="fixed_docs"),)
     return ExperimentConfig(
@@ -44,9 +59,10 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         pairs=((QWEN_15B.name, QWEN_05B.name),),
         tasks=tasks,
         scales=("0-4", "1-5", "2-6", "3-7"),
-        methods=("vanilla", "generate", "contrastive"),
+        methods=("vanilla", "contrastive") if arg == "cpu" else ("vanilla", "generate", "contrastive"),
         temperatures=(1.0,),
         greedy=True,
         contrastive_fine=arg == "fine",
         select_metric="spearman",
+        run="cpu" if arg == "cpu" else None,
     )

@@ -29,13 +29,26 @@ Run:
     jaxjudge report experiments/random_number_debias.py
     jaxjudge sweep experiments/random_number_debias.py:qwen15      # the 1.5B judge too
     jaxjudge sweep experiments/random_number_debias.py:quick       # SmolLM2, embedded subset
+    jaxjudge sweep experiments/random_number_debias.py:cpu         # the committed CPU subset run
 
 Arguments of ``get_config``: None (Qwen2.5-Coder 0.5B), ``"qwen15"`` (0.5B and 1.5B),
 ``"smollm2"``, ``"quick"`` (SmolLM2, embedded 4-document SummEval subset, coherence, 4 folds of
-one document each: a smoke test, not a result).
+one document each: a smoke test, not a result), ``"cpu"`` (Qwen2.5-Coder 0.5B on the documented
+CPU subsets: SummEval coherence on ``CPU_SUMMEVAL_SUBSET``'s 6 documents, 5 folds grouped by
+document, and STS-B on ``CPU_STSB_SUBSET``, 40 dev pairs for selection and 120 test pairs; no
+SemRel: the committed ``results/random_number_debias/cpu`` run).
 """
 
-from jaxjudge.report.config import QWEN_05B, QWEN_15B, SMOLLM2, ExperimentConfig, SubsetSpec, TaskSpec
+from jaxjudge.report.config import (
+    CPU_STSB_SUBSET,
+    CPU_SUMMEVAL_SUBSET,
+    QWEN_05B,
+    QWEN_15B,
+    SMOLLM2,
+    ExperimentConfig,
+    SubsetSpec,
+    TaskSpec,
+)
 
 SEMREL_SELECTION = SubsetSpec(
     reason="SemRel2024 has no distributed test labels: lambda is chosen on a seeded sample of "
@@ -47,11 +60,17 @@ SEMREL_SELECTION = SubsetSpec(
 
 
 def get_config(arg: str | None = None) -> ExperimentConfig:
-    models = {None: (QWEN_05B,), "qwen15": (QWEN_05B, QWEN_15B), "smollm2": (SMOLLM2,), "quick": (SMOLLM2,)}
+    models = {None: (QWEN_05B,), "qwen15": (QWEN_05B, QWEN_15B), "smollm2": (SMOLLM2,), "quick": (SMOLLM2,),
+              "cpu": (QWEN_05B,)}
     if arg not in models:
         raise ValueError(f"random_number_debias: unknown argument {arg!r}; use one of {sorted(k for k in models if k)}")
     if arg == "quick":
         tasks = (TaskSpec("summeval", ("coherence",), data="embedded", split="kfold", n_folds=4),)
+    elif arg == "cpu":
+        tasks = (
+            TaskSpec("summeval", ("coherence",), split="kfold", n_folds=5, subset=CPU_SUMMEVAL_SUBSET),
+            TaskSpec("stsb", ("similarity",), split="original", subset=CPU_STSB_SUBSET),
+        )
     else:
         tasks = (
             TaskSpec("summeval", ("coherence", "consistency", "fluency", "relevance"), split="kfold", n_folds=5),
@@ -69,4 +88,5 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         greedy=True,
         deb_tp=(10, 100),
         select_metric="spearman",
+        run="cpu" if arg == "cpu" else None,
     )

@@ -63,6 +63,10 @@ __all__ = [
     "QWEN_05B",
     "QWEN_15B",
     "KNOWN_MODELS",
+    "CPU_SUMMEVAL_DEV_DOCS",
+    "CPU_SUMMEVAL_TEST_DOCS",
+    "CPU_SUMMEVAL_SUBSET",
+    "CPU_STSB_SUBSET",
     "LAMBDA_GRID",
     "LAMBDA_GRID_EXTENDED",
     "CONTRASTIVE_LAMS",
@@ -569,6 +573,37 @@ QWEN_15B = ModelSpec(
     "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
 )
 KNOWN_MODELS = {m.name: m for m in (SMOLLM2, QWEN_05B, QWEN_15B)}
+
+
+# -- the documented CPU subsets of the committed Qwen runs -----------------------------------
+#
+# A 0.5B judge reads about 100 prompt tokens a second on a 2-core CPU (1.5B: about a third of
+# that), so the full protocols (100 SummEval documents x 4 ranges, 1,379 STS-B test pairs x 4
+# ranges) take days there. The committed runs use these cuts instead; every run records the
+# reason in its notes. The experiments' default configs are the full protocols.
+
+CPU_SUMMEVAL_DEV_DOCS = (  # the first 3 of dev_doc_ids.txt in sorted order
+    "dm-test-03e271b4305517e02c9ead82d57327d32b99102e",
+    "dm-test-26e4e19d945cedcb489f28808c730658139c9415",
+    "dm-test-4a593dc4c7e0b4d09bfdc66bb315c47b54eb15df",
+)
+CPU_SUMMEVAL_TEST_DOCS = (  # the first 3 other documents in sorted order
+    "cnn-test-404f859482d47c127868964a9a39d1a7645dd2e9",
+    "cnn-test-4761dc6d8bdf56b9ada97104113dd1bcf4aed3f1",
+    "cnn-test-5139ccfabee55ddb83e7937f5802c0a67aee8975",
+)
+CPU_SUMMEVAL_SUBSET = SubsetSpec(
+    reason="CPU budget: 6 of the 100 SummEval documents (x 16 summaries = 96), the first 3 of "
+    "the 10 dev_doc_ids.txt documents and the first 3 others, both in sorted id order; no "
+    "document was chosen by its scores",
+    doc_ids=CPU_SUMMEVAL_DEV_DOCS + CPU_SUMMEVAL_TEST_DOCS,
+)
+CPU_STSB_SUBSET = SubsetSpec(
+    reason="CPU budget: a seeded random sample (seed 0) of 40 STS-B dev pairs (selection) and "
+    "120 STS-B test pairs (report) out of 1,500 and 1,379",
+    max_per_split={"dev": 40, "test": 120},
+    seed=0,
+)
 
 
 # -- dict round trip, overrides, loading ----------------------------------------------------
