@@ -51,6 +51,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxjudge.engine.plan import (
+    ENGINE_CALL_COST,
     Batch,
     CandidatePlan,
     Chunk,
@@ -403,7 +404,8 @@ class _Runner:
         extra = self.cplan.n_ext + max(len(p) for p in self.cplan.paths)
         order = sorted(members, key=lambda i: -len(tails[i]))
         for batch in plan_batches([len(tails[i]) + extra for i in order], max_rows=self.batch_size,
-                                  max_tokens=self.max_batch_tokens, rows_per_example=self.cplan.n_variants):
+                                  max_tokens=self.max_batch_tokens, rows_per_example=self.cplan.n_variants,
+                                  call_cost=ENGINE_CALL_COST):
             idx = order[batch.start:batch.stop]
             collect(idx, self.score([tails[i] for i in idx], prefix, batch))
 

@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from jaxjudge.engine.extract import Placement, check_prompts, _positive_int, prefill_prefix
-from jaxjudge.engine.plan import plan_batches, plan_chunks, shared_prefix_length, tokenise
+from jaxjudge.engine.plan import ENGINE_CALL_COST, plan_batches, plan_chunks, shared_prefix_length, tokenise
 from jaxjudge.engine.progress import Progress
 from jaxjudge.models import decoder as _dec
 from jaxjudge.prompts import RenderedPrompt, ScoreScale, as_tokenizer
@@ -100,7 +100,8 @@ def generate_scores(
 
     def run(idx: list[int], tails: dict[int, list[int]], prefix: _dec.KVCache | None, bar: Progress) -> None:
         order = sorted(idx, key=lambda i: -len(tails[i]))
-        for plan in plan_batches([len(tails[i]) for i in order], max_rows=batch_size, max_tokens=max_batch_tokens):
+        for plan in plan_batches([len(tails[i]) for i in order], max_rows=batch_size, max_tokens=max_batch_tokens,
+                                  call_cost=ENGINE_CALL_COST):
             batch, t = order[plan.start:plan.stop], plan.length
             b = place.round_rows(plan.rows)
             rows = [tails[j] for j in batch]
@@ -195,7 +196,8 @@ def sequence_nll(
     out = np.zeros(len(texts), np.float32)
     order = sorted(range(len(texts)), key=lambda i: -len(ids[i]))
     with Progress(len(texts), enabled=progress, desc="nll") as bar:
-        for plan in plan_batches([len(ids[i]) for i in order], max_rows=batch_size, max_tokens=max_batch_tokens):
+        for plan in plan_batches([len(ids[i]) for i in order], max_rows=batch_size, max_tokens=max_batch_tokens,
+                                  call_cost=ENGINE_CALL_COST):
             batch, t = order[plan.start:plan.stop], plan.length
             rows = [ids[j] for j in batch]
             rows += [rows[-1]] * (place.round_rows(plan.rows) - len(rows))

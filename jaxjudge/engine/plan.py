@@ -55,6 +55,7 @@ from jaxjudge.prompts import (
 )
 
 __all__ = [
+    "ENGINE_CALL_COST",
     "bucket_length",
     "slot_bucket",
     "CandidatePlan",
@@ -456,6 +457,13 @@ def _rows_cap(length: int, max_rows: int, max_tokens: int, rows_per_example: int
     if by_tokens < max_rows:
         by_tokens = 1 << (by_tokens.bit_length() - 1)  # a power of two: few distinct shapes
     return min(max_rows, by_tokens)
+
+
+# The fixed cost of one call that the engine's planners use, in padded tokens: dispatch, and
+# above all the compilation of every new (rows, length) shape (several seconds for a small
+# judge on a CPU, the work of about a thousand tokens). A smaller value splits groups into
+# more calls that pad less, and compiles more shapes.
+ENGINE_CALL_COST = 1024
 
 
 def plan_batches(
