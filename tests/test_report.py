@@ -243,3 +243,19 @@ def test_write_run_writes_valid_pngs_and_metadata(biased, tmp_path):
     assert meta["command"] == "jaxjudge report experiments/demo.py"
     assert set(meta["files"]) >= {"results.json", "results.csv", "results.md"}
     assert Results.load_json(paths["json"]).rows == res.rows
+
+
+def test_headline_table_says_why_generation_has_no_correlation():
+    label = dict(experiment="x", judge="j", task="summeval", aspect="coherence", scale="1-5")
+    iv = {"estimate": 0.25, "low": 0.1, "high": 0.4}
+    rows = [
+        {**label, "method": "vanilla", "score": "expected@0.2", "n": 64, "metrics": {"spearman": iv}},
+        # Every parsed reply says "1": the correlation is undefined, and the cell says why.
+        {**label, "method": "generate", "score": "generate", "n": 64, "parse_failures": 41,
+         "n_distinct_parsed": 1, "metrics": {"spearman": {"estimate": None, "low": None, "high": None}}},
+    ]
+    line = headline_table(Results("x", rows), "spearman").splitlines()[2]
+    assert line.endswith("| 0.250 [0.100, 0.400] | - (23/64 parsed, all equal) |")
+    rows[1].update(parse_failures=4, n_distinct_parsed=5, metrics={"spearman": iv})
+    line = headline_table(Results("x", rows), "spearman").splitlines()[2]
+    assert line.endswith("| 0.250 [0.100, 0.400] (60/64 parsed) |")

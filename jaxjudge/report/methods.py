@@ -696,7 +696,8 @@ def evaluate_cell(
         row = base_row("generate", "generate")
         row.update(metrics=mets, delta=None, hparams=[{} for _ in range(f)],
                    dev_metric=selection_per_fold(gen, dev), test_metric=selection_per_fold(gen, test),
-                   parse_failures=int((~np.isfinite(arrays.generated)).sum()))
+                   parse_failures=int((~np.isfinite(arrays.generated)).sum()),
+                   n_distinct_parsed=len({float(v) for v in arrays.generated[np.isfinite(arrays.generated)]}))
         rows.append(row)
         counts = np.bincount(
             np.clip(np.rint((arrays.generated[np.isfinite(arrays.generated)] - scale.lo) / scale.step), 0, k - 1).astype(int),

@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 LABELS = ("experiment", "judge", "task", "aspect", "scale", "method", "score")
-_COUNTS = ("n", "n_folds", "n_test", "parse_failures")
+_COUNTS = ("n", "n_folds", "n_test", "parse_failures", "n_distinct_parsed")
 _JSON_FIELDS = ("hparams", "dev_metric", "test_metric")
 
 
@@ -144,9 +144,24 @@ def headline_table(results: Results, metric: str = "spearman", *, score: str | N
         cells = list(key)
         for m in methods:
             r = gen.get(key[:4]) if m == "generate" else index.get((*key, m))
-            cells.append(format_interval((r or {}).get("metrics", {}).get(metric)) if r else "")
+            cell = format_interval((r or {}).get("metrics", {}).get(metric)) if r else ""
+            if r and m == "generate":
+                cell += _parse_note(r)
+            cells.append(cell)
         lines.append(f"| {' | '.join(cells)} |")
     return "\n".join(lines)
+
+
+def _parse_note(r: dict[str, Any]) -> str:
+    """How many generations parsed into a number, and why a correlation may be undefined."""
+    n = r.get("n")
+    fails = r.get("parse_failures")
+    if n is None or fails is None:
+        return ""
+    note = f"{n - fails}/{n} parsed"
+    if n - fails > 0 and r.get("n_distinct_parsed") == 1:
+        note += ", all equal"
+    return f" ({note})"
 
 
 def _hp(r: dict[str, Any]) -> str:
