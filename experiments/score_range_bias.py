@@ -19,14 +19,18 @@ Run (extract once, then report from the store as often as needed, no forward pas
     jaxjudge report experiments/score_range_bias.py
     jaxjudge sweep experiments/score_range_bias.py:qwen15     # the 1.5B judge too
     jaxjudge sweep experiments/score_range_bias.py:quick      # SmolLM2, embedded subset
-    jaxjudge sweep experiments/score_range_bias.py:cpu        # the committed CPU subset run
+    jaxjudge sweep experiments/score_range_bias.py:cpu        # committed CPU run: SummEval subset
+    jaxjudge sweep experiments/score_range_bias.py:cpu_stsb   # committed CPU run: STS-B subset
 
 Arguments of ``get_config``: None (Qwen2.5-Coder 0.5B), ``"qwen15"`` (0.5B and 1.5B),
 ``"smollm2"`` (the embedded default judge on the full data), ``"quick"`` (SmolLM2 on the
 embedded 4-document SummEval subset, coherence only: a smoke test, not a result), ``"cpu"``
-(Qwen2.5-Coder 0.5B on the documented CPU subsets ``CPU_SUMMEVAL_SUBSET``, coherence, reported
-on its 3 test documents, and ``CPU_STSB_SUBSET``, reported on its 120 test pairs: the
-committed ``results/score_range_bias/cpu`` run).
+(Qwen2.5-Coder 0.5B on the documented CPU subset ``CPU_SUMMEVAL_SUBSET``, coherence, reported
+on its 3 test documents: the committed ``results/score_range_bias/cpu`` run), ``"cpu_stsb"``
+(the same judge on ``CPU_STSB_SUBSET``, reported on its 120 test pairs, read from the score
+distribution only: greedy generation over 160 prompts x 4 ranges did not fit the session's CPU
+budget, so the greedy reading there is the greedy candidate; the committed
+``results/score_range_bias/cpu_stsb`` run).
 """
 
 from jaxjudge.report.config import (
@@ -43,17 +47,16 @@ from jaxjudge.report.config import (
 
 def get_config(arg: str | None = None) -> ExperimentConfig:
     models = {None: (QWEN_05B,), "qwen15": (QWEN_05B, QWEN_15B), "smollm2": (SMOLLM2,), "quick": (SMOLLM2,),
-              "cpu": (QWEN_05B,)}
+              "cpu": (QWEN_05B,), "cpu_stsb": (QWEN_05B,)}
     if arg not in models:
         raise ValueError(f"score_range_bias: unknown argument {arg!r}; use one of {sorted(k for k in models if k)}")
     if arg == "quick":
         tasks = (TaskSpec("summeval", ("coherence",), data="embedded", split="kfold", n_folds=4),)
     elif arg == "cpu":
-        tasks = (
-            TaskSpec("summeval", ("coherence",), split="fixed_docs", dev_docs=CPU_SUMMEVAL_DEV_DOCS,
-                     subset=CPU_SUMMEVAL_SUBSET),
-            TaskSpec("stsb", ("similarity",), split="original", subset=CPU_STSB_SUBSET),
-        )
+        tasks = (TaskSpec("summeval", ("coherence",), split="fixed_docs", dev_docs=CPU_SUMMEVAL_DEV_DOCS,
+                          subset=CPU_SUMMEVAL_SUBSET),)
+    elif arg == "cpu_stsb":
+        tasks = (TaskSpec("stsb", ("similarity",), split="original", subset=CPU_STSB_SUBSET),)
     else:
         tasks = (
             TaskSpec("summeval", ("coherence", "consistency", "fluency", "relevance"), split="fixed_docs"),
@@ -65,9 +68,9 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         models=models[arg],
         tasks=tasks,
         scales=("0-4", "1-5", "2-6", "3-7"),
-        methods=("vanilla", "generate"),
+        methods=("vanilla",) if arg == "cpu_stsb" else ("vanilla", "generate"),
         temperatures=(1.0, 0.2),
         greedy=True,
         generation_max_new_tokens=24,
-        run="cpu" if arg == "cpu" else None,
+        run=arg if arg in ("cpu", "cpu_stsb") else None,
     )
