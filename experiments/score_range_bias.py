@@ -28,7 +28,7 @@ embedded 4-document SummEval subset, coherence only: a smoke test, not a result)
 (Qwen2.5-Coder 0.5B on the documented CPU subset ``CPU_SUMMEVAL_SUBSET``, coherence, reported
 on its 3 test documents: the committed ``results/score_range_bias/cpu`` run), ``"cpu_stsb"``
 (the same judge on ``CPU_STSB_SUBSET``, reported on its 120 test pairs, read from the score
-distribution only: greedy generation over 160 prompts x 4 ranges did not fit the session's CPU
+distribution only: greedy generation over 160 prompts x 4 ranges did not fit the run's CPU
 budget, so the greedy reading there is the greedy candidate; the committed
 ``results/score_range_bias/cpu_stsb`` run).
 """
