@@ -218,20 +218,19 @@ class Attention(nnx.Module):
 
         # Segments in slot order (prefix, past, own): their scores, then their values.
         scores, values = [], []
-        if prefix is not None:
-            allowed = window(jnp.broadcast_to(prefix.valid_bs[:, None, :], (b, t, prefix.valid_bs.shape[1])),
-                             prefix.positions_bs)
-            s_bkgtp = jnp.einsum("BTKGH,PKH->BKGTP", q_btkgh, prefix.k_pkh.astype(self.dtype),
-                                 preferred_element_type=jnp.float32) * self.scaling
-            scores.append(jnp.where(allowed[:, None, None], s_bkgtp, _MASK_VALUE))
-            values.append(("BKGTP,PKH->BTKGH", prefix.v_pkh))
-        if past is not None:
-            allowed = window(jnp.broadcast_to(past.valid_bs[:, None, :], (b, t, past.valid_bs.shape[1])),
-                             past.positions_bs)
-            s_bkgts = jnp.einsum("BTKGH,BSKH->BKGTS", q_btkgh, past.k_pkh.astype(self.dtype),
+
+        def cached(seg, kv_spec):  # a read-only segment: the batch-1 prefix or the past cache
+            allowed = window(jnp.broadcast_to(seg.valid_bs[:, None, :], (b, t, seg.valid_bs.shape[1])),
+                             seg.positions_bs)
+            s_bkgts = jnp.einsum(f"BTKGH,{kv_spec}->BKGTS", q_btkgh, seg.k_pkh.astype(self.dtype),
                                  preferred_element_type=jnp.float32) * self.scaling
             scores.append(jnp.where(allowed[:, None, None], s_bkgts, _MASK_VALUE))
-            values.append(("BKGTS,BSKH->BTKGH", past.v_pkh))
+            values.append((f"BKGTS,{kv_spec}->BTKGH", seg.v_pkh))
+
+        if prefix is not None:
+            cached(prefix, "SKH")
+        if past is not None:
+            cached(past, "BSKH")
         causal_tt = jnp.arange(t)[None, :] <= jnp.arange(t)[:, None]
         allowed = window(own.valid_bs[:, None, :] & causal_tt[None], own.positions_bs)
         s_bkgtu = jnp.einsum("BTKGH,BUKH->BKGTU", q_btkgh, k_btkh,
