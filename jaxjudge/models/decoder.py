@@ -78,6 +78,8 @@ def as_dtype(dtype: Any) -> jnp.dtype:
 # Masked scores get the most negative finite float32 rather than -inf so that a row with no
 # visible key (a padding query) yields a finite uniform softmax instead of NaN.
 _MASK_VALUE = float(np.finfo(np.float32).min)
+# Calls with at least this many token rows compute the MLP's gate and up products as one.
+_FUSE_GATE_UP_ROWS = 64
 
 
 # ---------------------------------------------------------------------------------- modules
@@ -208,44 +210,75 @@ class Attention(nnx.Module):
         k_btkh = _rotate(self.k_proj(x_btd), cos_bth, sin_bth)
         v_btkh = self.v_proj(x_btd)
         kv = k_btkh.shape[2]
-        # Query head n reads K/V head n // G, the grouping of transformers' repeat_kv.
-        q_btkgh = q_btnh.reshape(b, t, kv, self.num_groups, q_btnh.shape[-1])
+        g = self.num_groups
+        # Query head n reads K/V head n // G, the grouping of transformers' repeat_kv. The
+        # queries are laid out [B, K, T, G, H] and scaled once, so that every score product is a
+        # plain batched matmul (CPU XLA runs einsums with interleaved batch axes several times
+        # slower).
+        q_bktgh = (q_btnh.reshape(b, t, kv, g, -1) * jnp.asarray(self.scaling, q_btnh.dtype)
+                   ).transpose(0, 2, 1, 3, 4)
 
         def window(allowed_bts, positions_bs):
             if self.window is None:
                 return allowed_bts
             return allowed_bts & ((q_pos_bt[:, :, None] - positions_bs[:, None, :]) < self.window)
 
-        # Segments in slot order (prefix, past, own): their scores, then their values.
-        scores, values = [], []
+        # Each segment (prefix, past, own; slot order) gives its masked scores in its own layout
+        # and how to bring its [.., S] reductions and its output back to [B, K, T, G, ..]. The
+        # softmax is combined across segments through one shared maximum, without
+        # concatenating the score blocks.
+        segments = []
+        if prefix is not None:  # batch-1 keys: one matmul per K/V head over all B*T*G queries
+            p = prefix.k_pkh.shape[0]
+            if self.window is None:
+                allowed = prefix.valid_bs[0][None, None, None, None, :]
+            else:
+                allowed = window(jnp.broadcast_to(prefix.valid_bs[:, None, :], (b, t, p)),
+                                 prefix.positions_bs)[None, :, :, None, :]
+            s_kbtgs = jnp.einsum("KMH,SKH->KMS", q_bktgh.transpose(1, 0, 2, 3, 4).reshape(kv, b * t * g, -1),
+                                 prefix.k_pkh.astype(self.dtype), preferred_element_type=jnp.float32)
+            s_kbtgs = jnp.where(allowed, s_kbtgs.reshape(kv, b, t, g, p), _MASK_VALUE)
+            segments.append((s_kbtgs, prefix.v_pkh, True))
 
-        def cached(seg, kv_spec):  # a read-only segment: the batch-1 prefix or the past cache
-            allowed = window(jnp.broadcast_to(seg.valid_bs[:, None, :], (b, t, seg.valid_bs.shape[1])),
-                             seg.positions_bs)
-            s_bkgts = jnp.einsum(f"BTKGH,{kv_spec}->BKGTS", q_btkgh, seg.k_pkh.astype(self.dtype),
-                                 preferred_element_type=jnp.float32) * self.scaling
-            scores.append(jnp.where(allowed[:, None, None], s_bkgts, _MASK_VALUE))
-            values.append((f"BKGTS,{kv_spec}->BTKGH", seg.v_pkh))
+        def rows(seg_k_bskh, allowed_bts):  # per-row keys: one matmul per (row, K/V head)
+            s = seg_k_bskh.shape[1]
+            k_nsh = seg_k_bskh.astype(self.dtype).transpose(0, 2, 1, 3).reshape(b * kv, s, -1)
+            s_bktgs = jnp.einsum("NMH,NSH->NMS", q_bktgh.reshape(b * kv, t * g, -1), k_nsh,
+                                 preferred_element_type=jnp.float32).reshape(b, kv, t, g, s)
+            return jnp.where(allowed_bts[:, None, :, None, :], s_bktgs, _MASK_VALUE)
 
-        if prefix is not None:
-            cached(prefix, "SKH")
         if past is not None:
-            cached(past, "BSKH")
+            allowed = window(jnp.broadcast_to(past.valid_bs[:, None, :], (b, t, past.valid_bs.shape[1])),
+                             past.positions_bs)
+            segments.append((rows(past.k_pkh, allowed), past.v_pkh, False))
         causal_tt = jnp.arange(t)[None, :] <= jnp.arange(t)[:, None]
         allowed = window(own.valid_bs[:, None, :] & causal_tt[None], own.positions_bs)
-        s_bkgtu = jnp.einsum("BTKGH,BUKH->BKGTU", q_btkgh, k_btkh,
-                             preferred_element_type=jnp.float32) * self.scaling
-        scores.append(jnp.where(allowed[:, None, None], s_bkgtu, _MASK_VALUE))
-        values.append(("BKGTU,BUKH->BTKGH", v_btkh))
+        segments.append((rows(k_btkh, allowed), v_btkh, False))
 
-        probs = jax.nn.softmax(jnp.concatenate(scores, axis=-1), axis=-1).astype(self.dtype)
-        out_btkgh, start = None, 0
-        for sc, (spec, v) in zip(scores, values):
-            width = sc.shape[-1]
-            part = jnp.einsum(spec, probs[..., start:start + width], v.astype(self.dtype))
-            out_btkgh = part if out_btkgh is None else out_btkgh + part
-            start += width
-        out_btnh = out_btkgh.reshape(b, t, -1, out_btkgh.shape[-1])
+        def to_rows(x, shared):  # a [K, B, T, G, ...] reduction of a shared segment -> [B, K, T, G, ...]
+            return jnp.swapaxes(x, 0, 1) if shared else x
+
+        m_bktg = None
+        for s, _, shared in segments:
+            m = to_rows(jnp.max(s, axis=-1), shared)
+            m_bktg = m if m_bktg is None else jnp.maximum(m_bktg, m)
+        z_bktg, out_bktgh = None, None
+        for s, v, shared in segments:
+            e = jnp.exp(s - to_rows(m_bktg, shared)[..., None])
+            z = to_rows(jnp.sum(e, axis=-1), shared)
+            n = e.shape[-1]
+            if shared:
+                o = jnp.einsum("KMS,SKH->KMH", e.astype(self.dtype).reshape(kv, b * t * g, n), v.astype(self.dtype),
+                               preferred_element_type=jnp.float32)
+                o = jnp.swapaxes(o.reshape(kv, b, t, g, -1), 0, 1)
+            else:
+                v_nsh = v.astype(self.dtype).transpose(0, 2, 1, 3).reshape(b * kv, n, -1)
+                o = jnp.einsum("NMS,NSH->NMH", e.astype(self.dtype).reshape(b * kv, t * g, n), v_nsh,
+                               preferred_element_type=jnp.float32).reshape(b, kv, t, g, -1)
+            z_bktg = z if z_bktg is None else z_bktg + z
+            out_bktgh = o if out_bktgh is None else out_bktgh + o
+        out_bktgh = (out_bktgh / z_bktg[..., None]).astype(self.dtype)
+        out_btnh = out_bktgh.transpose(0, 2, 1, 3, 4).reshape(b, t, kv * g, -1)
         return self.o_proj(out_btnh), k_btkh, v_btkh
 
 
@@ -265,12 +298,24 @@ class MLP(nnx.Module):
         self.act = cfg.hidden_act
 
     def __call__(self, x_btd: jax.Array) -> jax.Array:
-        gate_btf = self.gate_proj(x_btd)
+        if x_btd.shape[0] * x_btd.shape[1] >= _FUSE_GATE_UP_ROWS:
+            # One [D, 2F] product instead of two [D, F] ones: CPU XLA runs it about 20% faster.
+            # Not for a few rows (decoding), where the concatenated copy of both kernels would
+            # cost more than the product itself.
+            # Stacked on a new axis, so that a kernel sharded over F stays sharded the same way.
+            dtype = self.gate_proj.dtype
+            kernel_d2f = jnp.stack([self.gate_proj.kernel[...], self.up_proj.kernel[...]], axis=1)
+            both_bt2f = jnp.einsum("BTD,DCF->BTCF", x_btd.astype(dtype), kernel_d2f.astype(dtype))
+            if self.gate_proj.bias is not None:
+                both_bt2f = both_bt2f + jnp.stack([self.gate_proj.bias[...], self.up_proj.bias[...]]).astype(dtype)
+            gate_btf, up_btf = both_bt2f[..., 0, :], both_bt2f[..., 1, :]
+        else:
+            gate_btf, up_btf = self.gate_proj(x_btd), self.up_proj(x_btd)
         if self.act == "silu":
             gate_btf = jax.nn.silu(gate_btf)
         else:
             gate_btf = jax.nn.gelu(gate_btf, approximate=True)
-        return self.down_proj(gate_btf * self.up_proj(x_btd))
+        return self.down_proj(gate_btf * up_btf)
 
 
 class DecoderLayer(nnx.Module):
