@@ -511,6 +511,52 @@ def test_generate_scores_matches_plain_greedy_generation(judge, prefix_cache):
     assert n_fail == int(np.isnan(want).sum())
 
 
+@pytest.mark.parametrize("prefix_cache", [True, False])
+def test_extract_with_generate_tokens_scores_and_replies_from_one_prefill(judge, prefix_cache):
+    prompts = make_prompts(n_groups=2, per_group=3)
+    kw = dict(batch_size=2, progress=False, prefix_cache=prefix_cache, min_prefix_tokens=4)
+    out = engine.extract(judge, prompts, ScoreScale(1, 5), generate_tokens=6, **kw)
+    # The scores are those of the independent per-example reference ...
+    check_against_reference(judge, prompts, out)
+    # ... and the replies those of plain greedy generation, one prompt at a time.
+    assert out.generated_ids.shape == (len(prompts), 6) and out.generated_ids.dtype == np.int32
+    expected = [judge.generate([judge.encode(p.text)], max_new_tokens=6)[0] for p in prompts]
+    for i, want in enumerate(expected):
+        n = int(out.generated_lengths[i])
+        assert list(out.generated_ids[i, :n]) == list(want), prompts[i].example_id
+    texts, parsed, _ = engine.parse_replies(judge, [r[:n] for r, n in zip(out.generated_ids, out.generated_lengths)],
+                                            ScoreScale(1, 5))
+    assert texts == engine.generate_scores(judge, prompts, ScoreScale(1, 5), 6, **kw)[0]
+    assert out.take([1, 0]).generated_lengths.tolist() == out.generated_lengths[[1, 0]].tolist()
+
+
+def test_extract_with_generate_tokens_keeps_the_plain_store(judge, tmp_path):
+    prompts = make_prompts(seed=5)
+    kw = dict(batch_size=4, progress=False, min_prefix_tokens=4, chunk_size=6)
+    first = engine.extract(judge, prompts, ScoreScale(1, 5), store=tmp_path / "s", generate_tokens=4, **kw)
+    assert (first.generated_lengths >= 1).all()
+    # The store holds the scores only, under the key of a plain extraction: reused as is ...
+    plain = engine.extract(judge, prompts, ScoreScale(1, 5), store=tmp_path / "s", **kw)
+    assert plain.computed_chunks == () and plain.generated_ids is None
+    np.testing.assert_array_equal(plain.cand_logprobs, first.cand_logprobs)
+    # ... and rows read back from it have no reply (length -1).
+    again = engine.extract(judge, prompts, ScoreScale(1, 5), store=tmp_path / "s", generate_tokens=4, **kw)
+    assert again.computed_chunks == () and (again.generated_lengths == -1).all()
+
+
+def test_extract_generate_tokens_refuses_what_one_prefill_cannot_do(judge):
+    prompts = make_prompts(n_groups=1, per_group=2, solo=False)
+    # "10" is two tokens: its second token is read after the first, not after the prompt.
+    with pytest.raises(engine.GenerationRoomError, match="single-token"):
+        engine.extract(judge, prompts, ScoreScale(1, 10), generate_tokens=4, progress=False)
+    longest = max(len(judge.encode(p.text)) for p in prompts)
+    with pytest.raises(engine.GenerationRoomError, match="no room for 8 generated tokens"):
+        engine.extract(judge, prompts, ScoreScale(1, 5), generate_tokens=8, context_length=longest + 4,
+                       progress=False)
+    with pytest.raises(ValueError, match="cannot be combined"):
+        engine.extract(judge, prompts, ScoreScale(1, 5), generate_tokens=4, prompt_nll=True, progress=False)
+
+
 @pytest.mark.slow
 def test_generate_and_nll_on_a_sharded_judge(judge):
     import copy

@@ -78,7 +78,10 @@ __all__ = [
     "extract",
     "extraction_key",
     "model_sha256",
+    "GenerationRoomError",
+    "check_generation_room",
     "prefill_prefix",
+    "score_generate_rows",
     "score_rows",
 ]
 
@@ -123,6 +126,11 @@ class Extraction:
         prompt_nll: ``[N]`` float32, each prompt's mean per-token negative log-likelihood
             (its log-perplexity; every token after the first is predicted), when `extract` was
             asked for it (``prompt_nll=True``), else None.
+        generated_ids: ``[N, G]`` int32, the greedy reply to each prompt when `extract` was
+            asked for one (``generate_tokens=G``), else None; padding after a row's end.
+        generated_lengths: ``[N]`` int32, the tokens of each reply (up to and including the
+            first end-of-sequence token); -1 for rows this call read from the store instead
+            of computing them (the store keeps the scores, not the replies).
     """
 
     example_ids: list[str]
@@ -138,6 +146,8 @@ class Extraction:
     candidates: ScoreCandidates | None = None
     computed_chunks: tuple[int, ...] = ()
     prompt_nll: np.ndarray | None = None
+    generated_ids: np.ndarray | None = None
+    generated_lengths: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.example_ids)
@@ -178,9 +188,10 @@ class Extraction:
     def take(self, index: Sequence[int] | np.ndarray) -> "Extraction":
         """The rows ``index`` (in that order)."""
         index = np.asarray(index, np.int64)
+        opt = {f: None if getattr(self, f) is None else getattr(self, f)[index]
+               for f in ("prompt_nll", "generated_ids", "generated_lengths")}
         return dataclasses.replace(self, example_ids=[self.example_ids[i] for i in index],
-                                   **{f: getattr(self, f)[index] for f in ARRAY_FIELDS},
-                                   prompt_nll=None if self.prompt_nll is None else self.prompt_nll[index])
+                                   **{f: getattr(self, f)[index] for f in ARRAY_FIELDS}, **opt)
 
 
 # ------------------------------------------------------------------------------ device code
@@ -231,6 +242,12 @@ def score_rows(
         logits_brv = model.head(jnp.take_along_axis(h_btd, read_br.astype(jnp.int32)[..., None], axis=1))
         target_bt = jnp.concatenate([tokens_bt[:, 1:], jnp.zeros_like(tokens_bt[:, :1])], axis=1)
         nll_b = _dec.next_token_nll(model, h_btd, target_bt, nll_use_bt.astype(bool))
+    out = _reduce_reads(logits_brv, pick_read_bm, pick_token_bm, answer_read, topk)
+    return out if nll_b is None else (*out, nll_b)
+
+
+def _reduce_reads(logits_brv, pick_read_bm, pick_token_bm, answer_read: int, topk: int):
+    """Logits at the read positions -> (picked, log_normaliser, greedy, top-k log-probs, ids)."""
     logz_br = jax.nn.logsumexp(logits_brv, axis=-1)
     rows_b1 = jnp.arange(logits_brv.shape[0])[:, None]
     picked_bm = logits_brv[rows_b1, pick_read_bm, pick_token_bm] - logz_br[rows_b1, pick_read_bm]
@@ -238,8 +255,43 @@ def score_rows(
     logz_b = logz_br[:, answer_read]
     top_bk, top_ids_bk = jax.lax.top_k(answer_bv, topk)
     greedy_b = jnp.argmax(answer_bv, axis=-1).astype(jnp.int32)
-    out = (picked_bm, logz_b, greedy_b, top_bk - logz_b[:, None], top_ids_bk.astype(jnp.int32))
-    return out if nll_b is None else (*out, nll_b)
+    return picked_bm, logz_b, greedy_b, top_bk - logz_b[:, None], top_ids_bk.astype(jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "topk", "max_new_tokens", "eos_ids", "pad_id"))
+def score_generate_rows(
+    graphdef: nnx.GraphDef,
+    state: nnx.State,
+    tokens_bt: jax.Array,
+    mask_bt: jax.Array,
+    pick_token_bm: jax.Array,
+    cache: _dec.KVCache,
+    prefix: _dec.KVCache | None = None,
+    *,
+    topk: int,
+    max_new_tokens: int,
+    eos_ids: tuple[int, ...],
+    pad_id: int,
+) -> tuple[jax.Array, ...]:
+    """`score_rows` for single-token candidates read after the last token, plus the greedy reply.
+
+    One prefill fills ``cache`` (empty, ``T + max_new_tokens`` slots); its logits at
+    the last token give the score statistics and the first generated token, and decoding
+    continues from the cache (`jaxjudge.models.decoder.generate`).
+
+    Returns:
+        The five `score_rows` outputs, then ``generated [B, G]`` int32 and ``lengths [B]``.
+    """
+    model = nnx.merge(graphdef, state)
+    positions_bt = _dec.default_positions(mask_bt, cache, prefix)
+    b, t = tokens_bt.shape
+    read_b1 = jnp.full((b, 1), t - 1, jnp.int32)
+    logits_b1v, cache = model(tokens_bt, positions_bt, mask_bt, read_b1, cache, prefix)
+    out = _reduce_reads(logits_b1v, jnp.zeros_like(pick_token_bm), pick_token_bm, 0, topk)
+    gen_bg, lengths_b, _ = _dec.generate(graphdef, state, logits_b1v[:, 0], cache, jax.random.key(0), prefix,
+                                         max_new_tokens=max_new_tokens, temperature=0.0, top_k=None,
+                                         eos_ids=eos_ids, pad_id=pad_id)
+    return (*out, gen_bg, lengths_b)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef",))
@@ -314,9 +366,11 @@ class _Runner:
     """Runs the plan on the device(s): prefill of shared prefixes, batched scoring of rows."""
 
     def __init__(self, judge: Any, cplan: CandidatePlan, *, batch_size: int, max_batch_tokens: int,
-                 topk: int, mesh: Any, prefix_cache: bool, min_prefix_tokens: int, nll: bool = False):
+                 topk: int, mesh: Any, prefix_cache: bool, min_prefix_tokens: int, nll: bool = False,
+                 generate_tokens: int = 0):
         self.judge = judge
         self.nll = nll
+        self.generate_tokens = generate_tokens
         self.cfg = judge.config
         self.graphdef, self.state = judge.graphdef, judge.state
         self.cplan = cplan
@@ -372,13 +426,26 @@ class _Runner:
             tl = np.asarray(tail_lens + [tail_lens[-1]] * pad)
             slots = np.arange(t)[None, :]
             nll_use = put((slots >= off[:, None]) & (slots < (off + tl - 1)[:, None]))
-        out = score_rows(self.graphdef, self.state, put(tokens), put(mask), put(read_br.astype(np.int32)),
-                         put(pick_read), put(pick_token), prefix, nll_use, answer_read=cp.n_ext, topk=self.topk)
+        if self.generate_tokens:
+            cache = self.place.replicated(_dec.init_cache(self.cfg, b, t + self.generate_tokens, self.judge.dtype))
+            if self.place.mesh is not None:
+                from jaxjudge.models import sharding  # noqa: PLC0415
+
+                cache = jax.device_put(cache, sharding.cache_sharding(self.place.mesh, cache))
+            out = score_generate_rows(self.graphdef, self.state, put(tokens), put(mask), put(pick_token), cache,
+                                      prefix, topk=self.topk, max_new_tokens=self.generate_tokens,
+                                      eos_ids=tuple(int(e) for e in self.cfg.eos_token_ids), pad_id=self.pad_id)
+        else:
+            out = score_rows(self.graphdef, self.state, put(tokens), put(mask), put(read_br.astype(np.int32)),
+                             put(pick_read), put(pick_token), prefix, nll_use, answer_read=cp.n_ext, topk=self.topk)
         picked, logz, greedy, top_lp, top_ids = (np.asarray(x)[: len(rows)] for x in out[:5])
         res = self._per_example(picked.reshape(len(tails), n_var, -1), logz[::n_var], greedy[::n_var],
                                 top_lp[::n_var], top_ids[::n_var])
         if self.nll:
             res["tail_nll"] = np.asarray(out[5], np.float64)[: len(rows)][::n_var]
+        if self.generate_tokens:
+            res["generated_ids"] = np.asarray(out[5], np.int32)[: len(rows)]
+            res["generated_lengths"] = np.asarray(out[6], np.int32)[: len(rows)]
         return res
 
     def _per_example(self, picked_nvm, logz, greedy, top_lp, top_ids) -> dict[str, np.ndarray]:
@@ -594,6 +661,7 @@ def extract(
     key: Mapping[str, Any] | None = None,
     on_chunk: Callable[[int], None] | None = None,
     prompt_nll: bool = False,
+    generate_tokens: int = 0,
 ) -> Extraction:
     """Extracts the judge's score log-probabilities for rendered prompts.
 
@@ -631,6 +699,12 @@ def extract(
             the same forward passes (the output head then runs at every prompt position; a
             shared prefix's part is computed once per group). Equal to
             `jaxjudge.engine.sequence_nll` of the prompts.
+        generate_tokens: G > 0 also decodes each prompt's greedy reply of up to G tokens from
+            the same prefill (`Extraction.generated_ids`), instead of a second pass over the
+            prompts as `jaxjudge.engine.generate_scores` makes. Needs single-token candidates
+            read right after the prompt (no ``prompt_extension``) and room for G tokens after
+            every prompt. The replies are returned, not stored: the store key and arrays are
+            those of a plain extraction.
 
     Returns:
         `Extraction` in the order of ``prompts``.
@@ -660,6 +734,11 @@ def extract(
     if limit < 1:
         raise ValueError(f"context_length={ctx} leaves no room for a prompt before the {cplan.n_reads} answer tokens")
     tk = tokenise(judge.tokenizer, prompts, limit=limit, overflow=overflow)
+    generate_tokens = 0 if not generate_tokens else _positive_int("generate_tokens", generate_tokens)
+    if generate_tokens:
+        check_generation_room(tk, cplan, generate_tokens, ctx)
+        if prompt_nll:
+            raise ValueError("prompt_nll and generate_tokens cannot be combined in one extract call")
     chunks = plan_chunks(tk.group_of, chunk_size)
 
     n_proc, proc = jax.process_count(), jax.process_index()
@@ -689,12 +768,16 @@ def extract(
         if judge.mesh is not mesh:
             judge = copy.copy(judge).shard(mesh)
     runner = _Runner(judge, cplan, batch_size=batch_size, max_batch_tokens=max_batch_tokens, topk=topk,
-                     mesh=mesh, prefix_cache=prefix_cache, min_prefix_tokens=min_prefix_tokens, nll=bool(prompt_nll))
+                     mesh=mesh, prefix_cache=prefix_cache, min_prefix_tokens=min_prefix_tokens, nll=bool(prompt_nll),
+                     generate_tokens=generate_tokens)
 
     in_memory: dict[int, dict[str, np.ndarray]] = {}
+    replies: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     with Progress(sum(len(chunks[c]) for c in todo), enabled=progress) as bar:
         for c in todo:
             arrays = runner.run_chunk(chunks[c], tk, bar)
+            if generate_tokens:
+                replies[c] = (arrays.pop("generated_ids"), arrays.pop("generated_lengths"))
             if st is not None:
                 st.write_chunk(c, arrays)
             else:
@@ -703,7 +786,37 @@ def extract(
                 on_chunk(c)
     if n_proc > 1:
         _barrier(f"jaxjudge-extract-{st.key_hash[:16]}")
-    return _assemble(chunks, tk, st, in_memory, cands, todo)
+    ext = _assemble(chunks, tk, st, in_memory, cands, todo)
+    if generate_tokens:
+        ids = np.full((len(tk.prompts), generate_tokens), judge.pad_id, np.int32)
+        lengths = np.full(len(tk.prompts), -1, np.int32)
+        for c, (g, n) in replies.items():
+            ids[chunks[c].members], lengths[chunks[c].members] = g, n
+        if len(ext) != len(tk.prompts):  # some chunks missing (other processes' folders)
+            row = {p.example_id: i for i, p in enumerate(tk.prompts)}
+            keep = np.asarray([row[e] for e in ext.example_ids], np.int64)
+            ids, lengths = ids[keep], lengths[keep]
+        ext = dataclasses.replace(ext, generated_ids=ids, generated_lengths=lengths)
+    return ext
+
+
+class GenerationRoomError(ValueError):
+    """Scoring and generation cannot share one prefill for these prompts and candidates."""
+
+
+def check_generation_room(tk: Tokenised, cplan: CandidatePlan, generate_tokens: int, context_length: int) -> None:
+    """Raises `GenerationRoomError` unless scoring and a G-token reply can share one prefill.
+
+    That needs single-token candidates read right after the prompt, and room for G tokens
+    after every (tokenised, possibly truncated) prompt within the context.
+    """
+    if cplan.n_reads != 1:
+        raise GenerationRoomError("generate_tokens needs single-token score candidates and no prompt_extension "
+                         f"(these candidates need {cplan.n_reads} reads); generate with generate_scores instead")
+    for i, ids in enumerate(tk.ids):
+        if len(ids) + generate_tokens > context_length:
+            raise GenerationRoomError(f"prompt {i} ({tk.prompts[i].example_id!r}) has {len(ids)} tokens: no room for "
+                             f"{generate_tokens} generated tokens within the context of {context_length}")
 
 
 def _assemble(chunks: list[Chunk], tk: Tokenised, st: Store | None, in_memory: dict[int, dict[str, np.ndarray]],

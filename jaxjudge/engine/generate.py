@@ -26,7 +26,7 @@ from jaxjudge.engine.progress import Progress
 from jaxjudge.models import decoder as _dec
 from jaxjudge.prompts import RenderedPrompt, ScoreScale, as_tokenizer
 
-__all__ = ["parse_score", "generate_scores", "sequence_nll"]
+__all__ = ["parse_score", "parse_replies", "generate_scores", "sequence_nll"]
 
 _NUMBER_RE = re.compile(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)")
 
@@ -137,7 +137,16 @@ def generate_scores(
         if flat:
             run(flat, {i: tk.ids[i] for i in flat}, None, bar)
 
-    texts = [judge.decode(replies[i]) for i in range(len(prompts))]
+    return parse_replies(judge, [replies[i] for i in range(len(prompts))], scale)
+
+
+def parse_replies(judge: Any, replies: Sequence[Sequence[int]], scale: ScoreScale) -> tuple[list[str], np.ndarray, int]:
+    """Reply token ids -> ``(texts, parsed scores with NaN for failures, n_failures)``.
+
+    The second half of `generate_scores`, for replies decoded elsewhere (e.g.
+    `jaxjudge.engine.extract` with ``generate_tokens``).
+    """
+    texts = [judge.decode([int(x) for x in r]) for r in replies]
     parsed = np.asarray([parse_score(t, scale) for t in texts], np.float64)
     return texts, parsed, int(np.isnan(parsed).sum())
 

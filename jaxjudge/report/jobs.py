@@ -10,7 +10,11 @@ role           what runs
 =============  ===========================================================================
 score          the task template over the task's examples -> `jaxjudge.engine.extract`,
                chunked into the store as chunks finish (a killed run resumes)
-generate       greedy generation parsed into a number (`generate_scores`), one chunk
+generate       greedy generation parsed into a number, one chunk. When the cell's score job
+               runs in the same call, has single-token candidates and renders the same
+               prompts, the replies are decoded from the score pass's own prefill
+               (``extract(..., generate_tokens=G)``); otherwise `generate_scores` makes its
+               own pass. Both give the same store.
 random_r/_t    the 100 random-number paraphrases (raw / after the task instruction):
                candidate log-probs and each prompt's mean token NLL (one pass), one chunk
 content_free   the template filled with content-free strings (`CONTENT_FREE`), one chunk
@@ -128,7 +132,8 @@ def run_extractions(
         all before the first forward pass of the model concerned.
     """
     from jaxjudge import models as M  # noqa: PLC0415
-    from jaxjudge.engine import extract, generate_scores  # noqa: PLC0415
+    from jaxjudge.engine import GenerationRoomError, extract, generate_scores, parse_replies  # noqa: PLC0415
+    from jaxjudge.store import Store  # noqa: PLC0415
     from jaxjudge.prompts import ScoreScale, get_template, random_number_prompts, render_all  # noqa: PLC0415
 
     C.validate_config(cfg)
@@ -153,11 +158,23 @@ def run_extractions(
     overflow = engine_opts.pop("overflow", "truncate")
     data = {t.task: load_task_data(t) for t in cfg.tasks}
     results: list[JobResult] = []
+    g_new = cfg.generation_max_new_tokens
+
+    def gen_key(job, judge):
+        return {**store_match(job), "model_sha256": judge.sha256, "max_new_tokens": g_new}
+
+    def gen_prompts(job, judge, template, scale, ctx):
+        return render_all(template, data[job.task].examples, scale, chat=chat, tokenizer=judge.tokenizer,
+                          max_tokens=ctx - g_new, overflow=overflow).prompts
+
     for n in names:
         judge = M.load(paths[n])
         chat = chat_format(judge) if cfg.prompt_style == "chat" else None
         ctx = int(engine_opts.get("context_length") or judge.config.max_position_embeddings)
-        for job in (j for j in plan if j.model == n):
+        model_jobs = [j for j in plan if j.model == n]
+        # Replies decoded during a score pass, waiting for their generate job: store path -> arrays.
+        replies: dict[Path, dict[str, np.ndarray]] = {}
+        for job in model_jobs:
             scale = ScoreScale.parse(job.scale)
             key = store_match(job)
             where = job_store_path(root, job)
@@ -165,22 +182,42 @@ def run_extractions(
             if job.role == "score":
                 rendered = render_all(template, data[job.task].examples, scale, chat=chat, tokenizer=judge.tokenizer,
                                       max_tokens=ctx, overflow=overflow, reserve_tokens=4)
-                out = extract(judge, rendered.prompts, scale, store=where, key=key, progress=progress,
-                              overflow=overflow, **engine_opts)
+                gen = next((j for j in model_jobs if j.role == "generate" and
+                            (j.task, j.aspect, j.scale) == (job.task, job.aspect, job.scale)), None)
+                share = False
+                if gen is not None:
+                    gen_where = job_store_path(root, gen)
+                    share = (not Store.open(gen_where, gen_key(gen, judge), n_chunks=1).has_chunk(0)
+                             and gen_prompts(gen, judge, template, scale, ctx) == list(rendered.prompts))
+                out = None
+                if share:
+                    try:
+                        out = extract(judge, rendered.prompts, scale, store=where, key=key, progress=progress,
+                                      overflow=overflow, generate_tokens=g_new, **engine_opts)
+                    except GenerationRoomError:
+                        out = None
+                    if out is not None and bool(np.all(out.generated_lengths >= 0)):
+                        texts, parsed, _ = parse_replies(
+                            judge, [r[:k] for r, k in zip(out.generated_ids, out.generated_lengths)], scale)
+                        replies[gen_where] = {"example_ids": np.asarray(out.example_ids),
+                                              "parsed_scores": np.asarray(parsed, np.float32),
+                                              "texts": np.asarray(texts)}
+                if out is None:
+                    out = extract(judge, rendered.prompts, scale, store=where, key=key, progress=progress,
+                                  overflow=overflow, **engine_opts)
                 computed, n_rows = bool(out.computed_chunks), len(out)
             elif job.role == "generate":
-                rendered = render_all(template, data[job.task].examples, scale, chat=chat, tokenizer=judge.tokenizer,
-                                      max_tokens=ctx - cfg.generation_max_new_tokens, overflow=overflow)
+                prompts = gen_prompts(job, judge, template, scale, ctx)
 
-                def make(prompts=rendered.prompts, scale=scale):
-                    texts, parsed, _ = generate_scores(judge, prompts, scale,
-                                                       max_new_tokens=cfg.generation_max_new_tokens,
+                def make(prompts=prompts, scale=scale, where=where):
+                    if where in replies:  # decoded in the score pass
+                        return replies.pop(where)
+                    texts, parsed, _ = generate_scores(judge, prompts, scale, max_new_tokens=g_new,
                                                        progress=progress, overflow=overflow)
                     return {"example_ids": np.asarray([p.example_id for p in prompts]),
                             "parsed_scores": np.asarray(parsed, np.float32), "texts": np.asarray(texts)}
 
-                computed, n_rows = _one_chunk(where, {**key, "model_sha256": judge.sha256,
-                                                      "max_new_tokens": cfg.generation_max_new_tokens}, make)
+                computed, n_rows = _one_chunk(where, gen_key(job, judge), make)
             elif job.role in ("random_r", "random_t"):
                 prompts = random_number_prompts(scale, chat=chat,
                                                 task_template=template if job.role == "random_t" else None)
