@@ -259,3 +259,21 @@ def test_headline_table_says_why_generation_has_no_correlation():
     rows[1].update(parse_failures=4, n_distinct_parsed=5, metrics={"spearman": iv})
     line = headline_table(Results("x", rows), "spearman").splitlines()[2]
     assert line.endswith("| 0.250 [0.100, 0.400] (60/64 parsed) |")
+
+
+def test_portable_path_keeps_machine_folders_out_of_metadata(tmp_path, monkeypatch):
+    from jaxjudge.report.run import portable_path
+
+    home = tmp_path / "home"
+    repo = home / "work" / "projects" / "repo"
+    for d in (repo / "stores", home / "work" / "projects" / "shared" / "data", home / "models", tmp_path / "elsewhere"):
+        d.mkdir(parents=True)
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("HOME", str(home))
+    assert portable_path(repo / "stores") == "stores"
+    assert portable_path("relative/as/given") == "relative/as/given"
+    # A data folder next to the checkout: relative, as the experiment configs name it.
+    assert portable_path(home / "work" / "projects" / "shared" / "data") == "../shared/data"
+    # Three or more levels up: under the home folder written with "~", else absolute.
+    assert portable_path(home / "models") == "~/models"
+    assert portable_path(tmp_path / "elsewhere") == str((tmp_path / "elsewhere").resolve())

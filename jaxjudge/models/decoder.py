@@ -742,6 +742,7 @@ def next_token_nll(model: "Decoder", h_btd: jax.Array, target_bt: jax.Array, use
         chunk: slots per head evaluation.
     """
     b, t, d = h_btd.shape
+    chunk = min(chunk, t)  # a short call is one chunk of its own length, not padded up to `chunk`
     n_chunks = -(-t // chunk)
     pad = n_chunks * chunk - t
     h_cbkd = jnp.pad(h_btd, ((0, 0), (0, pad), (0, 0))).reshape(b, n_chunks, chunk, d).swapaxes(0, 1)

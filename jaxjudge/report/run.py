@@ -42,15 +42,18 @@ PACKAGES = (
 
 
 def portable_path(path: str | os.PathLike) -> str:
-    """A path as it can be committed: relative to the working directory if inside it, else with
-    the home folder written ``~``, else as given."""
+    """A path as it can be committed: relative to the working directory if inside it or at most
+    two folders up from it (``../shared/data/stsb`` next to a checkout), else with the home
+    folder written ``~``, else as given."""
     p = Path(path)
     if not p.is_absolute():
         return str(p)
     try:
-        return str(p.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        pass
+        rel = Path(os.path.relpath(p.resolve(), Path.cwd().resolve()))
+    except ValueError:  # another drive
+        rel = None
+    if rel is not None and rel.parts[:3] != ("..", "..", ".."):
+        return str(rel)
     try:
         return str(Path("~") / p.resolve().relative_to(Path.home().resolve()))
     except ValueError:
