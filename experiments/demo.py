@@ -16,7 +16,7 @@ Run:
     jaxjudge sweep experiments/demo.py:ci  # coherence, ranges 1-5 and 3-7 (CI smoke test)
     jaxjudge sweep experiments/demo.py:all # all four SummEval aspects (about four times longer)
 
-The default judges coherence only, so that the main job stays within about ten minutes on a
+The default judges coherence only, so that the main job stays under ten minutes on a
 2-core CPU; ``:all`` adds consistency, fluency and relevance.
 """
 

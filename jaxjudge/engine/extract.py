@@ -240,7 +240,7 @@ def score_rows(
     else:
         h_btd, _ = model.trunk(tokens_bt, positions_bt, mask_bt, None, prefix)
         logits_brv = model.head(jnp.take_along_axis(h_btd, read_br.astype(jnp.int32)[..., None], axis=1))
-        target_bt = jnp.concatenate([tokens_bt[:, 1:], jnp.zeros_like(tokens_bt[:, :1])], axis=1)
+        target_bt, _ = _dec.next_token_targets(tokens_bt, mask_bt)
         nll_b = _dec.next_token_nll(model, h_btd, target_bt, nll_use_bt.astype(bool))
     out = _reduce_reads(logits_brv, pick_read_bm, pick_token_bm, answer_read, topk)
     return out if nll_b is None else (*out, nll_b)
@@ -301,8 +301,7 @@ def _prefix_nll(graphdef: nnx.GraphDef, state: nnx.State, tokens_bt: jax.Array, 
     model = nnx.merge(graphdef, state)
     mask_bt = mask_bt.astype(bool)
     h_btd, _ = model.trunk(tokens_bt, _dec.default_positions(mask_bt), mask_bt)
-    target_bt = jnp.concatenate([tokens_bt[:, 1:], jnp.zeros_like(tokens_bt[:, :1])], axis=1)
-    use_bt = mask_bt & jnp.concatenate([mask_bt[:, 1:], jnp.zeros_like(mask_bt[:, :1])], axis=1)
+    target_bt, use_bt = _dec.next_token_targets(tokens_bt, mask_bt)
     last = jnp.sum(mask_bt[0]) - 1
     logits_v = model.head(h_btd[:, last][:, None])[0, 0]
     return _dec.next_token_nll(model, h_btd, target_bt, use_bt)[0], jax.nn.log_softmax(logits_v)

@@ -719,12 +719,20 @@ def sequence_nll(
     mask_bt = mask_bt.astype(bool)
     positions_bt = default_positions(mask_bt)
     h_btd, _ = model.trunk(tokens_bt, positions_bt, mask_bt)
-    b, t = tokens_bt.shape
-    # Slot j predicts the next real token after it; with padding only on the sides and
-    # contiguous real tokens, that is slot j + 1 whenever both are real.
-    target_bt = jnp.concatenate([tokens_bt[:, 1:], jnp.zeros((b, 1), tokens_bt.dtype)], axis=1)
-    use_bt = mask_bt & jnp.concatenate([mask_bt[:, 1:], jnp.zeros((b, 1), bool)], axis=1)
+    target_bt, use_bt = next_token_targets(tokens_bt, mask_bt)
     return next_token_nll(model, h_btd, target_bt, use_bt, chunk=chunk), jnp.sum(use_bt, axis=1).astype(jnp.int32)
+
+
+def next_token_targets(tokens_bt: jax.Array, mask_bt: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """What each slot predicts: ``(target [B, T], use [B, T])``.
+
+    Slot j predicts the next real token after it; with padding only on the sides and contiguous
+    real tokens, that is slot j + 1 whenever both are real (``use``).
+    """
+    mask_bt = mask_bt.astype(bool)
+    target_bt = jnp.concatenate([tokens_bt[:, 1:], jnp.zeros_like(tokens_bt[:, :1])], axis=1)
+    use_bt = mask_bt & jnp.concatenate([mask_bt[:, 1:], jnp.zeros_like(mask_bt[:, :1])], axis=1)
+    return target_bt, use_bt
 
 
 def next_token_nll(model: "Decoder", h_btd: jax.Array, target_bt: jax.Array, use_bt: jax.Array, *,
