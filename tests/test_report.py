@@ -259,6 +259,10 @@ def test_headline_table_says_why_generation_has_no_correlation():
     rows[1].update(parse_failures=4, n_distinct_parsed=5, metrics={"spearman": iv})
     line = headline_table(Results("x", rows), "spearman").splitlines()[2]
     assert line.endswith("| 0.250 [0.100, 0.400] (60/64 parsed) |")
+    # Replies that differ overall but not within one fold's test side: undefined there too.
+    rows[1].update(n_distinct_parsed=3, n_distinct_parsed_test=1, metrics={"spearman": {"estimate": None}})
+    line = headline_table(Results("x", rows), "spearman").splitlines()[2]
+    assert line.endswith("| - (60/64 parsed, all equal on a test side) |")
 
 
 def test_portable_path_keeps_machine_folders_out_of_metadata(tmp_path, monkeypatch):
@@ -277,3 +281,14 @@ def test_portable_path_keeps_machine_folders_out_of_metadata(tmp_path, monkeypat
     # Three or more levels up: under the home folder written with "~", else absolute.
     assert portable_path(home / "models") == "~/models"
     assert portable_path(tmp_path / "elsewhere") == str((tmp_path / "elsewhere").resolve())
+
+
+def test_command_line_names_the_module_run_with_python_m():
+    from pathlib import Path
+
+    import jaxjudge.cli
+    from jaxjudge.report.run import command_line
+
+    cli = str(Path(jaxjudge.cli.__file__).resolve())
+    assert command_line([cli, "report", "experiments/demo.py:ci"]) == "python -m jaxjudge.cli report experiments/demo.py:ci"
+    assert command_line(["/usr/local/bin/jaxjudge", "demo", "--ci"]) == "jaxjudge demo --ci"

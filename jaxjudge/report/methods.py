@@ -697,7 +697,11 @@ def evaluate_cell(
         row.update(metrics=mets, delta=None, hparams=[{} for _ in range(f)],
                    dev_metric=selection_per_fold(gen, dev), test_metric=selection_per_fold(gen, test),
                    parse_failures=int((~np.isfinite(arrays.generated)).sum()),
-                   n_distinct_parsed=len({float(v) for v in arrays.generated[np.isfinite(arrays.generated)]}))
+                   n_distinct_parsed=len({float(v) for v in arrays.generated[np.isfinite(arrays.generated)]}),
+                   # The fewest distinct parsed scores on any fold's test side: 1 there leaves
+                   # that fold's correlation (and so the mean over folds) undefined.
+                   n_distinct_parsed_test=min(
+                       len({float(v) for v in arrays.generated[t & np.isfinite(arrays.generated)]}) for t in test))
         rows.append(row)
         counts = np.bincount(
             np.clip(np.rint((arrays.generated[np.isfinite(arrays.generated)] - scale.lo) / scale.step), 0, k - 1).astype(int),

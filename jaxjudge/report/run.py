@@ -68,8 +68,10 @@ def command_line(argv: Sequence[str] | None = None) -> str:
     prog = Path(argv[0]).name
     if prog == "__main__.py":  # python -m jaxjudge
         prog = "python -m jaxjudge"
+    elif prog == "cli.py" and Path(argv[0]).resolve() == Path(__file__).resolve().parents[1] / "cli.py":
+        prog = "python -m jaxjudge.cli"
     args = [portable_path(a) if os.path.isabs(a) else a for a in argv[1:]]
-    return shlex.join([prog, *args])
+    return " ".join([prog if prog.startswith("python -m ") else shlex.quote(prog), *map(shlex.quote, args)])
 
 
 def package_versions() -> dict[str, str | None]:

@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 LABELS = ("experiment", "judge", "task", "aspect", "scale", "method", "score")
-_COUNTS = ("n", "n_folds", "n_test", "parse_failures", "n_distinct_parsed")
+_COUNTS = ("n", "n_folds", "n_test", "parse_failures", "n_distinct_parsed", "n_distinct_parsed_test")
 _JSON_FIELDS = ("hparams", "dev_metric", "test_metric")
 
 
@@ -161,6 +161,8 @@ def _parse_note(r: dict[str, Any]) -> str:
     note = f"{n - fails}/{n} parsed"
     if n - fails > 0 and r.get("n_distinct_parsed") == 1:
         note += ", all equal"
+    elif r.get("n_distinct_parsed_test") is not None and r["n_distinct_parsed_test"] <= 1:
+        note += ", all equal on a test side"
     return f" ({note})"
 
 
