@@ -14,6 +14,10 @@ score difference and whether the replies agree; it asserts nothing about time.
 
 Run from the repository root: ``python benchmarks/bench_generate.py`` (about 5 minutes on two
 cores).
+
+One run (2 idle CPU cores; 64 prompts, 29,571 prompt tokens, 24-token replies, 2 timed rounds):
+two passes 76.7 s (first round with compilation 112.9 s); one prefill 43.8 s (82.3 s), 1.75x.
+Largest score log-probability difference 3.8e-05; 64/64 replies identical.
 """
 
 from __future__ import annotations
