@@ -279,6 +279,13 @@ def test_mesh_sharded_batch_matches_single_device(judge):
     assert judge.mesh is None  # the caller's judge is not re-placed
     np.testing.assert_allclose(sharded.cand_logprobs, single.cand_logprobs, atol=1e-5, rtol=0)
     np.testing.assert_array_equal(sharded.greedy_ids, single.greedy_ids)
+    # Scores with replies from one prefill: the per-row cache is split over the mesh as well.
+    kw = dict(batch_size=3, progress=False, min_prefix_tokens=4, generate_tokens=5)
+    single = engine.extract(judge, prompts, ScoreScale(1, 5), **kw)
+    sharded = engine.extract(judge, prompts, ScoreScale(1, 5), mesh=make_mesh(data=4), **kw)
+    np.testing.assert_allclose(sharded.cand_logprobs, single.cand_logprobs, atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(sharded.generated_ids, single.generated_ids)
+    np.testing.assert_array_equal(sharded.generated_lengths, single.generated_lengths)
 
 
 def test_results_do_not_depend_on_batching(judge):

@@ -258,37 +258,40 @@ def _reduce_reads(logits_brv, pick_read_bm, pick_token_bm, answer_read: int, top
     return picked_bm, logz_b, greedy_b, top_bk - logz_b[:, None], top_ids_bk.astype(jnp.int32)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "topk", "max_new_tokens", "eos_ids", "pad_id"))
+@functools.partial(jax.jit, static_argnames=("graphdef", "answer_read", "topk", "max_new_tokens", "eos_ids",
+                                             "pad_id"))
 def score_generate_rows(
     graphdef: nnx.GraphDef,
     state: nnx.State,
     tokens_bt: jax.Array,
     mask_bt: jax.Array,
+    read_br: jax.Array,
+    pick_read_bm: jax.Array,
     pick_token_bm: jax.Array,
     cache: _dec.KVCache,
     prefix: _dec.KVCache | None = None,
     *,
+    answer_read: int,
     topk: int,
     max_new_tokens: int,
     eos_ids: tuple[int, ...],
     pad_id: int,
 ) -> tuple[jax.Array, ...]:
-    """`score_rows` for single-token candidates read after the last token, plus the greedy reply.
+    """`score_rows` (same reads and picks) plus the greedy reply, from one prefill.
 
-    One prefill fills ``cache`` (empty, ``T + max_new_tokens`` slots); its logits at
-    the last token give the score statistics and the first generated token, and decoding
-    continues from the cache (`jaxjudge.models.decoder.generate`).
+    The prefill fills ``cache`` (empty, ``T + max_new_tokens`` slots); the logits at the answer
+    read give the score statistics and the first generated token, and decoding continues from
+    the cache (`jaxjudge.models.decoder.generate`). The answer read must be each row's last
+    token (single-token candidates, no extension: see `check_generation_room`).
 
     Returns:
         The five `score_rows` outputs, then ``generated [B, G]`` int32 and ``lengths [B]``.
     """
     model = nnx.merge(graphdef, state)
     positions_bt = _dec.default_positions(mask_bt, cache, prefix)
-    b, t = tokens_bt.shape
-    read_b1 = jnp.full((b, 1), t - 1, jnp.int32)
-    logits_b1v, cache = model(tokens_bt, positions_bt, mask_bt, read_b1, cache, prefix)
-    out = _reduce_reads(logits_b1v, jnp.zeros_like(pick_token_bm), pick_token_bm, 0, topk)
-    gen_bg, lengths_b, _ = _dec.generate(graphdef, state, logits_b1v[:, 0], cache, jax.random.key(0), prefix,
+    logits_brv, cache = model(tokens_bt, positions_bt, mask_bt, read_br, cache, prefix)
+    out = _reduce_reads(logits_brv, pick_read_bm, pick_token_bm, answer_read, topk)
+    gen_bg, lengths_b, _ = _dec.generate(graphdef, state, logits_brv[:, answer_read], cache, jax.random.key(0), prefix,
                                          max_new_tokens=max_new_tokens, temperature=0.0, top_k=None,
                                          eos_ids=eos_ids, pad_id=pad_id)
     return (*out, gen_bg, lengths_b)
@@ -333,6 +336,15 @@ class Placement:
     def round_rows(self, n: int) -> int:
         """``n`` rounded up to a multiple of the data axis."""
         return -(-n // self.row_multiple) * self.row_multiple
+
+    def empty_cache(self, judge: Any, batch: int, slots: int) -> _dec.KVCache:
+        """An empty per-row KV cache for a batch, its rows split over ``data`` like the batch."""
+        if self.mesh is None:
+            return _dec.init_cache(judge.config, batch, slots, judge.dtype)
+        from jaxjudge.models import sharding  # noqa: PLC0415
+
+        cache = self.replicated(_dec.init_cache(judge.config, batch, slots, judge.dtype))
+        return jax.device_put(cache, sharding.cache_sharding(self.mesh, cache))
 
 
 def prefill_prefix(judge: Any, ids: Sequence[int], place: Placement) -> _dec.KVCache:
@@ -426,13 +438,10 @@ class _Runner:
             slots = np.arange(t)[None, :]
             nll_use = put((slots >= off[:, None]) & (slots < (off + tl - 1)[:, None]))
         if self.generate_tokens:
-            cache = self.place.replicated(_dec.init_cache(self.cfg, b, t + self.generate_tokens, self.judge.dtype))
-            if self.place.mesh is not None:
-                from jaxjudge.models import sharding  # noqa: PLC0415
-
-                cache = jax.device_put(cache, sharding.cache_sharding(self.place.mesh, cache))
-            out = score_generate_rows(self.graphdef, self.state, put(tokens), put(mask), put(pick_token), cache,
-                                      prefix, topk=self.topk, max_new_tokens=self.generate_tokens,
+            cache = self.place.empty_cache(self.judge, b, t + self.generate_tokens)
+            out = score_generate_rows(self.graphdef, self.state, put(tokens), put(mask), put(read_br.astype(np.int32)),
+                                      put(pick_read), put(pick_token), cache, prefix, answer_read=cp.n_ext,
+                                      topk=self.topk, max_new_tokens=self.generate_tokens,
                                       eos_ids=tuple(int(e) for e in self.cfg.eos_token_ids), pad_id=self.pad_id)
         else:
             out = score_rows(self.graphdef, self.state, put(tokens), put(mask), put(read_br.astype(np.int32)),

@@ -107,11 +107,7 @@ def generate_scores(
             rows = [tails[j] for j in batch]
             rows += [rows[-1]] * (b - len(rows))
             tokens, mask = _dec.pad_batch(rows, side="left", length=t, pad_id=judge.pad_id)
-            cache = place.replicated(_dec.init_cache(judge.config, b, t + max_new_tokens, judge.dtype))
-            if place.mesh is not None:
-                from jaxjudge.models import sharding  # noqa: PLC0415
-
-                cache = jax.device_put(cache, sharding.cache_sharding(place.mesh, cache))
+            cache = place.empty_cache(judge, b, t + max_new_tokens)
             read = np.full((b, 1), t - 1, np.int32)
             logits, cache = _dec.forward(judge.graphdef, judge.state, place.rows(tokens), place.rows(mask),
                                          place.rows(read), None, cache, prefix)
