@@ -13,6 +13,11 @@ Run (from the repository root; writes results.json, results.md, pairs.jsonl, met
 
     python experiments/position_bias.py --pairs 240 --aspect coherence --out results/position_bias/smollm2
 
+Recompute a written run's verdicts and intervals from its ``pairs.jsonl`` with no model (the
+forward-pass figures are kept from its ``results.json``):
+
+    python experiments/position_bias.py --from-pairs results/position_bias/smollm2
+
 `--data embedded` uses the 4-article SummEval subset shipped in the package instead of
 ../shared/data/summeval (for quick checks). Pairs are drawn with `--seed` (default 0), so the
 same command gives the same pairs.
@@ -51,9 +56,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--model", default=None, help="judge model (default: the embedded SmolLM2-135M-Instruct)")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--no-prefix-cache", action="store_true", help="run every prompt in full")
-    ap.add_argument("--out", required=True, help="output folder")
+    ap.add_argument("--out", help="output folder")
+    ap.add_argument("--from-pairs", metavar="DIR", default=None,
+                    help="no model: recompute the verdicts and intervals of a written run from its pairs.jsonl")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
+    if args.out is None and args.from_pairs is None:
+        ap.error("give --out (a new run) or --from-pairs DIR (recompute a written run)")
     if args.pairs < 1:
         ap.error(f"--pairs must be >= 1, got {args.pairs}")
     return args
@@ -81,6 +90,13 @@ def load_examples(data: str) -> tuple[list, dict[str, Any]]:
 def main(argv: Sequence[str] | None = None):
     """Runs the experiment and writes its folder; returns the `PositionBiasRun`."""
     args = parse_args(argv)
+    if args.from_pairs:
+        from jaxjudge.diagnostics import rescore_position_bias_run  # noqa: PLC0415
+
+        summary = rescore_position_bias_run(args.from_pairs)
+        if not args.quiet:
+            print((Path(args.from_pairs) / "results.md").read_text())
+        return summary
     import jax  # noqa: PLC0415
 
     from jaxjudge import models  # noqa: PLC0415

@@ -36,7 +36,7 @@ def _hand_se(p, q0, q1, n, m0, m1):
 def test_worked_example_interval():
     n, m0, m1 = 1000, 200, 200
     se = _hand_se(0.4, 0.7, 0.9, n, m0, m1)
-    low, high = D.corrected_accuracy_ci(0.4, 0.7, 0.9, n, m0, m1, adjusted=False)
+    low, high = D.corrected_accuracy_ci(0.4, 0.7, 0.9, n, m0, m1, method="wald")
     print(f"worked example 1/6: Wald 95% CI ({low:.4f}, {high:.4f}), se {se:.4f}")
     assert low == pytest.approx(1 / 6 - Z95 * se, abs=1e-12)
     assert high == pytest.approx(1 / 6 + Z95 * se, abs=1e-12)
@@ -55,14 +55,71 @@ def test_worked_example_interval():
     assert alow < l90 < h90 < ahigh
 
 
-def _simulate_coverage(theta, q0, q1, n, m0, m1, reps, seed, adjusted=True):
+def _lee_interval_numpy(p, q0, q1, n, m0, m1, alpha=0.05):
+    """Lee et al. (2025) eqs. 5-7 written out in numpy, independently of the library."""
+    z = scipy.stats.norm.ppf(1 - alpha / 2)
+    p, q0, q1, n, m0, m1 = (np.asarray(v, np.float64) for v in (p, q0, q1, n, m0, m1))
+    n_t, m0_t, m1_t = n + z**2, m0 + 2, m1 + 2
+    p_t = (n * p + z**2 / 2) / n_t
+    q0_t = (m0 * q0 + 1) / m0_t
+    q1_t = (m1 * q1 + 1) / m1_t
+    th = (p_t + q0_t - 1) / (q0_t + q1_t - 1)
+    dth = 2 * z**2 * (-(1 - th) * q0_t * (1 - q0_t) / m0_t + th * q1_t * (1 - q1_t) / m1_t)
+    half = z * np.sqrt(p_t * (1 - p_t) / n_t + (1 - th) ** 2 * q0_t * (1 - q0_t) / m0_t
+                       + th**2 * q1_t * (1 - q1_t) / m1_t) / (q0_t + q1_t - 1)
+    return np.clip(th + dth - half, 0, 1), np.clip(th + dth + half, 0, 1)
+
+
+def test_lee_interval_reproduces_reference_worked_example():
+    # The authors' example (p = 0.4, q0 = 0.7, q1 = 0.9, n = 1000, m0 = m1 = 200): [0.056, 0.263].
+    low, high = D.corrected_accuracy_ci(0.4, 0.7, 0.9, 1000, 200, 200)
+    assert (round(low, 3), round(high, 3)) == (0.056, 0.263)
+    # By hand: z^2 = 3.8415; p~ = 401.92/1003.84, q0~ = 141/202, q1~ = 181/202.
+    z2 = Z95**2
+    p_t, q0_t, q1_t = (400 + z2 / 2) / (1000 + z2), 141 / 202, 181 / 202
+    th = (p_t + q0_t - 1) / (q0_t + q1_t - 1)
+    shift = 2 * z2 * (th * q1_t * (1 - q1_t) / 202 - (1 - th) * q0_t * (1 - q0_t) / 202)
+    se = _hand_se(p_t, q0_t, q1_t, 1000 + z2, 202, 202)
+    assert shift == pytest.approx(-0.006102, abs=1e-6)  # the centre moves down from theta~ = 0.1656
+    assert low == pytest.approx(th + shift - Z95 * se, abs=1e-12)
+    assert high == pytest.approx(th + shift + Z95 * se, abs=1e-12)
+    # The earlier Jeffreys variant, kept as a named option, gives the old figures.
+    jl, jh = D.corrected_accuracy_ci(0.4, 0.7, 0.9, 1000, 200, 200, method="jeffreys")
+    assert (round(jl, 3), round(jh, 3)) == (0.064, 0.269)
+    with pytest.raises(ValueError, match="method"):
+        D.corrected_accuracy_ci(0.4, 0.7, 0.9, 1000, 200, 200, method="agresti")
+
+
+def test_lee_interval_matches_numpy_formulas():
+    rng = np.random.default_rng(21)
+    size = 500
+    q0 = rng.uniform(0.6, 1.0, size)
+    q1 = rng.uniform(0.6, 1.0, size)
+    p = rng.uniform(0.0, 1.0, size)
+    n = rng.integers(20, 3000, size)
+    m0 = rng.integers(10, 400, size)
+    m1 = rng.integers(10, 400, size)
+    for alpha in (0.05, 0.1):
+        low, high = D.corrected_accuracy_ci(p, q0, q1, n, m0, m1, alpha)
+        want_low, want_high = _lee_interval_numpy(p, q0, q1, n, m0, m1, alpha)
+        np.testing.assert_allclose(low, want_low, atol=1e-12, rtol=0)
+        np.testing.assert_allclose(high, want_high, atol=1e-12, rtol=0)
+        assert np.all((0 <= low) & (low <= high) & (high <= 1))
+    # End to end: verdicts -> counts -> the same interval.
+    res = D.bias_corrected_accuracy([1] * 40 + [0] * 60, [0] * 14 + [1] * 6 + [1] * 18 + [0] * 2,
+                                    [0] * 20 + [1] * 20)
+    want = _lee_interval_numpy(0.4, 0.7, 0.9, 100, 20, 20)
+    assert (res.low, res.high) == (pytest.approx(float(want[0]), abs=1e-12), pytest.approx(float(want[1]), abs=1e-12))
+
+
+def _simulate_coverage(theta, q0, q1, n, m0, m1, reps, seed, method="lee"):
     rng = np.random.default_rng(seed)
     p_true = theta * q1 + (1 - theta) * (1 - q0)
     p = rng.binomial(n, p_true, reps) / n
     q0_hat = rng.binomial(m0, q0, reps) / m0
     q1_hat = rng.binomial(m1, q1, reps) / m1
     assert np.all(q0_hat + q1_hat > 1.05)  # the settings below never produce a useless judge
-    low, high = D.corrected_accuracy_ci(p, q0_hat, q1_hat, n, m0, m1, adjusted=adjusted)
+    low, high = D.corrected_accuracy_ci(p, q0_hat, q1_hat, n, m0, m1, method=method)
     assert low.shape == (reps,) and np.all(low <= high)
     return float(np.mean((low <= theta) & (theta <= high)))
 
@@ -83,7 +140,7 @@ def test_interval_coverage(theta, q0, q1, n, m0, m1, seed):
 
 
 def test_wald_coverage_large_sample():
-    cover = _simulate_coverage(1 / 6, 0.7, 0.9, 1000, 200, 200, reps=2000, seed=5, adjusted=False)
+    cover = _simulate_coverage(1 / 6, 0.7, 0.9, 1000, 200, 200, reps=2000, seed=5, method="wald")
     assert 0.93 <= cover <= 0.97
 
 
@@ -127,9 +184,9 @@ def test_corrected_accuracy_errors_and_clip():
     assert high - low > 2 * Z95 * math.sqrt(0.25 / 200) * 0.9
 
 
-def test_allocate_calibration_is_optimal():
+def test_allocate_calibration_exact_rule_is_optimal():
     for budget, p, q0, q1 in [(400, 0.4, 0.7, 0.9), (101, 0.7, 0.85, 0.8), (60, 0.9, 0.95, 0.7), (10, 0.5, 0.8, 0.8)]:
-        m0, m1 = D.allocate_calibration(budget, p, q0, q1)
+        m0, m1 = D.allocate_calibration(budget, p, q0, q1, rule="exact")
         assert m0 + m1 == budget and m0 >= 1 and m1 >= 1
         theta = min(max((p + q0 - 1) / (q0 + q1 - 1), 0.0), 1.0)
 
@@ -139,15 +196,61 @@ def test_allocate_calibration_is_optimal():
         best = min(range(1, budget), key=var)
         assert var(m0) == pytest.approx(var(best), rel=1e-12), (budget, p, m0, best, theta)
     # Mostly-failing test set: specificity (negatives) matters more.
-    m0, m1 = D.allocate_calibration(400, 0.4, 0.7, 0.9)
+    m0, m1 = D.allocate_calibration(400, 0.4, 0.7, 0.9, rule="exact")
     assert m0 > m1
     # Degenerate pilot (no errors in either class): even split, not a crash.
-    assert D.allocate_calibration(11, 0.5, 1.0, 1.0) in {(5, 6), (6, 5)}
-    assert D.allocate_calibration(100, 0.5, 1.0, 0.8, min_per_class=10) == (10, 90)
+    assert D.allocate_calibration(11, 0.5, 1.0, 1.0, rule="exact") in {(5, 6), (6, 5)}
+    assert D.allocate_calibration(100, 0.5, 1.0, 0.8, min_per_class=10, rule="exact") == (10, 90)
+    # A pilot whose corrected accuracy is 0 sends everything but one item to the negatives.
+    assert D.allocate_calibration(200, 0.3, 0.7, 0.9, rule="exact") == (199, 1)
     with pytest.raises(ValueError, match="budget"):
         D.allocate_calibration(1, 0.5, 0.8, 0.8)
     with pytest.raises(ValueError, match=r"q0 \+ q1"):
         D.allocate_calibration(100, 0.5, 0.4, 0.5)
+    with pytest.raises(ValueError, match="rule"):
+        D.allocate_calibration(100, 0.5, 0.8, 0.8, rule="even")
+
+
+def _lee_allocation_loop(m, p, q0, q1, m_pilot):
+    """Algorithm 1 of Lee et al. (2025) step by step, independently of the library."""
+    if m_pilot > 0:  # Laplace-smoothed pilot accuracies (correct + 1) / (m_pilot + 2)
+        q0_t = (round(m_pilot * q0) + 1) / (m_pilot + 2)
+        q1_t = (round(m_pilot * q1) + 1) / (m_pilot + 2)
+        kappa = (1 - q0_t) / (1 - q1_t)
+    else:
+        kappa = (1 - q0) / max(1 - q1, 1e-6)
+    m1_star = round(m / (1 + (1 / p - 1) * math.sqrt(kappa)))
+    m1 = min(max(m1_star, m_pilot, 1), m - max(m_pilot, 1))
+    return m - m1, m1
+
+
+def test_allocate_calibration_reproduces_reference():
+    # Budget 200, p = 0.3, q0 = 0.7, q1 = 0.9. No pilot: kappa = 0.3 / 0.1 = 3,
+    # m1 = 200 / (1 + (1/0.3 - 1) sqrt 3) = 39.67 -> 40.
+    assert D.allocate_calibration(200, 0.3, 0.7, 0.9) == (160, 40)
+    # Ten pilot labels per class (3 and 1 errors): kappa = (3 + 1) / (1 + 1) = 2,
+    # m1 = 200 / (1 + (7/3) sqrt 2) = 46.51 -> 47.
+    assert D.allocate_calibration(200, 0.3, 0.7, 0.9, m_pilot=10) == (153, 47)
+    # The README example of the reference (p = 0.4, m = 200, m_pilot = 10).
+    assert D.allocate_calibration(200, 0.4, 0.7, 0.9, m_pilot=10) == _lee_allocation_loop(200, 0.4, 0.7, 0.9, 10)
+    rng = np.random.default_rng(8)
+    for _ in range(400):
+        m_pilot = int(rng.choice([0, 5, 10, 20]))
+        m = int(rng.integers(max(2, 2 * m_pilot), 1000))
+        if m_pilot:
+            q0, q1 = (rng.integers(0, m_pilot + 1, 2) / m_pilot).tolist()
+        else:
+            q0, q1 = rng.uniform(0.5, 1.0, 2).tolist()
+        if q0 + q1 <= 1:
+            continue
+        p = float(rng.uniform(0.01, 1.0))
+        got = D.allocate_calibration(m, p, q0, q1, m_pilot=m_pilot)
+        assert got == _lee_allocation_loop(m, p, q0, q1, m_pilot), (m, p, q0, q1, m_pilot)
+        assert sum(got) == m and min(got) >= max(m_pilot, 1)
+    # p = 0: the formula's limit, the fewest positives allowed.
+    assert D.allocate_calibration(100, 0.0, 0.8, 0.9, m_pilot=10) == (90, 10)
+    with pytest.raises(ValueError, match="m_pilot"):
+        D.allocate_calibration(30, 0.5, 0.8, 0.9, m_pilot=20)
 
 
 def test_calibration_rates_and_end_to_end():
@@ -174,6 +277,64 @@ def test_calibration_rates_and_end_to_end():
         (res.naive + res.calib.q0 - 1) / (res.calib.q0 + res.calib.q1 - 1), rel=1e-12)
     assert res.low < theta < res.high
     assert abs(res.naive - theta) > 0.05  # the naive rate is visibly biased here
+
+
+# --------------------------------------------------------------------------------------------
+# Intervals for rates
+
+
+def _wilson_closed_form(x, n, z):
+    """Wilson (1927): the roots in pi of (x/n - pi)^2 = z^2 pi (1 - pi) / n, by the quadratic formula."""
+    p = x / n
+    a = 1 + z**2 / n
+    b = -(2 * p + z**2 / n)
+    c = p**2
+    disc = math.sqrt(max(b * b - 4 * a * c, 0.0))
+    return (-b - disc) / (2 * a), (-b + disc) / (2 * a)
+
+
+def test_wilson_interval_hand_computed():
+    # 3 of 10 at 95%: centre (0.3 + 1.9207/10) / 1.38415 = 0.35551, half 0.24772.
+    low, high = D.wilson_interval(3, 10)
+    assert (round(low, 4), round(high, 4)) == (0.1078, 0.6032)
+    for x, n, alpha in [(3, 10, 0.05), (0, 10, 0.05), (10, 10, 0.05), (2, 240, 0.05), (57, 91, 0.1), (1, 1, 0.2)]:
+        z = scipy.stats.norm.ppf(1 - alpha / 2)
+        want = _wilson_closed_form(x, n, z)
+        got = D.wilson_interval(x, n, alpha)
+        assert got == (pytest.approx(want[0], abs=1e-12), pytest.approx(want[1], abs=1e-12)), (x, n)
+        assert 0.0 <= got[0] <= x / n <= got[1] <= 1.0
+    assert D.wilson_interval(0, 10)[0] == 0.0 and D.wilson_interval(10, 10)[1] == 1.0
+    # The Wald interval of 2 / 240 goes below 0; Wilson's does not.
+    assert 2 / 240 - Z95 * math.sqrt((2 / 240) * (238 / 240) / 240) < 0 < D.wilson_interval(2, 240)[0]
+    with pytest.raises(ValueError, match="successes"):
+        D.wilson_interval(11, 10)
+    with pytest.raises(ValueError, match="n must be"):
+        D.wilson_interval(0, 0)
+    with pytest.raises(ValueError, match="alpha"):
+        D.wilson_interval(3, 10, alpha=0.0)
+
+
+def test_clustered_wilson_interval():
+    rng = np.random.default_rng(4)
+    groups = np.repeat(np.arange(12), 5)  # 12 documents of 5 items
+    values = (rng.random(60) < 0.1 + 0.05 * (groups % 3)).astype(float)
+    r = D.clustered_wilson_interval(values, groups)
+    m, se = D.clustered_mean_se(values, groups)
+    t = scipy.stats.t.ppf(0.975, df=11)
+    n_eff = m * (1 - m) / se**2
+    assert (r.estimate, r.se, r.n_eff, r.df) == (m, se, pytest.approx(n_eff, rel=1e-12), 11)
+    want = _wilson_closed_form(m * n_eff, n_eff, t)
+    assert (r.low, r.high) == (pytest.approx(want[0], abs=1e-12), pytest.approx(want[1], abs=1e-12))
+    # A rare event, clustered: Wald (m - t se) would be negative, the Wilson bound is not.
+    rare = np.zeros(60)
+    rare[[0, 1]] = 1.0  # both in document 0
+    r = D.clustered_wilson_interval(rare, groups)
+    assert r.estimate - t * r.se < 0 < r.low < r.estimate < r.high < 1
+    # No spread to measure (every value 0): Wilson at the item count, [0, t^2 / (N + t^2)].
+    r = D.clustered_wilson_interval(np.zeros(60), groups)
+    assert (r.low, r.high) == (0.0, pytest.approx(t**2 / (60 + t**2), rel=1e-12))
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        D.clustered_wilson_interval(values * 2, groups)
 
 
 # --------------------------------------------------------------------------------------------

@@ -223,7 +223,7 @@ def _cr1_se(values: np.ndarray, groups: list[str]) -> float:
     return math.sqrt(g / (g - 1) * sum(s * s for s in sums.values()) / len(values) ** 2)
 
 
-def test_table_rates_are_means_of_per_pair_values_with_clustered_t_intervals():
+def _table_case():
     rng = np.random.default_rng(5)
     p = 40
     lf = np.log(rng.dirichlet([1, 1, 1], p)[:, :2])
@@ -232,8 +232,55 @@ def test_table_rates_are_means_of_per_pair_values_with_clustered_t_intervals():
     lf[7, 1] = lf[7, 0]  # one tie
     human = rng.choice([-1, 1], p)
     groups = [f"doc{i % 9}" for i in range(p)]
+    return lf, ls, human, groups
+
+
+def test_table_intervals_are_clustered_wilson_inside_unit_interval():
+    lf, ls, human, groups = _table_case()
     bias = position_bias(lf, ls, human, groups=groups)
     table = position_bias_table(bias, human, groups, alpha=0.1)
+    t = stats.t.ppf(0.95, df=8)
+    for name, row in table.items():
+        m, se = row["estimate"], row["se"]
+        # Wilson's closed form at n_eff = m (1 - m) / se^2, t quantile for 9 documents.
+        n_eff = m * (1 - m) / se**2
+        centre = (m + t**2 / (2 * n_eff)) / (1 + t**2 / n_eff)
+        half = t * math.sqrt(m * (1 - m) / n_eff + t**2 / (4 * n_eff**2)) / (1 + t**2 / n_eff)
+        assert row["low"] == pytest.approx(centre - half, rel=1e-9), name
+        assert row["high"] == pytest.approx(centre + half, rel=1e-9), name
+        assert 0.0 <= row["low"] <= m <= row["high"] <= 1.0, name
+    with pytest.raises(ValueError, match="interval"):
+        position_bias_table(bias, human, groups, interval="wald")
+
+
+def test_committed_smollm2_consistency_interval_stays_in_unit_interval():
+    # The committed run (results/position_bias/smollm2): 2 consistent pairs of 240 in 91 documents.
+    # Its t interval was [-0.003, 0.020]; recomputed from pairs.jsonl, no model needed.
+    folder = REPO / "results" / "position_bias" / "smollm2"
+    rows = [json.loads(line) for line in (folder / "pairs.jsonl").read_text().splitlines()]
+    lf = np.array([[r["logp_forward_A"], r["logp_forward_B"]] for r in rows])
+    ls = np.array([[r["logp_swapped_A"], r["logp_swapped_B"]] for r in rows])
+    human = np.array([r["human_pref"] for r in rows])
+    groups = [r["document"] for r in rows]
+    bias = position_bias(lf, ls, human, groups=groups)
+    table = position_bias_table(bias, human, groups)
+    c = table["consistency"]
+    assert c["estimate"] == pytest.approx(2 / 240)
+    assert 0.0 < c["low"] < 2 / 240 < c["high"] < 1.0
+    assert (round(c["low"], 3), round(c["high"], 3)) == (0.002, 0.030)
+    for row in table.values():
+        assert 0.0 <= row["low"] <= row["estimate"] <= row["high"] <= 1.0
+    committed = json.loads((folder / "results.json").read_text())["intervals"]
+    old = position_bias_table(bias, human, groups, interval="t")
+    for name, row in committed.items():  # the old kind reproduces the committed table
+        assert old[name] == pytest.approx(row, rel=1e-9, abs=1e-12), name
+    assert old["consistency"]["low"] < 0
+
+
+def test_table_rates_are_means_of_per_pair_values_with_clustered_t_intervals():
+    lf, ls, human, groups = _table_case()
+    bias = position_bias(lf, ls, human, groups=groups)
+    table = position_bias_table(bias, human, groups, alpha=0.1, interval="t")
 
     # Per-pair values by explicit loops over the slot choices.
     chose_a_f = [1.0 if a > b else 0.0 if a < b else 0.5 for a, b in lf]

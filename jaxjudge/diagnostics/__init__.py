@@ -7,6 +7,7 @@
 - `corrected`: bias-corrected accuracy of pass/fail judging with intervals that carry the
   calibration-set uncertainty, and calibration budget allocation.
 - `paired`: two judges or methods on the same items, standard errors clustered by document.
+- `rates`: Wilson score intervals for rates in [0, 1], plain and document-clustered.
 - `run`: the position-bias protocol run on a model (chat prompts for both orders, answer-token
   log-probabilities through the engine's prefix cache, intervals, report files).
 
@@ -53,6 +54,7 @@ from jaxjudge.diagnostics.pairwise import (
     render_pair_prompts,
     slot_verdicts,
 )
+from jaxjudge.diagnostics.rates import RateInterval, clustered_wilson_interval, wilson_interval
 from jaxjudge.diagnostics.run import (
     ChoiceScores,
     PositionBiasRun,
@@ -61,6 +63,7 @@ from jaxjudge.diagnostics.run import (
     pair_length_bias,
     pairwise_chat_prompts,
     position_bias_table,
+    rescore_position_bias_run,
     run_position_bias,
     write_position_bias,
 )
@@ -78,6 +81,7 @@ __all__ = [
     "PairwiseTemplate",
     "PositionBias",
     "PositionBiasRun",
+    "RateInterval",
     "SUMMARY_PAIRWISE",
     "allocate_calibration",
     "answer_token_ids",
@@ -86,6 +90,7 @@ __all__ = [
     "calibration_rates",
     "choice_logprobs",
     "clustered_mean_se",
+    "clustered_wilson_interval",
     "cohen_kappa",
     "confusion_matrix",
     "corrected_accuracy",
@@ -102,8 +107,10 @@ __all__ = [
     "position_bias",
     "position_bias_table",
     "render_pair_prompts",
+    "rescore_position_bias_run",
     "run_position_bias",
     "slot_verdicts",
     "to_integer_scale",
+    "wilson_interval",
     "write_position_bias",
 ]

@@ -9,8 +9,8 @@ accuracy theta, so
 
 q0 and q1 are themselves estimated on a human-labelled calibration set of m0 truly-failing and
 m1 truly-passing items, independent of the test set. This follows the plug-in framework of Lee
-et al. (2025, "How to Correctly Report LLM-as-a-Judge Evaluations"); the formulas below are
-derived here.
+et al. (2025, "How to Correctly Report LLM-as-a-Judge Evaluations"); the variance is derived
+here, the interval and the budget rule are theirs.
 
 Delta-method variance. With d = q0 + q1 - 1 the partial derivatives are
 
@@ -22,6 +22,36 @@ and p, q0, q1 are independent binomial proportions, so
 
     Var(theta_hat) ~= [ p (1 - p) / n + (1 - theta)**2 q0 (1 - q0) / m0
                         + theta**2 q1 (1 - q1) / m1 ] / d**2 .
+
+Interval (Lee et al. 2025, eqs. 5-7). The default interval evaluates this variance at
+pseudo-count-adjusted quantities and shifts its centre:
+
+    n~ = n + z**2,  p~ = (n p + z**2 / 2) / n~          (Agresti-Coull for the test pass rate)
+    m0~ = m0 + 2,   q0~ = (m0 q0 + 1) / m0~             (Laplace: one pseudo-success, one
+    m1~ = m1 + 2,   q1~ = (m1 q1 + 1) / m1~              pseudo-failure per calibration class)
+    theta~ = (p~ + q0~ - 1) / (q0~ + q1~ - 1)
+    dtheta~ = 2 z**2 [ theta~ q1~ (1 - q1~) / m1~ - (1 - theta~) q0~ (1 - q0~) / m0~ ]
+
+    interval = theta~ + dtheta~ -+ z se(p~, q0~, q1~; n~, m0~, m1~), truncated to [0, 1].
+
+The shift is of the kind Wilson's construction produces: solving
+(theta_hat - theta)**2 d**2 <= z**2 [ ... + (1 - theta)**2 B0 + theta**2 B1 ] for theta, with
+B0 = q0 (1 - q0) / m0 and B1 = q1 (1 - q1) / m1, centres the interval near
+theta_hat + z**2 [theta B1 - (1 - theta) B0] / d**2; dtheta~ has this form with the authors'
+constant 2 z**2 in place of z**2 / d**2.
+
+Calibration budget (Lee et al. 2025, Proposition A.2 and Algorithm 1). Minimising the interval
+length over m0 + m1 = m (a / m0 + b / m1 is smallest at m0 / m1 = sqrt(a / b)) gives
+
+    m0 / m1 = (1 - theta) sqrt(q0 (1 - q0)) / (theta sqrt(q1 (1 - q1)))
+            = (q1 - p) sqrt(q0 (1 - q0)) / ((p + q0 - 1) sqrt(q1 (1 - q1))),
+
+and for q0, q1 near 1 (q1 - p ~ 1 - p, p + q0 - 1 ~ p, q0 / q1 ~ 1)
+
+    m0 / m1 ~= (1 / p - 1) sqrt(kappa),   kappa = (1 - q0) / (1 - q1),
+
+which depends on theta only through the judge's pass rate p and stays informative when a
+noisy pilot puts theta at 0 or 1. `allocate_calibration` uses it by default.
 
 Numbers are computed in float64 numpy rather than JAX: these are a handful of scalars per
 report (or a vector of simulated datasets), JAX runs with x64 disabled in this project, and the
@@ -132,27 +162,35 @@ def corrected_accuracy_se(p, q0, q1, n, m0, m1):
     return float(se) if scalar else se
 
 
-def corrected_accuracy_ci(p, q0, q1, n, m0, m1, alpha: float = 0.05, *, adjusted: bool = True):
+CI_METHODS = ("lee", "jeffreys", "wald")
+"""Interval constructions of `corrected_accuracy_ci`; "lee" is the default."""
+
+
+def corrected_accuracy_ci(p, q0, q1, n, m0, m1, alpha: float = 0.05, *, method: str = "lee"):
     """Confidence interval for the bias-corrected accuracy, test and calibration error combined.
 
-    The interval is `theta +- z * se` with the delta-method `se` of the module docstring,
-    clipped to [0, 1], z the normal (1 - alpha/2) quantile.
+    Methods (z the normal (1 - alpha/2) quantile; every interval is truncated to [0, 1]):
 
-    With `adjusted=True` (default) the three proportions are first shrunk by pseudo-counts and
-    the interval is centred on the corrected accuracy of the shrunk rates: Agresti-Coull for
-    the test pass rate, the Jeffreys (Beta(1/2, 1/2)) posterior mean for the calibration rates:
+    * "lee" (default): the interval of Lee et al. (2025, eqs. 5-7) and of their reference
+      implementation (`llm-judge-reporting`): Agresti-Coull for the test pass rate, Laplace
+      (add one success and one failure) for q0 and q1, the delta-method SE evaluated at the
+      adjusted rates, and the centre moved from theta~ to theta~ + dtheta~ (formulas in the
+      module docstring). The pseudo-counts keep the variance away from zero when a calibration
+      rate is 0 or 1 (a judge with no mistakes on 30 calibration items), which the plain Wald
+      form turns into a falsely narrow interval. Worked example: p = 0.4, q0 = 0.7, q1 = 0.9,
+      n = 1000, m0 = m1 = 200 gives [0.0564, 0.2627] (Wald: [0.0643, 0.2690]).
+    * "jeffreys": this module's earlier default, kept only so that intervals reported before
+      the switch can be reproduced: Jeffreys (Beta(1/2, 1/2)) posterior means
+      q~ = (m q + 1/2) / (m + 1) with m~ = m + 1 for the calibration rates, Agresti-Coull for
+      p, centred on theta~ with no shift.
+    * "wald": the plain delta-method interval theta_hat +- z se centred on the raw estimate.
 
-        p~  = (n p + z**2 / 2) / (n + z**2),  with n~  = n + z**2
-        q0~ = (m0 q0 + 1/2) / (m0 + 1),       with m0~ = m0 + 1
-        q1~ = (m1 q1 + 1/2) / (m1 + 1),       with m1~ = m1 + 1
-
-    This keeps the variance away from zero when a calibration rate is 0 or 1 (e.g. a judge that
-    made no mistakes on 30 calibration items), which the plain Wald form turns into a falsely
-    narrow interval, and it fixes the Wald interval's under-coverage near theta = 0 or 1. For
-    large samples the two agree. In a simulation grid (theta 0.1-0.97, q0/q1 0.7-0.95, n 100-1000,
-    m0 = m1 30-200) the 95% adjusted interval covered 94-98% of the time (worst cases: smallest
-    samples, slightly conservative), the Wald interval 92-97% (worst: theta near 1).
-    `adjusted=False` gives the plain delta-method (Wald) interval centred on the raw estimate.
+    In a simulation grid (378 settings: theta in {0.05, 0.1, 0.3, 0.5, 0.7, 0.9, 0.95}, q0 and
+    q1 each in {0.7, 0.85, 0.95}, n in {100, 1000}, m0 = m1 in {30, 100, 200}; 4000 datasets
+    each, dropping the few whose calibration rates gave q0 + q1 <= 1.1) the 95% "lee" interval
+    covered 94.3-99.6% of the time (mean 95.8%; most conservative near theta = 0 or 1 with
+    m = 30), "jeffreys" 93.2-99.4% and "wald" 78.1-99.3% (below 93% in 11% of the settings,
+    worst at theta near 0 or 1 with small calibration sets).
 
     Args:
       p: fraction of the n test items the judge passes.
@@ -162,7 +200,7 @@ def corrected_accuracy_ci(p, q0, q1, n, m0, m1, alpha: float = 0.05, *, adjusted
       m0: number of human-negative calibration items (> 0).
       m1: number of human-positive calibration items (> 0).
       alpha: 1 - confidence level, in (0, 1).
-      adjusted: shrink the rates by pseudo-counts before forming the interval (see above).
+      method: "lee", "jeffreys" or "wald" (see above).
 
     All of p, q0, q1, n, m0, m1 may be arrays that broadcast together (one interval per
     element, e.g. for simulations).
@@ -173,8 +211,11 @@ def corrected_accuracy_ci(p, q0, q1, n, m0, m1, alpha: float = 0.05, *, adjusted
 
     Raises:
       ValueError: rate outside [0, 1]; n, m0 or m1 not positive (an empty calibration class
-        leaves q0 or q1 unestimated); q0 + q1 <= 1; alpha outside (0, 1).
+        leaves q0 or q1 unestimated); q0 + q1 <= 1 (also after the pseudo-counts); alpha
+        outside (0, 1); an unknown method.
     """
+    if method not in CI_METHODS:
+        raise ValueError(f"method must be one of {CI_METHODS}, got {method!r}")
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     _check_rate(p, "p")
@@ -187,88 +228,147 @@ def corrected_accuracy_ci(p, q0, q1, n, m0, m1, alpha: float = 0.05, *, adjusted
     scalar = _is_scalar(p, q0, q1, n, m0, m1)
     z = normal_quantile(1.0 - alpha / 2.0)
     p, q0, q1, n, m0, m1 = (np.asarray(v, dtype=np.float64) for v in (p, q0, q1, n, m0, m1))
-    if adjusted:
+    shift = 0.0
+    if method != "wald":
+        # Pseudo-counts per calibration rate: one success and one failure (Laplace) for "lee",
+        # half of each (Jeffreys) for "jeffreys".
+        half = 1.0 if method == "lee" else 0.5
         p = (n * p + z**2 / 2.0) / (n + z**2)
         n = n + z**2
-        q0 = (m0 * q0 + 0.5) / (m0 + 1.0)
-        m0 = m0 + 1.0
-        q1 = (m1 * q1 + 0.5) / (m1 + 1.0)
-        m1 = m1 + 1.0
+        q0 = (m0 * q0 + half) / (m0 + 2.0 * half)
+        m0 = m0 + 2.0 * half
+        q1 = (m1 * q1 + half) / (m1 + 2.0 * half)
+        m1 = m1 + 2.0 * half
         # Shrinking toward 1/2 can pull a barely-informative judge to q0 + q1 <= 1.
         if np.any(q0 + q1 <= 1.0):
             raise ValueError(
                 "q0 + q1 is too close to 1 for the adjusted interval (after pseudo-counts "
                 "q0 + q1 <= 1): the calibration set cannot show the judge beats chance; "
-                "collect more calibration labels or pass adjusted=False"
+                "collect more calibration labels or pass method='wald'"
             )
     theta = corrected_accuracy(p, q0, q1, clip=False)
+    if method == "lee":
+        shift = 2.0 * z**2 * (theta * q1 * (1.0 - q1) / m1 - (1.0 - theta) * q0 * (1.0 - q0) / m0)
     se = corrected_accuracy_se(p, q0, q1, n, m0, m1)
-    low = np.clip(theta - z * se, 0.0, 1.0)
-    high = np.clip(theta + z * se, 0.0, 1.0)
+    centre = theta + shift
+    low = np.clip(centre - z * se, 0.0, 1.0)
+    high = np.clip(centre + z * se, 0.0, 1.0)
     if scalar:
         return float(low), float(high)
     return low, high
 
 
+ALLOCATION_RULES = ("lee", "exact")
+"""Calibration-budget rules of `allocate_calibration`; "lee" is the default."""
+
+
 def allocate_calibration(
-    budget: int, p_pilot: float, q0_pilot: float, q1_pilot: float, *, min_per_class: int = 1
+    budget: int,
+    p_pilot: float,
+    q0_pilot: float,
+    q1_pilot: float,
+    *,
+    m_pilot: int = 0,
+    rule: str = "lee",
+    min_per_class: int = 1,
 ) -> tuple[int, int]:
     """Splits a calibration budget between human-negative and human-positive items.
 
-    Only the calibration terms of the variance depend on the split:
+    Rules:
 
-        V(m0, m1) = [ (1 - theta)**2 q0 (1 - q0) / m0 + theta**2 q1 (1 - q1) / m1 ] / d**2 .
+    * "lee" (default): Algorithm 1 of Lee et al. (2025), as their reference implementation
+      (`allocate_calibration_sample`) computes it:
 
-    Minimising a / m0 + b / m1 subject to m0 + m1 = m (Lagrange: a / m0**2 = b / m1**2) gives
+          m1 = round(budget / (1 + (1 / p - 1) sqrt(kappa))),   m0 = budget - m1,
 
-        m0 / m1 = sqrt(a) / sqrt(b) = (1 - theta) sqrt(q0 (1 - q0)) / (theta sqrt(q1 (1 - q1))),
+      with the error ratio kappa = (1 - q0) / (1 - q1). With pilot labels (`m_pilot` > 0
+      items of each class, whose judge accuracies are `q0_pilot`, `q1_pilot`) the rates are
+      Laplace-smoothed first, (errors + 1) / (m_pilot + 2) per class, so kappa =
+      (m_pilot (1 - q0) + 1) / (m_pilot (1 - q1) + 1). With no pilot the given rates are used
+      as they are (1 - q1 floored at 1e-6). Examples: budget 200, p = 0.3, q0 = 0.7, q1 = 0.9
+      gives (160, 40) (kappa = 3); with m_pilot = 10, kappa = 4 / 2 and (153, 47).
+      The rule is the approximation of the length-optimal split for q0, q1 near 1 (module
+      docstring); it needs only the judge's pass rate p, not theta.
+      At p = 0 the formula's limit (m1 as small as allowed) is returned; the reference code's
+      `p < eps` branch returns the opposite split (all but the pilot to positives).
+    * "exact": this module's earlier rule, kept for reproducing splits computed before the
+      switch. It minimises the calibration part of the delta-method variance at the pilot's
+      unclipped corrected accuracy theta (Lagrange: m0 / m1 = (1 - theta) sqrt(q0 (1 - q0)) /
+      (theta sqrt(q1 (1 - q1))), rounded to the better neighbouring integer split; an even
+      split when both terms vanish). It is exact for the given rates but degenerates when a
+      noisy pilot puts theta at 0 or 1: p = 0.3, q0 = 0.7, q1 = 0.9 has theta = 0 and gives
+      (199, 1) of 200, a calibration set that cannot estimate q1. `m_pilot` is ignored.
 
-    i.e. each class gets labels in proportion to the square root of its variance contribution.
-    theta is the pilot's unclipped corrected accuracy, the point where the delta-method
-    derivatives are evaluated (as in `corrected_accuracy_se`); clipping a noisy pilot estimate
-    to 0 or 1 would zero one class's weight outright. The continuous optimum is rounded
-    to the integer split (within [min_per_class, budget - min_per_class]) with the smaller V.
-    When both contributions vanish (a pilot with q0 and q1 at 0 or 1) the budget is split
-    evenly. A pilot rate of exactly 0 or 1 gives its class only `min_per_class`; smooth pilot
-    rates first (e.g. (k + 1) / (m + 2)) if that is not wanted.
+    Both rules then clip m1 to [lo, budget - lo] with lo = max(m_pilot, min_per_class).
 
     Args:
-      budget: total number of calibration items to label, m0 + m1 (the targets include any
-        pilot items already labelled: collect max(0, m0 - m0_pilot) more negatives, and so on).
+      budget: total number of calibration items to label, m0 + m1, pilot items included
+        (collect m0 - m_pilot more negatives and m1 - m_pilot more positives).
       p_pilot: judge pass rate on the test set (or a pilot of it).
-      q0_pilot: pilot specificity.
-      q1_pilot: pilot sensitivity.
+      q0_pilot: pilot (or assumed) specificity.
+      q1_pilot: pilot (or assumed) sensitivity.
+      m_pilot: pilot items already labelled in each class (0: the rates are beliefs).
+      rule: "lee" or "exact" (see above).
       min_per_class: the least either class gets (>= 1, so both rates stay estimable).
 
     Returns:
-      (m0, m1), non-negative integers summing to `budget`.
+      (m0, m1), positive integers summing to `budget`.
 
     Raises:
-      ValueError: budget < 2 * min_per_class, min_per_class < 1, a rate outside [0, 1], or
-        q0_pilot + q1_pilot <= 1.
+      TypeError: budget, m_pilot or min_per_class not an integer.
+      ValueError: budget < 2 * max(m_pilot, min_per_class), min_per_class < 1, m_pilot < 0, a
+        rate outside [0, 1], q0_pilot + q1_pilot <= 1, or an unknown rule.
     """
-    if int(budget) != budget or int(min_per_class) != min_per_class:
-        raise TypeError(f"budget and min_per_class must be integers, got {budget!r}, {min_per_class!r}")
-    budget, min_per_class = int(budget), int(min_per_class)
+    for name, v in (("budget", budget), ("m_pilot", m_pilot), ("min_per_class", min_per_class)):
+        if int(v) != v:
+            raise TypeError(f"{name} must be an integer, got {v!r}")
+    budget, m_pilot, min_per_class = int(budget), int(m_pilot), int(min_per_class)
+    if rule not in ALLOCATION_RULES:
+        raise ValueError(f"rule must be one of {ALLOCATION_RULES}, got {rule!r}")
     if min_per_class < 1:
         raise ValueError(f"min_per_class must be >= 1, got {min_per_class}")
-    if budget < 2 * min_per_class:
-        raise ValueError(f"budget must be >= 2 * min_per_class = {2 * min_per_class}, got {budget}")
-    theta = float(corrected_accuracy(float(p_pilot), float(q0_pilot), float(q1_pilot), clip=False))
-    a = (1.0 - theta) ** 2 * q0_pilot * (1.0 - q0_pilot)
-    b = theta**2 * q1_pilot * (1.0 - q1_pilot)
-    lo, hi = min_per_class, budget - min_per_class
-    if a + b == 0.0:
-        m0 = min(max(budget // 2, lo), hi)
+    if m_pilot < 0:
+        raise ValueError(f"m_pilot must be >= 0, got {m_pilot}")
+    floor = max(m_pilot, min_per_class)
+    if budget < 2 * floor:
+        raise ValueError(
+            f"budget must be >= 2 * max(m_pilot, min_per_class) = {2 * floor}, got {budget}"
+        )
+    p, q0, q1 = float(p_pilot), float(q0_pilot), float(q1_pilot)
+    _check_rate(p, "p_pilot")
+    _check_rate(q0, "q0_pilot")
+    _check_rate(q1, "q1_pilot")
+    _check_better_than_chance(q0, q1)
+    lo, hi = floor, budget - floor
+    if rule == "exact":
+        m0 = _allocate_exact(budget, p, q0, q1, lo, hi)
         return m0, budget - m0
+    if p == 0.0:
+        m1 = lo
+    else:
+        if m_pilot == 0:
+            kappa = (1.0 - q0) / max(1.0 - q1, 1e-6)
+        else:
+            kappa = (m_pilot * (1.0 - q0) + 1.0) / (m_pilot * (1.0 - q1) + 1.0)
+        # Python's round (half to even), as the reference.
+        m1 = min(max(round(budget / (1.0 + (1.0 / p - 1.0) * math.sqrt(kappa))), lo), hi)
+    return budget - m1, m1
+
+
+def _allocate_exact(budget: int, p: float, q0: float, q1: float, lo: int, hi: int) -> int:
+    """m0 of the "exact" rule of `allocate_calibration`."""
+    theta = float(corrected_accuracy(p, q0, q1, clip=False))
+    a = (1.0 - theta) ** 2 * q0 * (1.0 - q0)
+    b = theta**2 * q1 * (1.0 - q1)
+    if a + b == 0.0:
+        return min(max(budget // 2, lo), hi)
     m0_star = budget * math.sqrt(a) / (math.sqrt(a) + math.sqrt(b))
 
     def cost(m0: int) -> float:
         return a / m0 + b / (budget - m0)
 
     candidates = {min(max(c, lo), hi) for c in (math.floor(m0_star), math.ceil(m0_star))}
-    m0 = min(sorted(candidates), key=cost)
-    return m0, budget - m0
+    return min(sorted(candidates), key=cost)
 
 
 @dataclass(frozen=True)
@@ -346,7 +446,7 @@ class CorrectedAccuracy:
 
 
 def bias_corrected_accuracy(
-    test_judge_pass, calib_judge_pass, calib_human_pass, *, alpha: float = 0.05, adjusted: bool = True
+    test_judge_pass, calib_judge_pass, calib_human_pass, *, alpha: float = 0.05, method: str = "lee"
 ) -> CorrectedAccuracy:
     """End to end: judge verdicts on a test set plus a labelled calibration set -> estimate + CI.
 
@@ -355,7 +455,7 @@ def bias_corrected_accuracy(
       calib_judge_pass: judge verdicts on the calibration set [M].
       calib_human_pass: human verdicts on the calibration set [M].
       alpha: 1 - confidence level.
-      adjusted: see `corrected_accuracy_ci`.
+      method: interval construction, see `corrected_accuracy_ci`.
 
     Returns:
       CorrectedAccuracy.
@@ -364,7 +464,7 @@ def bias_corrected_accuracy(
     rates = calibration_rates(calib_judge_pass, calib_human_pass)
     p = float(t.mean())
     est = corrected_accuracy(p, rates.q0, rates.q1)
-    low, high = corrected_accuracy_ci(p, rates.q0, rates.q1, t.shape[0], rates.m0, rates.m1, alpha, adjusted=adjusted)
+    low, high = corrected_accuracy_ci(p, rates.q0, rates.q1, t.shape[0], rates.m0, rates.m1, alpha, method=method)
     return CorrectedAccuracy(
         naive=p, estimate=float(est), low=low, high=high, alpha=alpha, n=int(t.shape[0]), calib=rates
     )

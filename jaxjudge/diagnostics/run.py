@@ -12,7 +12,8 @@ model. The steps of `run_position_bias`:
 3. the log-probabilities of the answer tokens ("A", "B") as the first token of the
    assistant reply, normalised over the full vocabulary (`choice_logprobs`);
 4. `position_bias` with document-clustered standard errors, plus intervals for every rate
-   (`position_bias_table`) and an optional length check (`pair_length_bias`).
+   (`position_bias_table`: clustered Wilson intervals, inside [0, 1]) and an optional length
+   check (`pair_length_bias`).
 
 Why not `jaxjudge.engine.extract`: its candidates are the labels of a numeric `ScoreScale`, so
 arbitrary answer labels such as "A"/"B" cannot be passed through it. `choice_logprobs` uses the
@@ -46,6 +47,7 @@ from jaxjudge.diagnostics.pairwise import (
     pairs_from_examples,
     position_bias,
 )
+from jaxjudge.diagnostics.rates import clustered_wilson_interval
 
 __all__ = [
     "ChoiceScores",
@@ -56,6 +58,7 @@ __all__ = [
     "pairwise_chat_prompts",
     "position_bias_table",
     "run_position_bias",
+    "rescore_position_bias_run",
     "write_position_bias",
 ]
 
@@ -336,16 +339,23 @@ def choice_logprobs(
 # ------------------------------------------------------------------------------ statistics
 
 
-def _interval(values: np.ndarray, groups: Sequence, alpha: float) -> dict[str, float]:
-    """Mean, document-clustered SE and t interval (df = documents - 1) of per-pair values."""
+TABLE_INTERVALS = ("wilson", "t")
+"""Interval kinds of `position_bias_table`; "wilson" is the default."""
+
+
+def _interval(values: np.ndarray, groups: Sequence, alpha: float, kind: str) -> dict[str, float]:
+    """Mean, document-clustered SE and interval of per-pair values in [0, 1]."""
+    if kind == "wilson":
+        r = clustered_wilson_interval(values, groups, alpha)
+        return {"estimate": r.estimate, "se": r.se, "low": r.low, "high": r.high}
     mean, se = clustered_mean_se(values, groups)
     df = len(set(groups)) - 1
     half = t_quantile(1.0 - alpha / 2.0, df) * se
     return {"estimate": mean, "se": se, "low": mean - half, "high": mean + half}
 
 
-def position_bias_table(bias: PositionBias, human_pref, groups: Sequence, *, alpha: float = 0.05
-                        ) -> dict[str, dict[str, float]]:
+def position_bias_table(bias: PositionBias, human_pref, groups: Sequence, *, alpha: float = 0.05,
+                        interval: str = "wilson") -> dict[str, dict[str, float]]:
     """Every rate of `position_bias` as a mean of per-pair values, with a clustered interval.
 
     Per-pair values: consistency (1 if both orders give the same non-tied verdict), first-slot
@@ -358,14 +368,20 @@ def position_bias_table(bias: PositionBias, human_pref, groups: Sequence, *, alp
       human_pref: [P] +1 / -1 human preferences (as given to `position_bias`).
       groups: [P] source-document ids (at least two distinct).
       alpha: 1 - confidence level of the intervals.
+      interval: "wilson" (default): Wilson score intervals at the effective sample size implied
+        by the document-clustered SE, with the t quantile of documents - 1 degrees of freedom
+        (`jaxjudge.diagnostics.clustered_wilson_interval`); always inside [0, 1]. "t": the
+        earlier mean +- t * se, kept only to reproduce tables written with it; it leaves
+        [0, 1] near the ends (e.g. a consistency of 2 / 240 got [-0.003, 0.020]).
 
     Returns:
       {name: {"estimate", "se", "low", "high"}} for consistency, first_slot_rate, accuracy,
-      accuracy_forward, accuracy_swapped, accuracy_soft; intervals are t intervals with
-      documents - 1 degrees of freedom (not clipped to [0, 1]).
+      accuracy_forward, accuracy_swapped, accuracy_soft; "se" is the clustered standard error.
     """
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    if interval not in TABLE_INTERVALS:
+        raise ValueError(f"interval must be one of {TABLE_INTERVALS}, got {interval!r}")
     h = np.asarray(human_pref, np.int64)
     groups = list(groups)
     vf, vs = bias.verdict_forward, bias.verdict_swapped
@@ -384,7 +400,7 @@ def position_bias_table(bias: PositionBias, human_pref, groups: Sequence, *, alp
         "accuracy_swapped": credit(vs),
         "accuracy_soft": credit(soft),
     }
-    return {name: _interval(v, groups, alpha) for name, v in per_pair.items()}
+    return {name: _interval(v, groups, alpha, interval) for name, v in per_pair.items()}
 
 
 def pair_length_bias(pairs: Pairs, lengths, prob_first) -> tuple[LengthBias, dict[str, float | int]]:
@@ -618,8 +634,9 @@ def _markdown(run: PositionBiasRun, summary: Mapping[str, Any], alpha: float) ->
         lines.append(f"| {label} | {r['estimate']:.3f} | {r['se']:.3f} | [{r['low']:.3f}, {r['high']:.3f}] |")
     lines += [
         "",
-        f"Standard errors are clustered by source document; intervals are t intervals with "
-        f"{summary['n_documents'] - 1} degrees of freedom.",
+        "Standard errors are clustered by source document; intervals are Wilson score intervals "
+        "at the effective sample size those standard errors imply, with the t quantile of "
+        f"{summary['n_documents'] - 1} degrees of freedom (they stay inside [0, 1]).",
         "",
         "| other figure | value |",
         "|---|---|",
@@ -686,3 +703,45 @@ def write_position_bias(run: PositionBiasRun, out_dir: str | os.PathLike,
     meta = {**(metadata or {}), "settings": run.settings}
     paths["metadata"].write_text(json.dumps(meta, indent=2) + "\n")
     return paths
+
+
+def rescore_position_bias_run(out_dir: str | os.PathLike) -> dict[str, Any]:
+    """Recompute a written run's verdicts and intervals from its ``pairs.jsonl``, no model.
+
+    The answer log-probabilities of both orders are in ``pairs.jsonl``, so the verdicts,
+    consistency, accuracies and their intervals are recomputed with the current code; the
+    figures that need the forward pass (greedy tokens, prompt lengths, timing, length bias)
+    are kept from the run's ``results.json``. ``results.json`` and ``results.md`` are
+    rewritten; ``pairs.jsonl`` and ``metadata.json`` are left as they are.
+
+    Args:
+      out_dir: a folder written by `write_position_bias`.
+
+    Returns:
+      The new summary (the content of ``results.json``).
+
+    Raises:
+      ValueError: the recomputed verdicts differ from the ones the run recorded.
+    """
+    import types  # noqa: PLC0415
+
+    out = Path(out_dir)
+    rows = [json.loads(line) for line in (out / "pairs.jsonl").read_text().splitlines() if line.strip()]
+    settings = json.loads((out / "metadata.json").read_text())["settings"]
+    forward = np.asarray([[r["logp_forward_A"], r["logp_forward_B"]] for r in rows])
+    swapped = np.asarray([[r["logp_swapped_A"], r["logp_swapped_B"]] for r in rows])
+    human = np.asarray([r["human_pref"] for r in rows])
+    groups = [r["document"] for r in rows]
+    bias = position_bias(forward, swapped, human, groups=groups, margin=settings["margin"])
+    summary = json.loads((out / "results.json").read_text())
+    recorded = summary.get("position_bias", {})
+    changed = [k for k, v in bias.summary().items() if k in recorded and recorded[k] != v]
+    if changed:
+        raise ValueError(f"{out}: recomputed figures {changed} differ from results.json; the pairs file "
+                         "does not belong to this run")
+    table = position_bias_table(bias, human, groups, alpha=settings["alpha"])
+    summary["intervals"] = table
+    (out / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
+    view = types.SimpleNamespace(bias=bias, table=table, aspect=summary["aspect"])
+    (out / "results.md").write_text(_markdown(view, summary, settings["alpha"]))
+    return summary
