@@ -259,10 +259,14 @@ def test_sdd_hand_computed():
     assert float(jm.sdd(probs, [3.7, 2.0], 1, np.array([True, False]))) == pytest.approx(
         0.7 * math.log(3.5), abs=1e-6
     )
-    # Zero mass on the human score: clipped at eps, then renormalised.
+    # Zero mass on the human score: the true KL is infinite; the probability path reads the 0 as
+    # the smallest normal float32 (the most a float32 probability can say), the legacy eps
+    # floor as eps (then renormalised).
     p0 = np.array([[0.0, 0.5, 0.5]], np.float32)
+    tiny = float(np.finfo(np.float32).tiny)
+    assert float(jm.sdd(p0, [0.0], lo=0)) == pytest.approx(-math.log(tiny), rel=1e-6)  # 87.34
     eps = jm.SDD_EPS
-    assert float(jm.sdd(p0, [0.0], lo=0)) == pytest.approx(-math.log(eps / (1 + eps)), rel=1e-5)
+    assert float(jm.sdd(p0, [0.0], lo=0, eps=eps)) == pytest.approx(-math.log(eps / (1 + eps)), rel=1e-5)
 
 
 def test_sdd_matches_scipy_relative_entropy():
@@ -271,14 +275,89 @@ def test_sdd_matches_scipy_relative_entropy():
     probs = rng.dirichlet(np.ones(k), size=n).astype(np.float32)
     human = rng.uniform(lo, lo + k - 1, n).astype(np.float32)
     human[:10] = np.round(human[:10])
+    probs[0] = [1e-9, 1e-12, 1e-7, 0.3, 0.3, 0.2, 0.2 - 1e-7]  # tiny masses are kept as they are
+    human[0] = 1.5
     q = np.asarray(jm.score_targets(human, lo, k), np.float64)
-    p = np.maximum(probs.astype(np.float64), jm.SDD_EPS)
-    p /= p.sum(-1, keepdims=True)
+    p = probs.astype(np.float64)
     want = scipy.special.rel_entr(q, p).sum(-1).mean()
     assert float(jm.sdd(probs, human, lo)) == pytest.approx(want, rel=1e-5)
     assert float(jm.sdd(probs, human, lo, weights=np.arange(n, dtype=np.float32))) == pytest.approx(
         np.average(scipy.special.rel_entr(q, p).sum(-1), weights=np.arange(n)), rel=1e-5
     )
+    logp = np.log(probs.astype(np.float64)).astype(np.float32)
+    assert float(jm.sdd_from_logprobs(logp, human, lo)) == pytest.approx(want, rel=1e-5)
+    # The legacy floor: clip at SDD_EPS, renormalise, then the same KL.
+    pf = np.maximum(p, jm.SDD_EPS)
+    pf /= pf.sum(-1, keepdims=True)
+    assert float(jm.sdd(probs, human, lo, eps=jm.SDD_EPS)) == pytest.approx(
+        scipy.special.rel_entr(q, pf).sum(-1).mean(), rel=1e-5
+    )
+
+
+def test_sdd_is_not_capped_at_13_8_nats():
+    # Scores 3, 4, 5. Human 3.7 puts 0.3 on "3" and 0.7 on "4"; the judge gives them 1e-12 and
+    # 1e-9. KL = 0.3 ln(0.3 / 1e-12) + 0.7 ln(0.7 / 1e-9) = 7.928 + 14.256 = 22.18 nats.
+    # Human 4 (one-hot on "4") against p("4") = 1e-10: KL = ln(1e10) = 23.03 nats.
+    probs = np.array([[1e-12, 1e-9, 1.0], [0.5, 1e-10, 0.5]], np.float32)
+    p32 = probs.astype(np.float64)  # the float32 values actually passed
+    kl0 = 0.3 * math.log(0.3 / p32[0, 0]) + 0.7 * math.log(0.7 / p32[0, 1])
+    kl1 = -math.log(p32[1, 1])
+    assert kl0 == pytest.approx(22.184, abs=1e-3) and kl1 == pytest.approx(23.026, abs=1e-3)
+    q = np.array([[0.3, 0.7, 0.0], [0.0, 1.0, 0.0]])
+    assert scipy.stats.entropy(q[0], p32[0]) == pytest.approx(kl0, rel=1e-9)  # entropy renormalises p
+    np.testing.assert_allclose(scipy.special.rel_entr(q, p32).sum(-1), [kl0, kl1], rtol=1e-9)
+    human = [3.7, 4.0]
+    assert float(jm.sdd(probs, human, lo=3)) == pytest.approx((kl0 + kl1) / 2, rel=1e-6)
+    assert float(jm.sdd(probs, human, 3, np.array([True, False]))) == pytest.approx(kl0, rel=1e-6)
+    assert float(jm.sdd(probs, human, 3, weights=np.array([1.0, 3.0], np.float32))) == pytest.approx(
+        (kl0 + 3 * kl1) / 4, rel=1e-6
+    )
+    # The same from log-probabilities.
+    logp = np.log(p32).astype(np.float32)
+    assert float(jm.sdd_from_logprobs(logp, human, lo=3)) == pytest.approx((kl0 + kl1) / 2, rel=1e-6)
+    # The old 1e-6 floor capped both rows near 13.8 nats.
+    assert float(jm.sdd(probs, human, lo=3, eps=jm.SDD_EPS)) < 13.9
+
+
+def test_sdd_from_logprobs_beyond_float32_probabilities():
+    # log p = log_softmax([0, -30, -250]): p("3") = e^-250 underflows to 0 in float32, its
+    # log-probability does not. Human 3 (one-hot): KL = 250 + log(1 + e^-30 + e^-250).
+    logits = jnp.array([[-250.0, -30.0, 0.0], [0.0, 1.0, 2.0]], jnp.float32)
+    logp = jax.nn.log_softmax(logits, -1)
+    want0 = 250.0 + math.log1p(math.exp(-30.0))
+    q1 = np.array([0.0, 0.5, 0.5])  # human 4.5
+    lp1 = scipy.special.log_softmax(np.array([0.0, 1.0, 2.0]))
+    want1 = float(np.sum(q1[1:] * (np.log(q1[1:]) - lp1[1:])))
+    human = jnp.array([3.0, 4.5])
+    assert float(jm.sdd_from_logprobs(logp, human, 3, np.array([True, False]))) == pytest.approx(want0, rel=1e-6)
+    assert float(jm.sdd_from_logprobs(logp, human, 3)) == pytest.approx((want0 + want1) / 2, rel=1e-6)
+    # The probability path can say no more than the smallest normal float32: 87.34 nats.
+    probs = jax.nn.softmax(logits, -1)
+    got = float(jm.sdd(probs, human, 3, np.array([True, False])))
+    assert got == pytest.approx(-math.log(float(np.finfo(np.float32).tiny)), rel=1e-6)
+    # Under jit and vmap (weights as bootstrap multiplicities), as the report calls it.
+    mult = jnp.array([[1.0, 1.0], [2.0, 0.0], [0.0, 5.0]], jnp.float32)
+    f = jax.jit(jax.vmap(lambda w: jm.sdd_from_logprobs(logp, human, 3, weights=w)))
+    np.testing.assert_allclose(np.asarray(f(mult)), [(want0 + want1) / 2, want0, want1], rtol=1e-6)
+    g = jax.jit(jax.vmap(lambda w: jm.sdd(probs, human, 3, weights=w)))
+    assert np.all(np.isfinite(np.asarray(g(mult))))
+    # -inf on a score the human distribution does not cover contributes 0; on one it covers, inf.
+    lp_inf = jnp.array([[-jnp.inf, jnp.log(0.5), jnp.log(0.5)]], jnp.float32)
+    assert float(jm.sdd_from_logprobs(lp_inf, [4.0], 3)) == pytest.approx(math.log(2.0), rel=1e-6)
+    assert float(jm.sdd_from_logprobs(lp_inf, [3.5], 3)) == math.inf
+
+
+def test_sdd_from_logprobs_bad_inputs():
+    with pytest.raises(ValueError, match=r"logprobs rows \[1\] are not normalised"):
+        jm.sdd_from_logprobs(np.log(np.array([[0.5, 0.5], [0.9, 0.9]], np.float32)), [1.0, 2.0], lo=1)
+    with pytest.raises(ValueError, match=r"NaN or \+inf at rows \[0\]"):
+        jm.sdd_from_logprobs(np.array([[np.nan, 0.0], [0.0, -np.inf]], np.float32), [1.0, 2.0], lo=1)
+    with pytest.raises(ValueError, match=r"outside the score range \[1, 2\] at rows \[1\]"):
+        jm.sdd_from_logprobs(np.log(np.full((2, 2), 0.5, np.float32)), [1.0, 2.5], lo=1)
+    with pytest.raises(ValueError, match=r"logprobs must be \[N, K\]"):
+        jm.sdd_from_logprobs(np.zeros(3, np.float32), [1.0, 2.0, 1.0], lo=1)
+    with pytest.raises(ValueError, match="eps must be > 0"):
+        jm.sdd(np.full((2, 2), 0.5, np.float32), [1.0, 2.0], lo=1, eps=0.0)
 
 
 def test_sdd_out_of_range_raises_eagerly_and_clips_under_jit():

@@ -25,7 +25,9 @@ Metrics:
   undefined; `per_group` returns the per-group values, `grouped_metric` binds the groups into a
   plain `(x, y, mask)` metric, `encode_groups` turns arbitrary ids into codes 0..G-1.
 * `sdd(probs, human, lo)`: Score Distribution Divergence, the mean KL(Q || P) between the human
-  score spread over its two neighbouring integer scores and the judge's score distribution.
+  score spread over its two neighbouring integer scores and the judge's score distribution;
+  `sdd_from_logprobs` reads the same from log-probabilities (exact far below float32's
+  smallest probability).
 * `validity_rate(valid)`: fraction of valid judge outputs.
 * `bootstrap_ci`, `metric_ci`, `paired_difference_ci`: percentile intervals from a bootstrap
   that resamples whole groups, paired across methods.
@@ -55,7 +57,7 @@ from jaxjudge.metrics.correlation import (
     per_group,
     spearman,
 )
-from jaxjudge.metrics.distribution import SDD_EPS, score_targets, sdd, validity_rate
+from jaxjudge.metrics.distribution import SDD_EPS, score_targets, sdd, sdd_from_logprobs, validity_rate
 
 __all__ = [
     "HIGHER_IS_BETTER",
@@ -80,6 +82,7 @@ __all__ = [
     "resample_weights",
     "score_targets",
     "sdd",
+    "sdd_from_logprobs",
     "spearman",
     "validity_rate",
 ]

@@ -10,10 +10,15 @@ import numpy as np
 
 from jaxjudge.metrics import _checks
 
-# Probabilities below this are raised to it before the log (then rows are renormalised), so a
-# judge that puts exactly zero mass on a human score gives a large but finite divergence
-# (at most about -log(1e-6) = 13.8 nats per example).
+# The probability floor `sdd` used before it computed KL from log-probabilities: it capped each
+# example's KL at about -log(1e-6) = 13.8 nats. Kept only for `sdd(..., eps=SDD_EPS)`, to
+# reproduce figures computed with it; the default is no floor.
 SDD_EPS = 1e-6
+
+# `sdd` on probabilities takes log(max(p, _TINY)): an exact 0 (e.g. a float32 softmax that
+# underflowed) has no finite log, and the smallest normal float32 is the closest value the
+# arithmetic can represent without flushing (log = -87.34 nats). Entries >= _TINY are untouched.
+_TINY = float(np.finfo(np.float32).tiny)
 
 
 def _targets(human: jax.Array, lo: Any, num_scores: int) -> jax.Array:
@@ -48,17 +53,62 @@ def score_targets(human: Any, lo: int, num_scores: int) -> jax.Array:
 
 
 @jax.jit
-def _sdd_core(probs: jax.Array, human: jax.Array, lo: jax.Array, w: jax.Array, eps) -> jax.Array:
-    num_scores = probs.shape[-1]
+def _sdd_core(logp: jax.Array, human: jax.Array, lo: jax.Array, w: jax.Array) -> jax.Array:
+    num_scores = logp.shape[-1]
     q = _targets(human, lo, num_scores)  # [N, K]
-    p = jnp.maximum(probs, eps)
-    p = p / jnp.sum(p, axis=-1, keepdims=True)
-    # 0 * log 0 = 0: scores the human distribution does not cover contribute nothing.
-    kl = jnp.sum(jnp.where(q > 0, q * (jnp.log(jnp.where(q > 0, q, 1.0)) - jnp.log(p)), 0.0), -1)
+    # Rows are normalised to within 1e-3 (checked eagerly); make them exact, so that KL >= 0.
+    logp = logp - jax.nn.logsumexp(logp, axis=-1, keepdims=True)
+    # KL(Q || P) = sum_k q_k (log q_k - log p_k), with 0 * log 0 = 0 on the human side: scores
+    # the human distribution does not cover contribute nothing, whatever the judge's log p_k
+    # (even -inf, whose product with 0 the `where` discards).
+    covered = q > 0
+    terms = jnp.where(covered, q * (jnp.log(jnp.where(covered, q, 1.0)) - logp), 0.0)
+    kl = jnp.sum(terms, -1)
     pos = w > 0
     wsum = jnp.sum(jnp.where(pos, w, 0.0))
     total = jnp.sum(jnp.where(pos, w * kl, 0.0))
     return jnp.where(wsum > 0, total / jnp.where(wsum > 0, wsum, 1.0), jnp.nan)
+
+
+@jax.jit
+def _safe_log(probs: jax.Array) -> jax.Array:
+    return jnp.log(jnp.maximum(probs, _TINY))
+
+
+@jax.jit
+def _floored_log(probs: jax.Array, eps: jax.Array) -> jax.Array:
+    return jnp.log(jnp.maximum(probs, eps))  # renormalised in `_sdd_core`
+
+
+def _check_sdd_inputs(name: str, arr: Any, human: Any, lo: Any, mask: Any, weights: Any):
+    """Shape checks (always) and the shared eager value checks of `sdd` / `sdd_from_logprobs`.
+
+    Returns:
+      (arr float32 [N, K], human float32 [N], weights float32 [N], traced, selection [N] bool
+      numpy or None when traced).
+    """
+    shape = tuple(np.shape(arr))
+    if len(shape) != 2:
+        raise ValueError(f"{name} must be [N, K], got shape {shape}")
+    n, k = shape
+    if k < 2:
+        raise ValueError(f"{name} must cover at least 2 scores (K >= 2), got K={k}")
+    _checks.check_vector(human, "human scores", n)
+    w = _checks.effective_weights(n, mask, weights)
+    arr = jnp.asarray(arr, jnp.float32)
+    human = jnp.asarray(human, jnp.float32)
+    if _checks.is_traced(arr, human, w, lo):
+        return arr, human, w, True, None
+    sel = _checks.check_weight_values(w)
+    _checks.check_finite(human, "human scores", sel)
+    h_np = np.asarray(human)
+    out = np.flatnonzero(((h_np < lo) | (h_np > lo + k - 1)) & sel)
+    if out.size:
+        raise ValueError(
+            f"human scores outside the score range [{lo}, {lo + k - 1}] at rows "
+            f"{_checks.format_rows(out)}"
+        )
+    return arr, human, w, False, sel
 
 
 def sdd(
@@ -68,13 +118,17 @@ def sdd(
     mask: Any | None = None,
     *,
     weights: Any | None = None,
-    eps: float = SDD_EPS,
+    eps: float | None = None,
 ) -> jax.Array:
     """Score Distribution Divergence: mean over examples of KL(Q || P), in nats.
 
-    Q is the human score spread over its two neighbouring integer scores (`score_targets`), P the
-    judge's distribution over the K score candidates. P is clipped below at `eps` and
-    renormalised before the log.
+    Q is the human score spread over its two neighbouring integer scores (`score_targets`): a
+    score of 3.7 puts 0.3 on "3" and 0.7 on "4". P is the judge's distribution over the K score
+    candidates. The KL is computed from log P with no floor: log(max(p, tiny)), tiny = 1.2e-38
+    the smallest normal float32, only so that an exact 0 (a float32 softmax that underflowed)
+    gives a finite log (at most 87.3 nats per example) instead of inf. Where the judge's
+    probabilities come from logits, pass `sdd_from_logprobs(jax.nn.log_softmax(logits, -1), ...)`
+    instead: log-probabilities far below float32's range stay exact there.
 
     Human scores outside [lo, lo + K - 1] raise ValueError in eager calls; under `jit`/`vmap`
     (no value checks possible) they are clipped to the range.
@@ -86,24 +140,16 @@ def sdd(
       lo: the lowest score.
       mask: bool `[N]` or None; unselected rows are ignored.
       weights: float `[N]` >= 0 or None (integer weights equal repeated rows).
-      eps: probability floor.
+      eps: None (default) for the exact KL. A float reproduces the earlier definition: P
+        clipped below at `eps` and renormalised before the log, which caps each example's KL
+        at about -log(eps) (13.8 nats for `SDD_EPS` = 1e-6); use only to compare with figures
+        computed that way.
 
     Returns:
       float32 scalar >= 0; NaN when no row is selected (eager: ValueError).
     """
-    shape = tuple(np.shape(probs))
-    if len(shape) != 2:
-        raise ValueError(f"probs must be [N, K], got shape {shape}")
-    n, k = shape
-    if k < 2:
-        raise ValueError(f"probs must cover at least 2 scores (K >= 2), got K={k}")
-    _checks.check_vector(human, "human scores", n)
-    w = _checks.effective_weights(n, mask, weights)
-    probs = jnp.asarray(probs, jnp.float32)
-    human = jnp.asarray(human, jnp.float32)
-    if not _checks.is_traced(probs, human, w, lo):
-        sel = _checks.check_weight_values(w)
-        _checks.check_finite(human, "human scores", sel)
+    probs, human, w, traced, sel = _check_sdd_inputs("probs", probs, human, lo, mask, weights)
+    if not traced:
         p_np = np.asarray(probs)
         bad = np.flatnonzero(~np.isfinite(p_np).all(-1) & sel)
         if bad.size:
@@ -114,14 +160,64 @@ def sdd(
                 f"probs rows {_checks.format_rows(bad)} are not distributions (negative entries "
                 "or sum != 1); pass probabilities, e.g. jax.nn.softmax(logits, -1)"
             )
-        h_np = np.asarray(human)
-        out = np.flatnonzero(((h_np < lo) | (h_np > lo + k - 1)) & sel)
-        if out.size:
+    if eps is None:
+        logp = _safe_log(probs)
+    else:
+        if not _checks.is_traced(eps) and not float(eps) > 0.0:
+            raise ValueError(f"eps must be > 0 (or None for no floor), got {eps}")
+        logp = _floored_log(probs, jnp.float32(eps))
+    return _sdd_core(logp, human, jnp.asarray(lo, jnp.float32), w)
+
+
+def sdd_from_logprobs(
+    logprobs: Any,
+    human: Any,
+    lo: int,
+    mask: Any | None = None,
+    *,
+    weights: Any | None = None,
+) -> jax.Array:
+    """Score Distribution Divergence from the judge's log-probabilities, with no floor at all.
+
+    The same statistic as `sdd` (mean over examples of KL(Q || P), Q the human score split over
+    its two integer neighbours), read from log P directly, so a judge that gives a human score
+    log-probability -200 contributes its full 200 nats, however far below float32's smallest
+    probability that is. A log-probability of -inf on a score the human distribution covers
+    makes that example's KL, and the mean, inf (the true value); on a score it does not
+    cover it contributes 0 (0 * log 0 = 0).
+
+    Args:
+      logprobs: judge log-probabilities `[N, K]` over the scores lo..lo+K-1, normalised per row
+        (e.g. `jax.nn.log_softmax(logits / t, -1)`; the rounding left in a row's logsumexp is
+        removed before the KL); entries may be -inf.
+      human: human scores `[N]`, continuous.
+      lo: the lowest score.
+      mask: bool `[N]` or None; unselected rows are ignored.
+      weights: float `[N]` >= 0 or None (integer weights equal repeated rows).
+
+    Returns:
+      float32 scalar >= 0 (inf as above); NaN when no row is selected (eager: ValueError).
+
+    Raises:
+      ValueError (eager calls): shapes, human scores outside the range, NaN or +inf entries, or
+        rows whose probabilities do not sum to 1 (|logsumexp| > 1e-3) in selected rows.
+    """
+    logprobs, human, w, traced, sel = _check_sdd_inputs("logprobs", logprobs, human, lo, mask, weights)
+    if not traced:
+        lp = np.asarray(logprobs, np.float64)
+        bad = np.flatnonzero((np.isnan(lp) | (lp == np.inf)).any(-1) & sel)
+        if bad.size:
+            raise ValueError(f"logprobs contain NaN or +inf at rows {_checks.format_rows(bad)}")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            top = np.max(lp, axis=-1, keepdims=True)
+            lse = top[:, 0] + np.log(np.sum(np.exp(lp - top), axis=-1))
+        bad = np.flatnonzero(~(np.abs(lse) <= 1e-3) & sel)
+        if bad.size:
             raise ValueError(
-                f"human scores outside the score range [{lo}, {lo + k - 1}] at rows "
-                f"{_checks.format_rows(out)}"
+                f"logprobs rows {_checks.format_rows(bad)} are not normalised (logsumexp != 0); pass "
+                "log-probabilities, e.g. jax.nn.log_softmax(logits, -1)"
             )
-    return _sdd_core(probs, human, jnp.asarray(lo, jnp.float32), w, jnp.float32(eps))
+    return _sdd_core(logprobs, human, jnp.asarray(lo, jnp.float32), w)
 
 
 @jax.jit
