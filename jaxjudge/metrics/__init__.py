@@ -35,8 +35,11 @@ Metrics:
 
 from jaxjudge.metrics.bootstrap import (
     Interval,
+    bca_quantiles,
     bootstrap_ci,
     bootstrap_distribution,
+    expanded_levels,
+    jackknife_distribution,
     metric_ci,
     paired_difference_ci,
     resample_weights,
@@ -66,8 +69,11 @@ __all__ = [
     "GroupCodes",
     "Interval",
     "MetricFn",
+    "bca_quantiles",
     "bootstrap_ci",
     "bootstrap_distribution",
+    "expanded_levels",
+    "jackknife_distribution",
     "encode_groups",
     "get_metric",
     "grouped",
