@@ -11,13 +11,25 @@ each temperature, the greedy score, or the parsed greedy generation) this module
 1. builds the adjusted log-probabilities of every fold, `[F, N, K]`: fixed methods need no
    choice; tuned ones choose their hyper-parameters on each fold's dev examples with
    `jaxjudge.select.grid_search` (one compiled call over grid x folds);
-2. reads predictions `[F, N]` and, for the expected score, the distribution at the same
-   temperature (for SDD);
+2. reads predictions `[F, N]` and, for the expected score, the scored distribution (for SDD).
+   Temperature convention: a reading at temperature T tempers every input distribution
+   first (the judge's candidate distribution, and the content-free, batch, dev-marginal,
+   random-number and assistant distributions a method derives its prior from), then applies
+   the adjustment, and reads the result with no second temperature. So distribution
+   calibration is `p_T(y) q(y) / pbar_T(y)` (q enters once), contextual and batch
+   calibration divide by their prior measured at T, and Deb-R / Deb-T's lambda multiplies
+   `B = log U - log P_random,T` in log-probability units at every T (the paper's 0.1-1.0
+   grid). The greedy reading is at T = 1;
 3. scores the test side of every fold and averages over folds, with a grouped bootstrap 95%
-   interval (whole documents resampled, `jaxjudge.metrics.bootstrap_distribution`) for each
-   metric and for the difference from the vanilla judge read the same way (paired: both
-   scored on the same resample). Hyper-parameters stay as chosen on the original dev data,
-   so the interval is conditional on the selection.
+   interval for each metric and for the difference from the vanilla judge read the same way
+   (paired: both scored on the same resamples). The bootstrap resamples whole groups of the
+   reported side only: the test groups of a fixed split; under k-fold every group (each is
+   on the test side of some fold), each fold's test metric recomputed on the resample.
+   Hyper-parameters stay as chosen on the original dev data, so the interval is conditional
+   on the selection. Undefined resamples are counted (``n_boot_nan``, ``nan_share``); above
+   `NAN_SHARE_MAX` of them, or with fewer than `MIN_CI_GROUPS` reported groups, no interval
+   is given and ``reason`` says why. Per-document means state how many test documents had a
+   defined metric (``docs_defined`` of ``docs``, fewest over folds).
 
 Human scores are mapped linearly onto the prompt's range before anything is computed (see
 `jaxjudge.report.config`); correlations are unchanged by that, MSE and SDD are on the prompt's
@@ -28,6 +40,7 @@ its validity is the parse rate. The validity of the other methods is the extract
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import warnings
@@ -75,10 +88,23 @@ __all__ = [
     "make_splits",
     "map_human",
     "score_kinds",
+    "test_side_intervals",
+    "MIN_CI_GROUPS",
+    "NAN_SHARE_MAX",
 ]
 
 _CORRELATIONS = ("pearson", "spearman", "kendall")
 _GROUPABLE = ("pearson", "spearman", "kendall", "mse")
+
+NAN_SHARE_MAX = 0.05
+"""Above this share of undefined bootstrap resamples a cell prints no interval (the survivors
+are a biased subsample: e.g. resamples whose test side holds one distinct parsed score)."""
+
+MIN_CI_GROUPS = 10
+"""Fewest reported (test) groups for which the report prints an interval. Below it the
+percentile bootstrap of a correlation under-covers badly (3 test documents: about 77% for a
+nominal 95%); `tests/test_coverage.py` and `benchmarks/coverage.py` measure coverage at and
+above this minimum."""
 
 
 @dataclass(frozen=True)
@@ -215,6 +241,8 @@ class MethodOptions:
     n_boot: int = 1000
     alpha: float = 0.05
     seed: int = 0
+    min_ci_groups: int = MIN_CI_GROUPS
+    ci_method: str = "expanded"
 
     @classmethod
     def from_config(cls, cfg, task) -> MethodOptions:
@@ -230,7 +258,8 @@ class MethodOptions:
             contrastive_temps_fine=C.CONTRASTIVE_TEMPS_FINE, contrastive_temperature=cfg.contrastive_temperature,
             select_metric=cfg.select_metric, select_per_group=cfg.select_per_group and task.per_group,
             metrics=tuple(cfg.metrics), ci_metrics=tuple(cfg.ci_metrics), per_group=bool(task.per_group),
-            n_boot=cfg.n_boot, alpha=cfg.alpha, seed=cfg.seed,
+            n_boot=cfg.n_boot, alpha=cfg.alpha, seed=cfg.seed, min_ci_groups=cfg.min_ci_groups,
+            ci_method=cfg.ci_method,
         )
 
 
@@ -431,7 +460,7 @@ def _make_stat(names: tuple[str, ...], num_groups: int):
     """`stat(*arrays, w) -> [S]`: every statistic of `names`, averaged over folds.
 
     Arrays (leading axis N): pred `[N, F]`, base `[N, F]` (vanilla, for deltas), human on the
-    scale `[N]`, human minus lo `[N]` (SDD), probs `[N, F, K]`, test `[N, F]` float, ok `[N]`
+    scale `[N]`, human minus lo `[N]` (SDD), log-probs `[N, F, K]`, test `[N, F]` float, ok `[N]`
     (finite prediction), valid `[N]`, group codes `[N]`, and for Kendall the int8 sign matrices
     sign(pred_i - pred_j) `[N, F, N]` and sign(human_i - human_j) `[N, N]` (placeholders
     `[N, F, 1]`, `[N, 1]` otherwise).
@@ -451,7 +480,7 @@ def _make_stat(names: tuple[str, ...], num_groups: int):
                 if name == "validity":
                     out.append(jnp.sum(rows * valid) / jnp.sum(rows))
                 elif name == "sdd":
-                    out.append(M.sdd(probs, hrel, 0, weights=ww))
+                    out.append(M.sdd_from_logprobs(probs, hrel, 0, weights=ww))
                 elif name == "kendall":
                     out.append(_kendall_pooled(sx, sy_nn, ww))
                 elif name == "kendall_doc":
@@ -481,17 +510,102 @@ def _signs(v: np.ndarray) -> np.ndarray:
     return np.sign(v[..., :, None] - v[..., None, :]).astype(np.int8)
 
 
-def _interval_dict(estimate: float, reps: np.ndarray | None, alpha: float) -> dict[str, Any]:
+def _interval_dict(
+    estimate: float, reps: np.ndarray | None, alpha: float, *, num_groups: int | None = None,
+    min_groups: int = MIN_CI_GROUPS, jack: np.ndarray | None = None, method: str = "percentile",
+) -> dict[str, Any]:
+    """``{estimate, low, high}`` plus, for a bootstrapped statistic, ``n_boot``,
+    ``n_boot_nan`` and ``nan_share``; ``reason`` says why an interval is withheld."""
     est = float(estimate)
     out: dict[str, Any] = {"estimate": est if math.isfinite(est) else None, "low": None, "high": None}
-    if reps is not None:
-        r = np.asarray(reps, np.float64)
-        r = r[np.isfinite(r)]
-        if r.size:
-            lo, hi = np.quantile(r, [alpha / 2, 1 - alpha / 2])
-            out["low"], out["high"] = float(lo), float(hi)
-        out["n_boot_nan"] = int(np.asarray(reps).size - r.size)
+    if reps is None:
+        return out
+    r_all = np.asarray(reps, np.float64)
+    r = r_all[np.isfinite(r_all)]
+    out["n_boot"] = int(r_all.size)
+    out["n_boot_nan"] = int(r_all.size - r.size)
+    out["nan_share"] = out["n_boot_nan"] / max(r_all.size, 1)
+    if num_groups is not None and num_groups < min_groups:
+        out["reason"] = f"too few groups ({num_groups} < {min_groups})"
+    elif out["nan_share"] > NAN_SHARE_MAX:
+        out["reason"] = f"{out['nan_share']:.0%} of resamples undefined"
+    elif r.size:
+        if method == "bca":
+            lo, hi = M.bca_quantiles(est, r, jack, alpha)
+        else:
+            levels = M.expanded_levels(num_groups, alpha) if method == "expanded" else (alpha / 2, 1 - alpha / 2)
+            lo, hi = np.quantile(r, levels)
+        out["low"], out["high"] = float(lo), float(hi)
     return out
+
+
+def _docs_defined(name: str, pred_fn: np.ndarray, ctx: dict[str, Any], ok: np.ndarray) -> dict[str, int]:
+    """How many test documents have a defined within-document metric (fewest over folds)."""
+    base = name[: -len("_doc")]
+    codes, g = ctx["codes"].codes, ctx["codes"].num_groups
+    best = None
+    for i in range(ctx["f"]):
+        sel = (ctx["test"][i] > 0) & (ok > 0)
+        if not sel.any():
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            vals = np.asarray(M.per_group(base, np.nan_to_num(pred_fn[i]), ctx["human"], codes, sel, num_groups=g))
+        n_docs = int(np.unique(codes[ctx["test"][i] > 0]).size)
+        cand = {"docs_defined": int(np.isfinite(vals).sum()), "docs": n_docs}
+        if best is None or cand["docs_defined"] - cand["docs"] < best["docs_defined"] - best["docs"]:
+            best = cand
+    return best or {"docs_defined": 0, "docs": 0}
+
+
+def _stats_context(human, groups, test, k, lo, valid, labels=None) -> dict[str, Any]:
+    """What `_score_stats` needs of a cell: human scores on the scale, groups, test masks."""
+    test = np.asarray(test, bool)
+    f, n = test.shape
+    report_rows = np.flatnonzero(test.any(0))
+    if report_rows.size == 0:
+        raise ValueError(f"no test example in any fold for {labels or 'this cell'}")
+    groups = np.asarray(groups)
+    return dict(
+        n=n, f=f, k=k, human=human, hrel=np.clip(human - lo, 0, k - 1),
+        test=test.astype(np.float32), codes=M.encode_groups(groups), valid=np.asarray(valid, np.float32),
+        report_rows=report_rows, report_codes=M.encode_groups(groups[report_rows]),
+    )
+
+
+def test_side_intervals(
+    pred: np.ndarray,
+    human: np.ndarray,
+    groups: np.ndarray,
+    splits: Splits,
+    options: MethodOptions,
+    *,
+    base: np.ndarray | None = None,
+) -> tuple[dict[str, dict], dict[str, dict]]:
+    """The report's metrics and intervals for predictions already made, as `evaluate_cell`
+    computes them for each method (the same code path).
+
+    Args:
+      pred: `[F, N]` (or `[N]`, shared by all folds) predictions, NaN where undefined.
+      human: `[N]` human scores (on the prediction's scale).
+      groups: `[N]` group ids.
+      splits: dev/test masks `[F, N]`; only the test side enters.
+      options: metrics, per_group, n_boot, alpha, seed, min_ci_groups (SDD is not computed).
+      base: `[F, N]` or `[N]` predictions of a baseline for the paired difference
+        ``delta_<select_metric>``, or None.
+
+    Returns:
+      ``(metrics, deltas)``: name -> ``{estimate, low, high, n_boot_nan, nan_share, reason?}``.
+    """
+    test = np.asarray(splits.test, bool)
+    f, n = test.shape
+    pred = np.broadcast_to(np.asarray(pred, np.float64), (f, n))
+    base = None if base is None else np.broadcast_to(np.asarray(base, np.float64), (f, n))
+    human = np.asarray(human, np.float64)
+    ok = np.isfinite(pred).all(0).astype(np.float32)
+    ctx = _stats_context(human, groups, test, 1, float(np.min(human)), np.ones(n))
+    opts = dataclasses.replace(options, metrics=tuple(m for m in options.metrics if m not in ("sdd",)))
+    return _score_stats(pred, base, None, ok, ctx, opts)
 
 
 def _score_stats(
@@ -502,8 +616,16 @@ def _score_stats(
     ctx: dict[str, Any],
     options: MethodOptions,
 ) -> tuple[dict[str, dict], dict[str, dict]]:
-    """(metrics, deltas): name -> {estimate, low, high} for one method read one way."""
-    n, f = ctx["n"], ctx["f"]
+    """(metrics, deltas): name -> {estimate, low, high, ...} for one method read one way.
+
+    The bootstrap describes the reported side only: it resamples whole groups among those with
+    a test row in some fold (a fixed split: the test groups; k-fold: every group, each fold's
+    test metric recomputed on the resampled groups with the folds' hyper-parameters held as
+    chosen). Deltas use the same resamples as the metric (paired).
+    """
+    rows = ctx["report_rows"]
+    codes = ctx["report_codes"]
+    n, f, k = rows.size, ctx["f"], ctx["k"]
     has_probs = probs_fnk is not None
     has_delta = base_fn is not None
     ci_set = set(options.ci_metrics if options.ci_metrics is not None else options.metrics)
@@ -511,37 +633,46 @@ def _score_stats(
     # dropped where undefined): a cell's shape then compiles the bootstrap once, not per method.
     ci_names = _stat_names(options, True, True, [m for m in options.metrics if m in ci_set])
     point_names = _stat_names(options, True, False, [m for m in options.metrics if m not in ci_set])
-    k = ctx["k"]
     kendall = _needs_kendall(ci_names + point_names)
-    pred_clean = np.nan_to_num(pred_fn)  # NaN rows (parse failures) carry weight 0
+    pred_r = pred_fn[:, rows]
+    pred_clean = np.nan_to_num(pred_r)  # NaN rows (parse failures) carry weight 0
+    human = ctx["human"][rows]
     arrays = (
-        jnp.asarray(pred_clean.T, jnp.float32),  # [N, F]
-        jnp.asarray((pred_fn if base_fn is None else base_fn).T, jnp.float32),
-        jnp.asarray(ctx["human"], jnp.float32),
-        jnp.asarray(ctx["hrel"], jnp.float32),
-        jnp.asarray(np.zeros((n, f, k), np.float32) if probs_fnk is None else np.transpose(probs_fnk, (1, 0, 2)), jnp.float32),
-        jnp.asarray(ctx["test"].T, jnp.float32),
-        jnp.asarray(ok, jnp.float32),
-        jnp.asarray(ctx["valid"], jnp.float32),
-        jnp.asarray(ctx["codes"].codes, jnp.int32),
+        jnp.asarray(pred_clean.T, jnp.float32),  # [n, F]
+        jnp.asarray((pred_r if base_fn is None else base_fn[:, rows]).T, jnp.float32),
+        jnp.asarray(human, jnp.float32),
+        jnp.asarray(ctx["hrel"][rows], jnp.float32),
+        jnp.asarray(np.zeros((n, f, k), np.float32) if probs_fnk is None else np.transpose(probs_fnk[:, rows], (1, 0, 2)), jnp.float32),
+        jnp.asarray(ctx["test"][:, rows].T, jnp.float32),
+        jnp.asarray(ok[rows], jnp.float32),
+        jnp.asarray(ctx["valid"][rows], jnp.float32),
+        jnp.asarray(codes.codes, jnp.int32),
         jnp.asarray(np.transpose(_signs(pred_clean), (1, 0, 2)) if kendall else np.zeros((n, f, 1), np.int8)),
-        jnp.asarray(_signs(ctx["human"]) if kendall else np.zeros((n, 1), np.int8)),
+        jnp.asarray(_signs(human) if kendall else np.zeros((n, 1), np.int8)),
     )
     out: dict[str, dict] = {}
     if ci_names:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             est, reps = M.bootstrap_distribution(
-                _make_stat(ci_names, ctx["codes"].num_groups), arrays, ctx["codes"].codes,
+                _make_stat(ci_names, codes.num_groups), arrays, codes.codes,
                 n_boot=options.n_boot, seed=options.seed,
             )
+            jack = None
+            if options.ci_method == "bca":
+                jack = np.asarray(M.jackknife_distribution(_make_stat(ci_names, codes.num_groups), arrays, codes.codes))
         est, reps = np.asarray(est), np.asarray(reps)
         for i, name in enumerate(ci_names):
-            out[name] = _interval_dict(est[i], reps[:, i], options.alpha)
+            out[name] = _interval_dict(est[i], reps[:, i], options.alpha, num_groups=codes.num_groups,
+                                       min_groups=options.min_ci_groups, jack=None if jack is None else jack[:, i],
+                                       method=options.ci_method)
     if point_names:
-        est = np.asarray(_point_stat(point_names, ctx["codes"].num_groups)(*arrays))
+        est = np.asarray(_point_stat(point_names, codes.num_groups)(*arrays))
         for i, name in enumerate(point_names):
             out[name] = _interval_dict(est[i], None, options.alpha)
+    for name, iv in out.items():
+        if name.endswith("_doc") and not name.startswith("delta_") and iv.get("estimate") is not None:
+            iv.update(_docs_defined(name, pred_fn, ctx, ok))
     if not has_probs:
         out = {k_: v for k_, v in out.items() if k_ != "sdd"}
     deltas = {k_[len("delta_"):]: v for k_, v in out.items() if k_.startswith("delta_") and has_delta}
@@ -590,10 +721,7 @@ def evaluate_cell(
     human = map_human(arrays.human, arrays.human_range, scale)
     codes = M.encode_groups(arrays.groups)
     valid = np.ones(n, bool) if arrays.valid is None else arrays.valid
-    ctx = dict(
-        n=n, f=f, k=k, human=human, hrel=np.clip(human - scale.lo, 0, k - 1),
-        test=test.astype(np.float32), codes=codes, valid=valid.astype(np.float32),
-    )
+    ctx = _stats_context(human, arrays.groups, test, k, scale.lo, valid, labels)
     logits = jnp.asarray(arrays.logprobs)
     selector, minimize = _selector(options, codes)
     methods = set(options.methods)
@@ -609,20 +737,34 @@ def evaluate_cell(
         return {**labels, "scale": scale.name, "method": method, "score": kind, "n": n, "n_folds": f,
                 "n_test": int(test.any(0).sum())}
 
-    # The vanilla judge read each way: every other method's baseline for deltas.
-    vanilla = jnp.broadcast_to(jax.nn.log_softmax(logits, -1), (f, n, k))
     kinds = score_kinds(options)
+
+    # The temperature convention: a reading at temperature T first tempers every input
+    # distribution (the judge's, the content-free, random-number and assistant ones), so that
+    # each prior is measured at T and each adjustment acts on the distribution that is scored;
+    # the adjusted log-probabilities are then read as they are (no second temperature). The
+    # greedy reading is at T = 1.
+    def tau(kind_t) -> float:
+        return 1.0 if kind_t[1] is None else float(kind_t[1])
+
+    def tempered(kind_t) -> jax.Array:
+        return jax.nn.log_softmax(logits / tau(kind_t), -1)  # [N, K]
+
+    def vanilla(kind_t) -> jax.Array:
+        # The vanilla judge read each way: every other method's baseline for deltas.
+        return jnp.broadcast_to(tempered(kind_t), (f, n, k))
 
     def read(adj_fnk, kind_t):
         kind, t = kind_t
         if t is None:
             return np.asarray(greedy_score(adj_fnk, values)), None
-        pred = np.asarray(expected_score(adj_fnk, values, t))
+        pred = np.asarray(expected_score(adj_fnk, values, 1.0))
         # SDD compares with integer human-score neighbours: defined for unit-step scales only.
-        probs = np.asarray(jax.nn.softmax(adj_fnk / t, axis=-1)) if scale.step == 1 else None
+        # (log-probabilities: SDD is computed from them, with no floor)
+        probs = np.asarray(jax.nn.log_softmax(adj_fnk, axis=-1)) if scale.step == 1 else None
         return pred, probs
 
-    base_pred = {kt[0]: read(vanilla, kt)[0] for kt in kinds}
+    base_pred = {kt[0]: read(vanilla(kt), kt)[0] for kt in kinds}
     dist_kind = "greedy" if options.greedy else kinds[0][0]
     ones = np.ones(n, np.float32)
 
@@ -668,7 +810,7 @@ def evaluate_cell(
     def tuned(method: str, adjust_fn, grid, data, kind_t, param_names):
         kind, t = kind_t
         res = grid_search(
-            adjust_fn, grid, human, dev, test, selector, values=values, temperature=1.0 if t is None else t,
+            adjust_fn, grid, human, dev, test, selector, values=values, temperature=1.0,
             data=data, score="greedy" if t is None else "expected", minimize=minimize,
         )
         chosen = jax.tree.map(np.asarray, res.chosen)
@@ -686,7 +828,7 @@ def evaluate_cell(
     # -- fixed methods --
     if "vanilla" in methods:
         for kt in kinds:
-            emit("vanilla", vanilla, kt)
+            emit("vanilla", vanilla(kt), kt)
     if "generate" in methods:
         if arrays.generated is None:
             raise ValueError(f"method 'generate' needs parsed greedy generations (role 'generate') for {labels}")
@@ -711,22 +853,20 @@ def evaluate_cell(
     if "contextual" in methods:
         if arrays.content_free is None:
             raise ValueError(f"method 'contextual' needs content-free arrays (role 'content_free') for {labels}")
-        adj = jnp.broadcast_to(contextual_calibration(logits, jnp.asarray(arrays.content_free)), (f, n, k))
         for kt in kinds:
-            emit("contextual", adj, kt)
+            cf = jnp.asarray(arrays.content_free) / tau(kt)  # the content-free prior at T
+            emit("contextual", jnp.broadcast_to(contextual_calibration(tempered(kt), cf), (f, n, k)), kt)
     if "batch" in methods:
-        adj = jnp.stack([batch_calibration(logits, jnp.asarray(test[i])) for i in range(f)])
         for kt in kinds:
-            emit("batch", adj, kt)
+            emit("batch", jnp.stack([batch_calibration(tempered(kt), jnp.asarray(test[i])) for i in range(f)]), kt)
     if "distribution" in methods:
-        adjs, hps = [], []
-        for i in range(f):
-            q = human_prior(jnp.asarray(human, jnp.float32), values, jnp.asarray(dev[i]))  # Beta fit on dev labels only
-            corr = distribution_correction(logits, q, jnp.asarray(dev[i]))
-            adjs.append(rectify(logits, corr, 1.0))
-            hps.append({"q": [round(float(x), 6) for x in np.asarray(q)]})
-        adj = jnp.stack(adjs)
+        # p_T(y) * q(y) / pbar_T(y): q (Beta fit on dev labels only) enters once, the judge's
+        # marginal pbar is measured on dev at the reading's temperature.
+        qs = [human_prior(jnp.asarray(human, jnp.float32), values, jnp.asarray(dev[i])) for i in range(f)]
+        hps = [{"q": [round(float(x), 6) for x in np.asarray(q)]} for q in qs]
         for kt in kinds:
+            lt = tempered(kt)
+            adj = jnp.stack([rectify(lt, distribution_correction(lt, qs[i], jnp.asarray(dev[i])), 1.0) for i in range(f)])
             emit("distribution", adj, kt, hparams=hps)
 
     # -- tuned methods --
@@ -738,21 +878,28 @@ def evaluate_cell(
             raise ValueError(f"method {family!r} needs random-number arrays (role 'random_{variant.lower()}') for {labels}")
         rp = arrays.random[variant]
         for tp in options.deb_tp:
-            prior = np.asarray(latent_prior(jnp.asarray(rp.top(tp))))
-            aux["priors"].setdefault(variant, {})[f"tp{tp}"] = prior.tolist()
-            data = {"logits": logits, "correction": prior_correction(jnp.asarray(prior))}
+            top = jnp.asarray(rp.top(tp))  # [Tp, K]
+            aux["priors"].setdefault(variant, {})[f"tp{tp}"] = np.asarray(latent_prior(top)).tolist()  # at T = 1
             grids = [("", options.lambdas)]
             if options.lambdas_extended is not None:
                 grids.append(("_ext", options.lambdas_extended))
             for suffix, lams in grids:
                 for kt in kinds:
+                    # l = the judge's log-probabilities at T; B from P_random measured at T;
+                    # lambda multiplies B in log-probability units, whatever T is.
+                    data = {"logits": tempered(kt), "correction": prior_correction(latent_prior(top / tau(kt)))}
                     tuned(f"{family}_tp{tp}{suffix}", rectify_adjust, lambda_grid(lams), data, kt, ("lam",))
 
     if methods & {"contrastive", "contrastive_deb_t"}:
         if arrays.assistant is None:
             raise ValueError(f"contrastive methods need the assistant's score arrays for {labels}")
         tname = options.contrastive_temperature
-        data = {"main": logits, "asst": jnp.asarray(arrays.assistant)}
+        asst = jnp.asarray(arrays.assistant)
+
+        def cdata_at(kt):
+            # Both models tempered at the reading's T; the grid's own temperature then
+            # normalises one model against the other.
+            return {"main": logits / tau(kt), "asst": asst / tau(kt)}
         if "contrastive" in methods:
             grid_sets = [("contrastive", options.contrastive_lams, options.contrastive_temps)]
             if options.contrastive_fine:
@@ -760,7 +907,7 @@ def evaluate_cell(
             for name, lams, temps in grid_sets:
                 grid = lambda_temperature_grid(lams, temps, name=tname)
                 for kt in kinds:
-                    tuned(name, contrastive_adjust, grid, data, kt, ("lam", tname))
+                    tuned(name, contrastive_adjust, grid, cdata_at(kt), kt, ("lam", tname))
         if "contrastive_deb_t" in methods:
             if "T" not in arrays.random:
                 raise ValueError(f"method 'contrastive_deb_t' needs the judge's random_t arrays for {labels}")
@@ -769,15 +916,15 @@ def evaluate_cell(
             for tp in options.deb_tp:
                 # Perplexity is ranked under the main judge: the combination has no sequence NLL.
                 idx = rp.top_indices(tp)
-                cdata = dict(data, rand_main=jnp.asarray(rp.logprobs[idx]))
-                if arp is not None:
-                    if arp.logprobs.shape != rp.logprobs.shape:
-                        raise ValueError(
-                            f"assistant random_t arrays {arp.logprobs.shape} do not match the judge's {rp.logprobs.shape}"
-                        )
-                    cdata["rand_asst"] = jnp.asarray(arp.logprobs[idx])
+                if arp is not None and arp.logprobs.shape != rp.logprobs.shape:
+                    raise ValueError(
+                        f"assistant random_t arrays {arp.logprobs.shape} do not match the judge's {rp.logprobs.shape}"
+                    )
                 grid = product_grid(lam=options.contrastive_lams, **{tname: options.contrastive_temps}, lam_d=options.lambdas)
                 for kt in kinds:
+                    cdata = dict(cdata_at(kt), rand_main=jnp.asarray(rp.logprobs[idx]) / tau(kt))
+                    if arp is not None:
+                        cdata["rand_asst"] = jnp.asarray(arp.logprobs[idx]) / tau(kt)
                     tuned(f"contrastive_deb_t_tp{tp}", _combined_adjust, grid, cdata, kt, ("lam", tname, "lam_d"))
 
     # Rows in the order the methods were configured (variants of a family together).

@@ -416,5 +416,6 @@ def report_from_store(
     index = StoreIndex(store_root, match)
     task_data = {t.task: load_task_data(t) for t in cfg.tasks}
     notes = [n for td in task_data.values() for n in td.notes]
+    notes += [f"changed since the previous version: {c}" for c in cfg.changes]
     arrays = load_cells(cfg, index, task_data, check_model=check_model)
     return report_from_arrays(arrays, cfg, notes=notes, progress=progress)

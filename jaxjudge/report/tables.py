@@ -2,7 +2,10 @@
 
 CSV columns: the row labels (experiment, judge, task, aspect, scale, method, score), the
 counts (n, n_folds, n_test, parse_failures), ``<metric>``, ``<metric>_low``, ``<metric>_high``
-for every metric (``*_doc``: per-document means), ``delta_<metric>`` with its interval, and the
+for every metric (``*_doc``: per-document means), with ``<metric>_nan_share`` (share of bootstrap
+resamples where it was undefined), ``<metric>_reason`` (why no interval is given, if none) and,
+for ``*_doc``, ``<metric>_docs_defined`` of ``<metric>_docs`` (test documents whose metric is
+defined, fewest over folds), ``delta_<metric>`` with its interval, and the
 per-fold fields (``hparams``, ``dev_metric``, ``test_metric``) as JSON text. Numbers are written
 with ``repr``, so `read_csv` gives back exactly the values of `flat_rows`.
 """
@@ -51,9 +54,11 @@ def flat_rows(results: Results) -> tuple[list[str], list[dict[str, Any]]]:
     metrics, deltas = _metric_names(results.rows)
     columns = list(LABELS) + list(_COUNTS)
     for m in metrics:
-        columns += [m, f"{m}_low", f"{m}_high"]
+        columns += [m, f"{m}_low", f"{m}_high", f"{m}_nan_share", f"{m}_reason"]
+        if m.endswith("_doc"):
+            columns += [f"{m}_docs_defined", f"{m}_docs"]
     for m in deltas:
-        columns += [f"delta_{m}", f"delta_{m}_low", f"delta_{m}_high"]
+        columns += [f"delta_{m}", f"delta_{m}_low", f"delta_{m}_high", f"delta_{m}_nan_share", f"delta_{m}_reason"]
     columns += ["rel_vs_vanilla", "rel_vs_generate", *_JSON_FIELDS]
     out = []
     for r in results.rows:
@@ -64,6 +69,10 @@ def flat_rows(results: Results) -> tuple[list[str], list[dict[str, Any]]]:
                 flat[f"{prefix}{m}"] = iv.get("estimate")
                 flat[f"{prefix}{m}_low"] = iv.get("low")
                 flat[f"{prefix}{m}_high"] = iv.get("high")
+                flat[f"{prefix}{m}_nan_share"] = iv.get("nan_share")
+                flat[f"{prefix}{m}_reason"] = iv.get("reason")
+                if m.endswith("_doc") and not prefix:
+                    flat[f"{m}_docs_defined"], flat[f"{m}_docs"] = iv.get("docs_defined"), iv.get("docs")
         rel = r.get("relative") or {}
         flat["rel_vs_vanilla"], flat["rel_vs_generate"] = rel.get("vs_vanilla"), rel.get("vs_generate")
         for c in _JSON_FIELDS:
@@ -99,13 +108,13 @@ def read_csv(path: str | os.PathLike) -> list[dict[str, Any]]:
         for rec in csv.DictReader(f):
             row: dict[str, Any] = {}
             for k, v in rec.items():
-                if k in LABELS:
+                if k in LABELS or k.endswith("_reason"):
                     row[k] = v if v != "" else None
                 elif k in _JSON_FIELDS:
                     row[k] = v
                 elif v == "":
                     row[k] = None
-                elif k in _COUNTS:
+                elif k in _COUNTS or k.endswith(("_docs_defined", "_docs")):
                     row[k] = int(v)
                 else:
                     row[k] = float(v)
@@ -114,13 +123,25 @@ def read_csv(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def format_interval(iv: dict[str, Any] | None, digits: int = 3) -> str:
-    """``"0.412 [0.351, 0.470]"``; ``"-"`` when undefined."""
+    """``"0.412 [0.351, 0.470]"``; ``"-"`` when undefined.
+
+    Notes follow in parentheses: the share of undefined bootstrap resamples when there were
+    any; the reason when no interval is given (too few groups, too many undefined resamples);
+    for a per-document mean, how many test documents had a defined metric.
+    """
     if not iv or iv.get("estimate") is None:
         return "-"
-    est = f"{iv['estimate']:.{digits}f}"
-    if iv.get("low") is None or iv.get("high") is None:
-        return est
-    return f"{est} [{iv['low']:.{digits}f}, {iv['high']:.{digits}f}]"
+    text = f"{iv['estimate']:.{digits}f}"
+    notes = []
+    if iv.get("reason"):
+        notes.append(f"no interval: {iv['reason']}")
+    elif iv.get("low") is not None and iv.get("high") is not None:
+        text += f" [{iv['low']:.{digits}f}, {iv['high']:.{digits}f}]"
+        if iv.get("nan_share"):
+            notes.append(f"{iv['nan_share']:.1%} of resamples undefined")
+    if iv.get("docs") is not None:
+        notes.append(f"{iv['docs_defined']}/{iv['docs']} docs defined")
+    return text + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def _methods_in_order(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -204,18 +225,30 @@ def markdown_report(results: Results, metadata: dict[str, Any] | None = None, *,
             parts += ["Command:", "", f"    {metadata['command']}", ""]
         if metadata.get("created_utc"):
             parts += [f"Created {metadata['created_utc']} (UTC).", ""]
+    tuned = any(any(h for h in (r.get("hparams") or []) if isinstance(h, dict) and set(h) - {"q"}) for r in results.rows)
+    tuning = ("Hyper-parameters are chosen on each fold's dev side and held fixed in the resamples, "
+              "so the interval is conditional on the selection. " if tuned else "Nothing is tuned. ")
     parts += [
-        "Every number is the mean over folds of the test-side metric, with a 95% interval from a "
-        "bootstrap that resamples whole documents (groups); hyper-parameters are chosen on each "
-        "fold's dev side. `_doc` metrics are per-document (summary-level) means; Δ is the "
-        "difference from the vanilla judge read the same way (paired interval).",
+        "Every number is the mean over folds of the test-side metric (one fold for a fixed "
+        "split), with a 95% percentile interval from a bootstrap that resamples whole groups "
+        "(documents; pairs for STS-B and SemRel) of the reported side only: the test groups of a "
+        "fixed split, every group under k-fold (each fold's test metric recomputed on the "
+        "resample). " + tuning + "Where more than 5% of the resamples are undefined, "
+        "or fewer groups are reported than the interval needs, the cell gives the estimate and "
+        "the reason. `_doc` metrics are per-document (summary-level) means over the documents "
+        "whose metric is defined (the count is given); Δ is the difference from the vanilla "
+        "judge read the same way, on the same resamples (paired). Expected scores at "
+        "temperature T read every distribution at T before any adjustment (priors measured at "
+        "T, lambda in log-probability units).",
         "",
     ]
     if results.notes:
         parts += ["Notes:", ""] + [f"- {n}" for n in results.notes] + [""]
     metrics, _ = _metric_names(results.rows)
     for m in [metric, f"{metric}_doc"]:
-        if m in metrics:
+        # A headline with no defined cell (per-document metrics of a task without documents)
+        # is left out.
+        if m in metrics and any((r.get("metrics") or {}).get(m, {}).get("estimate") is not None for r in results.rows):
             parts += [f"## {m} (headline)", "", headline_table(results, m), ""]
     parts += ["## All metrics", "", _long_table(results), ""]
     return "\n".join(parts)
