@@ -65,4 +65,5 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         contrastive_fine=arg == "fine",
         select_metric="spearman",
         run="cpu" if arg == "cpu" else None,
+        store_root="results/stores/cpu_qwen" if arg == "cpu" else "stores",
     )

@@ -30,13 +30,19 @@ Run:
     jaxjudge sweep experiments/random_number_debias.py:qwen15      # the 1.5B judge too
     jaxjudge sweep experiments/random_number_debias.py:quick       # SmolLM2, embedded subset
     jaxjudge sweep experiments/random_number_debias.py:cpu         # the committed CPU subset run
+    jaxjudge sweep experiments/random_number_debias.py:stsb        # committed: STS-B, whole test split
+    jaxjudge sweep experiments/random_number_debias.py:semrel      # committed: SemRel2024 English
 
 Arguments of ``get_config``: None (Qwen2.5-Coder 0.5B), ``"qwen15"`` (0.5B and 1.5B),
 ``"smollm2"``, ``"quick"`` (SmolLM2, embedded 4-document SummEval subset, coherence, 4 folds of
 one document each: a smoke test, not a result), ``"cpu"`` (Qwen2.5-Coder 0.5B on the documented
 CPU subsets: SummEval coherence on ``CPU_SUMMEVAL_SUBSET``'s 6 documents, 5 folds grouped by
 document, and STS-B on ``CPU_STSB_SUBSET``, 40 dev pairs for selection and 120 test pairs; no
-SemRel: the committed ``results/random_number_debias/cpu`` run).
+SemRel: the committed ``results/random_number_debias/cpu`` run), ``"stsb"`` (Qwen2.5-Coder
+0.5B on the whole STS-B test split, 1,379 pairs, selection on ``STSB_SELECTION``, a seeded
+300-pair sample of dev), ``"semrel"`` (the same judge on SemRel2024 English, dev 250 reported,
+selection on ``SEMREL_SELECTION``). The last two keep their stores, committed, in
+``results/stores/`` so the report regenerates with no model.
 """
 
 from jaxjudge.report.config import (
@@ -45,6 +51,7 @@ from jaxjudge.report.config import (
     QWEN_05B,
     QWEN_15B,
     SMOLLM2,
+    STSB_SELECTION,
     ExperimentConfig,
     SubsetSpec,
     TaskSpec,
@@ -61,7 +68,7 @@ SEMREL_SELECTION = SubsetSpec(
 
 def get_config(arg: str | None = None) -> ExperimentConfig:
     models = {None: (QWEN_05B,), "qwen15": (QWEN_05B, QWEN_15B), "smollm2": (SMOLLM2,), "quick": (SMOLLM2,),
-              "cpu": (QWEN_05B,)}
+              "cpu": (QWEN_05B,), "stsb": (QWEN_05B,), "semrel": (QWEN_05B,)}
     if arg not in models:
         raise ValueError(f"random_number_debias: unknown argument {arg!r}; use one of {sorted(k for k in models if k)}")
     if arg == "quick":
@@ -71,6 +78,10 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
             TaskSpec("summeval", ("coherence",), split="kfold", n_folds=5, subset=CPU_SUMMEVAL_SUBSET),
             TaskSpec("stsb", ("similarity",), split="original", subset=CPU_STSB_SUBSET),
         )
+    elif arg == "stsb":
+        tasks = (TaskSpec("stsb", ("similarity",), split="original", subset=STSB_SELECTION),)
+    elif arg == "semrel":
+        tasks = (TaskSpec("semrel", ("relatedness",), split="original", subset=SEMREL_SELECTION),)
     else:
         tasks = (
             TaskSpec("summeval", ("coherence", "consistency", "fluency", "relevance"), split="kfold", n_folds=5),
@@ -88,5 +99,8 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         greedy=True,
         deb_tp=(10, 100),
         select_metric="spearman",
-        run="cpu" if arg == "cpu" else None,
+        # Kendall's tau costs O(N^2) per resample: on 1,379 STS-B pairs its point estimate only.
+        ci_metrics=("pearson", "spearman", "mse", "sdd", "validity") if arg in ("stsb", "semrel") else None,
+        run=arg if arg in ("cpu", "stsb", "semrel") else None,
+        store_root=f"results/stores/{arg}_qwen05" if arg in ("stsb", "semrel") else "results/stores/cpu_qwen" if arg == "cpu" else "stores",
     )

@@ -21,6 +21,7 @@ Run (extract once, then report from the store as often as needed, no forward pas
     jaxjudge sweep experiments/score_range_bias.py:quick      # SmolLM2, embedded subset
     jaxjudge sweep experiments/score_range_bias.py:cpu        # committed CPU run: SummEval subset
     jaxjudge sweep experiments/score_range_bias.py:cpu_stsb   # committed CPU run: STS-B subset
+    jaxjudge sweep experiments/score_range_bias.py:stsb       # committed: STS-B, whole test split
 
 Arguments of ``get_config``: None (Qwen2.5-Coder 0.5B), ``"qwen15"`` (0.5B and 1.5B),
 ``"smollm2"`` (the embedded default judge on the full data), ``"quick"`` (SmolLM2 on the
@@ -30,7 +31,9 @@ on its 3 test documents: the committed ``results/score_range_bias/cpu`` run), ``
 (the same judge on ``CPU_STSB_SUBSET``, reported on its 120 test pairs, read from the score
 distribution only: greedy generation over 160 prompts x 4 ranges did not fit the run's CPU
 budget, so the greedy reading there is the greedy candidate; the committed
-``results/score_range_bias/cpu_stsb`` run).
+``results/score_range_bias/cpu_stsb`` run), ``"stsb"`` (the same judge on the whole STS-B test
+split, 1,379 pairs, read from the score distribution; it shares its committed stores in
+``results/stores/stsb_qwen05`` with ``random_number_debias.py:stsb``).
 """
 
 from jaxjudge.report.config import (
@@ -40,6 +43,7 @@ from jaxjudge.report.config import (
     QWEN_05B,
     QWEN_15B,
     SMOLLM2,
+    STSB_SELECTION,
     ExperimentConfig,
     TaskSpec,
 )
@@ -47,7 +51,7 @@ from jaxjudge.report.config import (
 
 def get_config(arg: str | None = None) -> ExperimentConfig:
     models = {None: (QWEN_05B,), "qwen15": (QWEN_05B, QWEN_15B), "smollm2": (SMOLLM2,), "quick": (SMOLLM2,),
-              "cpu": (QWEN_05B,), "cpu_stsb": (QWEN_05B,)}
+              "cpu": (QWEN_05B,), "cpu_stsb": (QWEN_05B,), "stsb": (QWEN_05B,)}
     if arg not in models:
         raise ValueError(f"score_range_bias: unknown argument {arg!r}; use one of {sorted(k for k in models if k)}")
     if arg == "quick":
@@ -57,6 +61,8 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
                           subset=CPU_SUMMEVAL_SUBSET),)
     elif arg == "cpu_stsb":
         tasks = (TaskSpec("stsb", ("similarity",), split="original", subset=CPU_STSB_SUBSET),)
+    elif arg == "stsb":
+        tasks = (TaskSpec("stsb", ("similarity",), split="original", subset=STSB_SELECTION),)
     else:
         tasks = (
             TaskSpec("summeval", ("coherence", "consistency", "fluency", "relevance"), split="fixed_docs"),
@@ -68,9 +74,13 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         models=models[arg],
         tasks=tasks,
         scales=("0-4", "1-5", "2-6", "3-7"),
-        methods=("vanilla",) if arg == "cpu_stsb" else ("vanilla", "generate"),
+        methods=("vanilla",) if arg in ("cpu_stsb", "stsb") else ("vanilla", "generate"),
         temperatures=(1.0, 0.2),
         greedy=True,
         generation_max_new_tokens=24,
-        run=arg if arg in ("cpu", "cpu_stsb") else None,
+        # Kendall's tau costs O(N^2) per resample: on 1,379 STS-B pairs its point estimate only.
+        ci_metrics=("pearson", "spearman", "mse", "sdd", "validity") if arg == "stsb" else None,
+        run=arg if arg in ("cpu", "cpu_stsb", "stsb") else None,
+        store_root={"stsb": "results/stores/stsb_qwen05", "cpu": "results/stores/cpu_qwen",
+                    "cpu_stsb": "results/stores/cpu_qwen"}.get(arg, "stores"),
     )
