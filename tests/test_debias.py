@@ -150,6 +150,38 @@ def test_contrastive_hand_case():
     )
 
 
+def test_contrastive_plausibility_constraint_hand_case():
+    # Main logits [2, 1, -1]: probabilities relative to the largest 1, e^-1 = 0.37, e^-3 = 0.050.
+    # Assistant [3, 1, -3]. With lam = 1 the contrastive score is main - assistant (+ a constant
+    # per model): [-1, 0, 2], so the unconstrained argmax is candidate 2, which the main model
+    # finds implausible.
+    main = np.array([[2.0, 1.0, -1.0]], np.float32) - 4.0  # any per-example offset
+    asst = np.array([[3.0, 1.0, -3.0]], np.float32) + 2.0
+    free = np.asarray(debias.contrastive(main, asst, 1.0))
+    assert int(np.argmax(free)) == 2
+    # alpha = 0 is exactly today's formula.
+    ref = jax.nn.log_softmax(jax.nn.log_softmax(main, -1) - 1.0 * jax.nn.log_softmax(asst, -1), -1)
+    np.testing.assert_array_equal(np.asarray(debias.contrastive(main, asst, 1.0, alpha=0.0)), np.asarray(ref))
+    np.testing.assert_array_equal(free, np.asarray(ref))
+    # alpha = 0.1 > e^-3: candidate 2 is excluded, the argmax moves to candidate 1, and the
+    # remaining two are renormalised between themselves.
+    out = np.asarray(debias.contrastive(main, asst, 1.0, alpha=0.1))
+    assert out[0, 2] == -np.inf and int(np.argmax(out)) == 1
+    np.testing.assert_allclose(np.exp(out[0, :2]), scipy.special.softmax([-1.0, 0.0]), atol=1e-6)
+    # alpha = 0.04 < e^-3 keeps it; alpha = 0.5 > e^-1 keeps only the main model's argmax.
+    np.testing.assert_allclose(debias.contrastive(main, asst, 1.0, alpha=0.04), free, atol=1e-6)
+    only = np.asarray(debias.contrastive(main, asst, 1.0, alpha=0.5))
+    np.testing.assert_allclose(only, [[0.0, -np.inf, -np.inf]])
+    # The threshold reads the main model at its temperature: at t_main = 3 the ratio of
+    # candidate 2 is e^-1 = 0.37, above alpha = 0.1, so it stays plausible.
+    hot = np.asarray(debias.contrastive(main, asst, 1.0, t_main=3.0, alpha=0.1))
+    assert np.isfinite(hot).all()
+    # Traced alpha (vmapped over a grid) gives the same as the scalar calls.
+    grid = jax.vmap(lambda a: debias.contrastive(main, asst, 1.0, alpha=a))(jnp.asarray([0.0, 0.1]))
+    np.testing.assert_array_equal(np.asarray(grid[0]), free)
+    np.testing.assert_array_equal(np.asarray(grid[1]), out)
+
+
 # --- calibration baselines ------------------------------------------------------------------
 
 

@@ -629,6 +629,185 @@ def test_extract_prompt_nll_roundtrips_through_the_store(judge, tmp_path):
         engine.extract(judge, prompts, ScoreScale(1, 5), store=tmp_path / "s", **kw)
 
 
+# ------------------------------------------------------------------------------ random-number NLL
+
+
+# Paraphrases of the random-number request; the second set shares an opening word, so the
+# group's shared token prefix reaches into the request itself.
+VARIED = ["Pick a number from {min} to {max}.", "Generate a random integer between {min} and {max}.",
+          "Name one whole number in the range {min} to {max}, chosen at random.", "Choose: {min} to {max}.",
+          "Tell me any integer that lies between {min} and {max}.", "Which number from {min} up to {max}?"]
+SAME_OPENING = ["Pick a number from {min} to {max}.", "Pick any integer between {min} and {max}.",
+                "Pick one, {min} to {max}, at random.", "Pick something in {min}..{max}."]
+LONG_INSTRUCTION = ("You will be given one summary written for a news article. Your task is to rate the summary "
+                    "on one metric. Please make sure you read and understand these instructions carefully. " * 2
+                    + "Rate it from {min} to {max}.")
+
+
+def request_nll_reference(judge: Judge, prompt: RenderedPrompt, request: str) -> float:
+    """Mean NLL of the request's own tokens given everything before it, from one full forward
+    pass of the whole prompt (no cache, no batching). The request's tokens are those whose
+    text, found by decoding growing token prefixes, overlaps the request."""
+    start = prompt.text.index(request, len(prompt.prefix))
+    end = start + len(request)
+    ids = judge.encode(prompt.text, add_special_tokens=prompt.add_special_tokens)
+    assert judge.decode(ids, skip_special_tokens=False) == prompt.text
+    ends = [len(judge.decode(ids[: k + 1], skip_special_tokens=False)) for k in range(len(ids))]
+    inside = [k for k in range(len(ids)) if ends[k] > start and (ends[k - 1] if k else 0) < end]
+    assert judge.decode(ids[inside[0]:inside[-1] + 1]).strip() == request  # the request, and nothing else
+    before, through = max(inside[0], 1), inside[-1] + 1  # a first token of the text is context only
+    length = -(-len(ids) // 128) * 128
+    tokens = np.zeros((1, length), np.int32)
+    tokens[0, : len(ids)] = ids
+    mask = np.arange(length)[None] < len(ids)
+    logits = np.asarray(judge.forward(tokens, mask, np.arange(length)[None]))[0]
+    lp = log_softmax(logits.astype(np.float64), axis=-1)
+    return float(-np.mean([lp[k - 1, ids[k]] for k in range(before, through)]))
+
+
+@pytest.mark.parametrize(("instruction", "paraphrases", "prefix_cache"),
+                         [(True, VARIED, True), (True, SAME_OPENING, True), (True, VARIED, False),
+                          (False, VARIED, True)], ids=["deb_t", "deb_t-shared-opening", "deb_t-noprefix", "deb_r"])
+def test_random_number_nll_covers_the_request_only(judge, instruction, paraphrases, prefix_cache):
+    """Tp selection ranks the paraphrases, not the shared text: behind a long task instruction
+    the stored NLL is the mean NLL of the request's own tokens given everything before it, and
+    its ranking is that of the paraphrases scored alone after the instruction."""
+    from jaxjudge.debias import least_perplexity
+    from jaxjudge.prompts import random_number_prompts
+
+    scale = ScoreScale(1, 5)
+    template = Template(name="long", prefix="", suffix="Score ({min}-{max}):", instruction=LONG_INSTRUCTION)
+    prompts = random_number_prompts(scale, task_template=template if instruction else None, paraphrases=paraphrases)
+    if instruction:
+        assert len(prompts[0].prefix) > 4 * max(len(p) for p in paraphrases)  # the shared text dominates
+    out = engine.extract(judge, prompts, scale, batch_size=3, progress=False, prefix_cache=prefix_cache,
+                         min_prefix_tokens=4, prompt_nll=True)
+    requests = [t.replace("{min}", "1").replace("{max}", "5") for t in paraphrases]
+    want = np.asarray([request_nll_reference(judge, p, r) for p, r in zip(prompts, requests)])
+    np.testing.assert_allclose(out.prompt_nll, want, atol=2e-5, rtol=0)
+    np.testing.assert_array_equal(np.argsort(out.prompt_nll), np.argsort(want))
+    np.testing.assert_array_equal(np.asarray(least_perplexity(out.prompt_nll, 2)), np.argsort(want)[:2])
+    # The separate NLL pass agrees, and plain strings keep the whole-text mean.
+    np.testing.assert_allclose(engine.sequence_nll(judge, prompts), want, atol=2e-5, rtol=0)
+    np.testing.assert_allclose(engine.sequence_nll(judge, [p.text for p in prompts[:2]]),
+                               engine.sequence_nll(judge, [RenderedPrompt(p.prefix, p.suffix, p.example_id, p.group)
+                                                           for p in prompts[:2]]), atol=1e-6, rtol=0)
+
+
+def test_nll_span_is_part_of_the_store_key(judge, tmp_path):
+    from jaxjudge.prompts import random_number_prompts
+
+    prompts = random_number_prompts(ScoreScale(1, 5), paraphrases=VARIED[:3])
+    kw = dict(progress=False, prompt_nll=True, min_prefix_tokens=4)
+    whole = [RenderedPrompt(p.prefix, p.suffix, p.example_id, p.group, p.answer_separator) for p in prompts]
+    engine.extract(judge, whole, ScoreScale(1, 5), store=tmp_path / "s", **kw)
+    # The same texts with the request as NLL span are other prompts: the whole-prompt store is refused.
+    with pytest.raises(StoreKeyMismatch, match="prompts_sha256"):
+        engine.extract(judge, prompts, ScoreScale(1, 5), store=tmp_path / "s", **kw)
+    with pytest.raises(ValueError, match="nll_span"):
+        RenderedPrompt("", "abc", "x", "x", nll_span=(2, 9))
+
+
+# ------------------------------------------------------------------------------ contrastive generation
+
+
+@pytest.fixture(scope="module")
+def assistant() -> Judge:
+    """A second tiny Llama over the same tokenizer (other random weights): the amateur."""
+    tok = byte_tokenizer()
+    cfg = LlamaConfig.tiny(vocab_size=tok.get_vocab_size(), max_position_embeddings=512, eos_token_ids=(10,))
+    return Judge(cfg, Decoder(cfg, rngs=nnx.Rngs(1)), tok, source="tiny-assistant")
+
+
+@pytest.mark.parametrize("prefix_cache", [True, False])
+def test_contrastive_generation_with_lambda_zero_is_greedy_generation(judge, assistant, prefix_cache):
+    prompts = make_prompts(n_groups=2, per_group=3)
+    kw = dict(batch_size=2, progress=False, prefix_cache=prefix_cache, min_prefix_tokens=4)
+    got = engine.contrastive_generate(judge, assistant, prompts, 6, lam=0.0, alpha=0.1, **kw)
+    expected = [judge.generate([judge.encode(p.text)], max_new_tokens=6)[0] for p in prompts]
+    assert got == expected
+    texts, parsed, n_fail = engine.contrastive_generate_scores(judge, assistant, prompts, ScoreScale(1, 5), 6,
+                                                               lam=0.0, **kw)
+    plain = engine.generate_scores(judge, prompts, ScoreScale(1, 5), 6, **kw)
+    assert texts == plain[0] and n_fail == plain[2]
+    np.testing.assert_array_equal(parsed, plain[1])
+
+
+def masked_contrastive_reference(main_logits, asst_logits, lam, t_main, t_asst, alpha):
+    """Numpy: log_softmax(main / t_main) - lam * log_softmax(asst / t_asst), -inf where the
+    main model's probability is below alpha times its largest."""
+    main = log_softmax(main_logits.astype(np.float64) / t_main)
+    asst = log_softmax(asst_logits.astype(np.float64) / t_asst)
+    keep = main >= np.log(alpha) + main.max() if alpha > 0 else np.ones_like(main, bool)
+    return np.where(keep, main - lam * asst, -np.inf), keep
+
+
+def full_forward_last_logits(j: Judge, ids: list[int]) -> np.ndarray:
+    length = -(-len(ids) // 128) * 128
+    tokens = np.zeros((1, length), np.int32)
+    tokens[0, : len(ids)] = ids
+    mask = np.arange(length)[None] < len(ids)
+    return np.asarray(j.forward(tokens, mask, np.asarray([[len(ids) - 1]])))[0, 0]
+
+
+@pytest.mark.parametrize(("lam", "t_main", "t_asst", "alpha"), [(1.0, 1.0, 1.0, 0.1), (0.5, 2.0, 0.5, 0.0),
+                                                               (2.0, 1.0, 1.0, 0.3)])
+def test_contrastive_generation_steps_are_the_masked_contrastive_argmax(judge, assistant, lam, t_main, t_asst, alpha):
+    """Every generated token is the argmax of the masked contrastive scores computed from full,
+    uncached forward passes of both models over the prompt and the reply so far."""
+    prompts = make_prompts(n_groups=2, per_group=2, seed=7)
+    g = 8
+    got = engine.contrastive_generate(judge, assistant, prompts, g, lam=lam, t_main=t_main, t_asst=t_asst,
+                                      alpha=alpha, batch_size=2, progress=False, min_prefix_tokens=4)
+    vanilla = engine.contrastive_generate(judge, assistant, prompts, g, lam=0.0, batch_size=2, progress=False,
+                                          min_prefix_tokens=4)
+    assert got != vanilla  # the assistant changes what is decoded
+    eos = set(judge.config.eos_token_ids)
+    masked_away = 0  # steps where the unconstrained argmax is an implausible token
+    for p, reply in zip(prompts, got):
+        assert 1 <= len(reply) <= g and all(t not in eos for t in reply[:-1])
+        assert len(reply) == g or reply[-1] in eos
+        ids = judge.encode(p.text)
+        for step, tok in enumerate(reply):
+            context = ids + reply[:step]
+            main_logits = full_forward_last_logits(judge, context)
+            asst_logits = full_forward_last_logits(assistant, context)
+            scores, keep = masked_contrastive_reference(main_logits, asst_logits, lam, t_main, t_asst, alpha)
+            assert keep[tok], (p.example_id, step)
+            assert scores[tok] >= scores.max() - 1e-4, (p.example_id, step, tok, int(np.argmax(scores)))
+            free, _ = masked_contrastive_reference(main_logits, asst_logits, lam, t_main, t_asst, 0.0)
+            masked_away += int(not keep[int(np.argmax(free))])
+    assert masked_away > 0 if alpha > 0 else masked_away == 0  # the constraint is exercised
+
+
+def test_contrastive_token_scores_match_the_candidate_formula_over_the_vocabulary():
+    from jaxjudge.debias import contrastive
+
+    rng = np.random.default_rng(0)
+    lm, la = rng.normal(0, 3, (2, 40)).astype(np.float32), rng.normal(0, 3, (2, 40)).astype(np.float32)
+    for alpha in (0.0, 0.1):
+        steps = np.asarray(engine.contrastive_token_scores(lm, la, 0.7, 1.5, 0.8, alpha))
+        cands = np.asarray(contrastive(lm, la, 0.7, 1.5, 0.8, alpha))
+        np.testing.assert_array_equal(np.isfinite(steps), np.isfinite(cands))
+        np.testing.assert_array_equal(steps.argmax(-1), cands.argmax(-1))
+        for r in range(2):  # the kept entries differ by one constant per row (the renormalisation)
+            kept = np.isfinite(steps[r])
+            d = steps[r][kept] - cands[r][kept]
+            np.testing.assert_allclose(d, d[0], atol=1e-4)
+    assert not np.isfinite(np.asarray(engine.contrastive_token_scores(lm, la, 0.7, 1.5, 0.8, 0.1))).all()
+
+
+def test_contrastive_generation_refuses_judges_without_a_shared_tokenizer(judge, judge_unmerged):
+    # The unmerged tokenizer has the same vocabulary but writes " 3" as two tokens.
+    prompts = [RenderedPrompt("", "Pick 3 or 4.\nAnswer:", "a", "a", " ", True)]
+    with pytest.raises(ValueError, match="sharing a tokenizer"):
+        engine.contrastive_generate(judge, judge_unmerged, prompts, 4, progress=False)
+    with pytest.raises(ValueError, match="alpha"):
+        engine.contrastive_generate(judge, judge, prompts, 4, alpha=1.5, progress=False)
+    with pytest.raises(ValueError, match="lam"):
+        engine.contrastive_generate(judge, judge, prompts, 4, lam=-1.0, progress=False)
+
+
 # ------------------------------------------------------------------------------ SmolLM2 on SummEval
 
 
@@ -668,3 +847,62 @@ def test_smollm2_summeval_parity(smollm2):
     assert out.valid.mean() > 0.5
     assert np.ptp(out.cand_logprobs, axis=1).min() > 0.01
     print(json.dumps({"smollm2_parity_max_abs_diff": float(diff)}))
+
+
+@pytest.mark.slow
+def test_smollm2_chat_random_number_nll_is_the_request_given_the_instruction(smollm2):
+    """Deb-T prompts in SmolLM2's chat format behind the SummEval instruction: the stored NLL is
+    the request's own mean token NLL after the chat and instruction text (full forward pass
+    reference), so the ranking is the paraphrases' ranking, not the shared text's."""
+    from jaxjudge.prompts import ChatFormat, get_template, load_random_number_paraphrases, random_number_prompts
+
+    scale = ScoreScale(1, 5)
+    special = smollm2.special_tokens
+    chat = ChatFormat(smollm2.chat_template, bos_token=special.get("bos_token") or "",
+                      eos_token=special.get("eos_token") or "")
+    paraphrases = load_random_number_paraphrases()[:8]
+    prompts = random_number_prompts(scale, chat=chat, task_template=get_template("summeval", "coherence"),
+                                    paraphrases=paraphrases)
+    out = engine.extract(smollm2, prompts, scale, batch_size=4, progress=False, prompt_nll=True)
+    requests = [t.replace("{min}", "1").replace("{max}", "5") for t in paraphrases]
+    want = np.asarray([request_nll_reference(smollm2, p, r) for p, r in zip(prompts, requests)])
+    np.testing.assert_array_equal(np.argsort(out.prompt_nll), np.argsort(want))
+    np.testing.assert_allclose(out.prompt_nll, want, atol=1e-4, rtol=0)
+    # The whole prompt's mean NLL (shared chat and instruction text included) ranks them otherwise.
+    whole = engine.sequence_nll(smollm2, [p.text for p in prompts], add_special_tokens=False)
+    assert not np.array_equal(np.argsort(whole), np.argsort(want))
+    print(json.dumps({"smollm2_request_nll": [round(float(x), 3) for x in out.prompt_nll],
+                      "whole_prompt_nll": [round(float(x), 3) for x in whole]}))
+
+
+@pytest.mark.slow
+def test_smollm2_contrastive_generation_against_a_perturbed_copy(smollm2):
+    """SmolLM2 minus a noised copy of itself (same tokenizer) on chat-rendered SummEval prompts:
+    lambda = 0 gives the plain greedy replies; lambda = 0.5 decodes other replies, each step's
+    token plausible under SmolLM2 (alpha = 0.1)."""
+    import copy
+
+    import jax
+
+    from jaxjudge.data import load_summeval_subset
+    from jaxjudge.prompts import ChatFormat, get_template
+
+    special = smollm2.special_tokens
+    chat = ChatFormat(smollm2.chat_template, bos_token=special.get("bos_token") or "",
+                      eos_token=special.get("eos_token") or "")
+    examples = load_summeval_subset()[:3]
+    scale = ScoreScale(1, 5)
+    prompts = render_all(get_template("summeval", "coherence"), examples, scale, chat=chat).prompts
+    noisy = copy.copy(smollm2)
+    leaves, tree = jax.tree.flatten(smollm2.state)
+    keys = jax.random.split(jax.random.key(0), len(leaves))
+    noisy.state = jax.tree.unflatten(tree, [x + 0.05 * jax.numpy.std(x) * jax.random.normal(k, x.shape, x.dtype)
+                                            for x, k in zip(leaves, keys)])
+    kw = dict(batch_size=4, progress=False)
+    plain = engine.generate_scores(smollm2, prompts, scale, 8, **kw)
+    same = engine.contrastive_generate_scores(smollm2, noisy, prompts, scale, 8, lam=0.0, **kw)
+    assert same[0] == plain[0]
+    texts, parsed, n_fail = engine.contrastive_generate_scores(smollm2, noisy, prompts, scale, 8, lam=0.5,
+                                                               alpha=0.1, **kw)
+    assert len(texts) == 3 and parsed.shape == (3,) and n_fail == int(np.isnan(parsed).sum())
+    print(json.dumps({"plain": plain[0], "contrastive": texts}))

@@ -8,6 +8,7 @@ sha256), then recomputes the report from the stores only.
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +44,7 @@ from jaxjudge.report import (
     write_run,
 )
 from jaxjudge.report.config import Cell, ExtractionJob
-from jaxjudge.report.pipeline import store_match
+from jaxjudge.report.pipeline import StoreIndex, contrastive_generate_match, load_cells, store_match
 from jaxjudge.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -164,6 +165,27 @@ def test_extraction_plan_lists_what_each_method_needs(tmp_path):
     assert got == {("score", "big"), ("random_t", "big"), ("score", "small"), ("random_t", "small")}
 
 
+def test_contrastive_generate_jobs_belong_to_the_judge(tmp_path):
+    models = (ModelSpec("big", "a.gguf"), ModelSpec("small", "b.gguf"))
+    only = _cfg(tmp_path, models=models, pairs=(("big", "small"),), methods=("vanilla", "contrastive_generate"),
+                scales=("1-5",))
+    assert (only.contrastive_generate_lam, only.contrastive_generate_t_main, only.contrastive_generate_t_asst,
+            only.contrastive_generate_alpha) == (0.5, 1.0, 1.0, 0.1)
+    # The job runs both models but belongs to the judge; the assistant needs no arrays of its own.
+    assert {(j.role, j.model) for j in extraction_plan(only)} == {("score", "big"), ("contrastive_generate", "big")}
+    both = _cfg(tmp_path, models=models, pairs=(("big", "small"),), scales=("1-5",),
+                methods=("vanilla", "generate", "contrastive", "contrastive_generate"))
+    assert {(j.role, j.model) for j in extraction_plan(both)} == {
+        ("score", "big"), ("generate", "big"), ("contrastive_generate", "big"), ("score", "small")}
+    assert contrastive_generate_match(both, "big") == {"assistant": "small", "lam": 0.5, "t_main": 1.0,
+                                                       "t_asst": 1.0, "alpha": 0.1}
+    with pytest.raises(ConfigError, match=r"contrastive_generate_alpha.*\[0, 1\]"):
+        _cfg(tmp_path, models=models, pairs=(("big", "small"),), methods=("contrastive_generate",),
+             contrastive_generate_alpha=1.5)
+    with pytest.raises(ConfigError, match=r"pairs.*contrastive_generate"):
+        _cfg(tmp_path, methods=("vanilla", "contrastive_generate"))
+
+
 # -- store -> report -------------------------------------------------------------------------
 
 
@@ -252,6 +274,63 @@ def test_store_from_another_model_or_missing_role_fails_before_any_work(tmp_path
         p.rmdir()
     with pytest.raises(StoreLookupError, match=r"'role': 'content_free'.*closest"):
         report_from_store(other, cfg)
+
+
+def test_random_number_stores_with_a_whole_prompt_nll_are_not_reused(tmp_path):
+    """Stores written before the NLL covered only the request lack ``nll_span``: the report
+    refuses them instead of ranking the prompts by their whole-prompt NLL."""
+    cfg = _cfg(tmp_path, scales=("1-5",), methods=("vanilla", "deb_r"))
+    arrays = _synthetic_cells(cfg)
+    root = Path(cfg.store_root)
+    sha = hashlib.sha256(Path(cfg.models[0].path).read_bytes()).hexdigest()
+    job = ExtractionJob("random_r", "sim", None, None, "1-5")
+    assert store_match(job)["nll_span"] == "request"
+    assert "nll_span" not in store_match(ExtractionJob("score", "sim", "summeval", "coherence", "1-5"))
+    _write_stores(cfg, arrays, root, sha)
+    report_from_store(root, cfg)  # the stores of this version are found
+    old = tmp_path / "old"
+    _write_stores(cfg, arrays, old, sha)
+    shutil.rmtree(old / "random_r-1-5")  # replaced by a store keyed the old way
+    a = arrays[Cell("sim", "summeval", "coherence", "1-5")]
+    stale_key = {k: v for k, v in store_match(job).items() if k != "nll_span"}
+    Store.open(old / "random_r-1-5", {**stale_key, "model_sha256": sha}, n_chunks=1).write_chunk(
+        0, {"cand_logprobs": a.random["R"].logprobs, "sequence_nll": a.random["R"].nll})
+    with pytest.raises(StoreLookupError, match=r"'role': 'random_r'.*nll_span: stored None, wanted 'request'"):
+        report_from_store(old, cfg)
+
+
+def test_contrastive_generations_are_loaded_for_the_report(tmp_path):
+    big, small = tmp_path / "big.gguf", tmp_path / "small.gguf"
+    big.write_bytes(b"main judge")
+    small.write_bytes(b"assistant")
+    sha = {m: hashlib.sha256(p.read_bytes()).hexdigest() for m, p in (("big", big), ("small", small))}
+    cfg = _cfg(tmp_path, models=(ModelSpec("big", str(big)), ModelSpec("small", str(small))),
+               pairs=(("big", "small"),), methods=("vanilla", "generate", "contrastive_generate"), scales=("1-5",))
+    data = load_task_data(cfg.tasks[0])
+    ids = data.ids()
+    n = len(ids)
+    rng = np.random.default_rng(3)
+    perm = rng.permutation(n)
+    parsed = np.where(rng.uniform(size=n) < 0.2, np.nan, rng.integers(1, 6, n)).astype(np.float32)
+    root = Path(cfg.store_root)
+    for role, arrays in (("score", {"example_ids": ids[perm], "cand_logprobs": rng.normal(size=(n, 5)) - 3}),
+                         ("generate", {"example_ids": ids[perm], "parsed_scores": parsed[perm]}),
+                         ("contrastive_generate", {"example_ids": ids[perm], "parsed_scores": parsed[::-1][perm]})):
+        job = ExtractionJob(role, "big", "summeval", "coherence", "1-5")
+        key = {**store_match(job), "model_sha256": sha["big"]}
+        if role == "contrastive_generate":
+            key.update(contrastive_generate_match(cfg, "big"), assistant_sha256=sha["small"])
+        Store.open(root / role, key, n_chunks=1).write_chunk(0, arrays)
+    cells_ = load_cells(cfg, StoreIndex(root))
+    got = cells_[Cell("big", "summeval", "coherence", "1-5")]
+    np.testing.assert_array_equal(got.contrastive_generated, parsed[::-1].astype(np.float64))
+    np.testing.assert_array_equal(got.generated, parsed.astype(np.float64))
+    # Other settings are another store; another assistant file is refused.
+    with pytest.raises(StoreLookupError, match=r"lam: stored 0.5, wanted 1.0"):
+        load_cells(with_overrides(cfg, ["contrastive_generate_lam=1.0"]), StoreIndex(root))
+    small.write_bytes(b"another assistant")
+    with pytest.raises(StoreModelMismatch, match="model 'small'"):
+        load_cells(cfg, StoreIndex(root))
 
 
 def test_splits_by_mode():

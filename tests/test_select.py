@@ -179,6 +179,19 @@ def test_grid_search_picks_known_lambda_for_contrastive():
     np.testing.assert_allclose(res.test_metric, np.ones(5), atol=1e-5)
 
 
+def test_contrastive_adjust_takes_the_plausibility_alpha():
+    main = np.array([[2.0, 1.0, -1.0]], np.float32)
+    asst = np.array([[3.0, 1.0, -3.0]], np.float32)
+    data = {"main": main, "asst": asst}
+    plain = np.asarray(select.contrastive_adjust({"lam": 1.0}, data))
+    np.testing.assert_array_equal(plain, np.asarray(debias.contrastive(main, asst, 1.0)))
+    # A fixed alpha in the data, or alpha as a grid parameter: candidate 2 (main ratio e^-3) is cut.
+    for params, d in (({"lam": 1.0}, {**data, "alpha": jnp.float32(0.1)}), ({"lam": 1.0, "alpha": 0.1}, data)):
+        out = np.asarray(select.contrastive_adjust(params, d))
+        assert out[0, 2] == -np.inf and int(np.argmax(out)) == 1
+        np.testing.assert_array_equal(out, np.asarray(debias.contrastive(main, asst, 1.0, alpha=0.1)))
+
+
 def test_grid_search_lambda_temperature_grid_finds_both():
     rng = np.random.default_rng(6)
     n = 400

@@ -8,6 +8,7 @@ log-probabilities removes bias while keeping the judgement.
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 
 Array = jax.Array
 
@@ -18,6 +19,7 @@ def contrastive(
     lam: float | Array,
     t_main: float | Array = 1.0,
     t_asst: float | Array = 1.0,
+    alpha: float | Array = 0.0,
 ) -> Array:
     """Contrastive candidate log-probabilities.
 
@@ -34,16 +36,29 @@ def contrastive(
     (amateur) model. Both default to 1 and both are traced arguments, so a lambda x temperature
     grid can be vmapped.
 
+    Plausibility (Li et al. 2023, "Contrastive Decoding", the adaptive plausibility
+    constraint): a candidate whose main-model probability (at `t_main`, as it enters the
+    difference) is below `alpha` times the largest main-model candidate probability is
+    excluded, its output set to -inf, before the contrastive scores are compared and
+    renormalised; the most likely main-model candidate always stays. The ratio is the same
+    whether the main model is normalised over the candidates or the full vocabulary.
+    `alpha = 0` (default) turns the constraint off and returns exactly the unconstrained
+    result. For the constraint over the full vocabulary during generation see
+    `jaxjudge.engine.contrastive_generate`.
+
     Args:
         main_logits: `[N, K]` main (large) judge logits or log-probabilities of the candidates.
         asst_logits: `[N, K]` assistant (small) model logits or log-probabilities.
         lam: scalar weight of the assistant; 0 returns the main model's candidate distribution.
         t_main: positive temperature dividing the main model's logits.
         t_asst: positive temperature dividing the assistant's logits.
+        alpha: plausibility threshold in [0, 1] (traced); 0 disables it.
 
     Returns:
-        `[N, K]` log-probabilities over the candidates.
+        `[N, K]` log-probabilities over the candidates (-inf for excluded candidates).
     """
     main = jax.nn.log_softmax(main_logits / t_main, axis=-1)  # [N, K]
     asst = jax.nn.log_softmax(asst_logits / t_asst, axis=-1)  # [N, K]
-    return jax.nn.log_softmax(main - lam * asst, axis=-1)
+    score = main - lam * asst  # [N, K]
+    keep = main >= jnp.log(alpha) + jnp.max(main, axis=-1, keepdims=True)  # alpha = 0: log 0 = -inf keeps all
+    return jax.nn.log_softmax(jnp.where(keep, score, -jnp.inf), axis=-1)

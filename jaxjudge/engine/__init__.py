@@ -10,8 +10,11 @@ prefix-cached, sharded over devices, written chunk by chunk to a resumable store
     out = engine.extract(judge, rendered, prompts.ScoreScale(1, 5), store="runs/coh-1-5")
     out.cand_logprobs  # [N, 5], log p(score | prompt) over the full vocabulary
 
-`generate_scores` is the sampled-text baseline (greedy decoding, first number parsed), and
-`sequence_nll` the prompt log-perplexity used to rank random-number paraphrases.
+`generate_scores` is the sampled-text baseline (greedy decoding, first number parsed),
+`contrastive_generate_scores` the same with contrastive decoding against an assistant judge
+(main minus lambda x assistant over the full vocabulary, with the adaptive plausibility
+constraint), and `sequence_nll` the prompt log-perplexity used to rank random-number
+paraphrases.
 """
 
 from jaxjudge.engine.extract import (
@@ -28,13 +31,23 @@ from jaxjudge.engine.extract import (
     score_generate_rows,
     score_rows,
 )
-from jaxjudge.engine.generate import generate_scores, parse_replies, parse_score, sequence_nll
+from jaxjudge.engine.generate import (
+    contrastive_decode,
+    contrastive_generate,
+    contrastive_generate_scores,
+    contrastive_token_scores,
+    generate_scores,
+    parse_replies,
+    parse_score,
+    sequence_nll,
+)
 from jaxjudge.engine.plan import (
     Batch,
     CandidatePlan,
     Chunk,
     bucket_length,
     candidate_plan,
+    nll_token_span,
     plan_batches,
     plan_chunks,
     resolve_candidates,
@@ -54,10 +67,15 @@ __all__ = [
     "bucket_length",
     "candidate_plan",
     "check_generation_room",
+    "contrastive_decode",
+    "contrastive_generate",
+    "contrastive_generate_scores",
+    "contrastive_token_scores",
     "extract",
     "extraction_key",
     "generate_scores",
     "model_sha256",
+    "nll_token_span",
     "parse_replies",
     "parse_score",
     "plan_batches",

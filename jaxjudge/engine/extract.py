@@ -58,6 +58,7 @@ from jaxjudge.engine.plan import (
     Tokenised,
     bucket_length,
     candidate_plan,
+    nll_token_span,
     plan_batches,
     plan_chunks,
     resolve_candidates,
@@ -124,8 +125,10 @@ class Extraction:
         candidates: the `ScoreCandidates` the columns of ``cand_logprobs`` refer to.
         computed_chunks: chunks computed by this call (the others came from the store).
         prompt_nll: ``[N]`` float32, each prompt's mean per-token negative log-likelihood
-            (its log-perplexity; every token after the first is predicted), when `extract` was
-            asked for it (``prompt_nll=True``), else None.
+            (its log-perplexity), when `extract` was asked for it (``prompt_nll=True``), else
+            None. The mean runs over every token after the first or, for a prompt with an
+            ``nll_span``, over the tokens of that span only (each conditioned on everything
+            before it, see `jaxjudge.engine.plan.nll_token_span`); NaN when no token counts.
         generated_ids: ``[N, G]`` int32, the greedy reply to each prompt when `extract` was
             asked for one (``generate_tokens=G``), else None; padding after a row's end.
         generated_lengths: ``[N]`` int32, the tokens of each reply (up to and including the
@@ -299,15 +302,16 @@ def score_generate_rows(
 
 @functools.partial(jax.jit, static_argnames=("graphdef",))
 def _prefix_nll(graphdef: nnx.GraphDef, state: nnx.State, tokens_bt: jax.Array, mask_bt: jax.Array):
-    """A right-padded batch-1 prefix: its summed NLL (tokens after the first) and the
-    log-probabilities [V] of the token after its last real token."""
+    """A right-padded batch-1 prefix: the NLL [T] of each of its tokens after the first (slot
+    j holds that of token j + 1; 0 past the prefix) and the log-probabilities [V] of the token
+    after its last real token."""
     model = nnx.merge(graphdef, state)
     mask_bt = mask_bt.astype(bool)
     h_btd, _ = model.trunk(tokens_bt, _dec.default_positions(mask_bt), mask_bt)
     target_bt, use_bt = _dec.next_token_targets(tokens_bt, mask_bt)
     last = jnp.sum(mask_bt[0]) - 1
     logits_v = model.head(h_btd[:, last][:, None])[0, 0]
-    return _dec.next_token_nll(model, h_btd, target_bt, use_bt)[0], jax.nn.log_softmax(logits_v)
+    return _dec.next_token_nll(model, h_btd, target_bt, use_bt, per_slot=True)[0], jax.nn.log_softmax(logits_v)
 
 
 class Placement:
@@ -377,10 +381,12 @@ class _Runner:
     """Runs the plan on the device(s): prefill of shared prefixes, batched scoring of rows."""
 
     def __init__(self, judge: Any, cplan: CandidatePlan, *, batch_size: int, max_batch_tokens: int,
-                 topk: int, mesh: Any, prefix_cache: bool, min_prefix_tokens: int, nll: bool = False,
-                 generate_tokens: int = 0):
+                 topk: int, mesh: Any, prefix_cache: bool, min_prefix_tokens: int,
+                 nll_spans: Sequence[tuple[int, int]] | None = None, generate_tokens: int = 0):
         self.judge = judge
-        self.nll = nll
+        # Per prompt, the tokens [a, b) its NLL counts (`nll_token_span`); None: no NLL.
+        self.nll_spans = nll_spans
+        self.nll = nll_spans is not None
         self.generate_tokens = generate_tokens
         self.cfg = judge.config
         self.graphdef, self.state = judge.graphdef, judge.state
@@ -396,7 +402,8 @@ class _Runner:
 
     # -- device calls
 
-    def score(self, tails: Sequence[Sequence[int]], prefix: _dec.KVCache | None, batch: Batch) -> dict[str, np.ndarray]:
+    def score(self, tails: Sequence[Sequence[int]], prefix: _dec.KVCache | None, batch: Batch,
+              nll_slots: Sequence[tuple[int, int]] | None = None) -> dict[str, np.ndarray]:
         """Scores examples whose own tokens are ``tails`` (after the prefix, if any).
 
         Args:
@@ -404,18 +411,21 @@ class _Runner:
             prefix: the group's prefix cache, or None.
             batch: the call's padded shape (`plan_batches`): ``batch.rows`` examples of
                 ``batch.length`` tokens.
+            nll_slots: with the NLL on, ``[n]`` ranges ``[lo, hi)`` of tail positions whose
+                next token's NLL is summed (position k predicts tail token k + 1).
 
         Returns:
             Per-example arrays (see `_Runner.run_chunk`), n rows.
         """
         cp = self.cplan
         n_var, r, t = cp.n_variants, cp.n_reads, batch.length
-        rows, reads, picks_r, picks_t, tail_lens = [], [], [], [], []
-        for tail in tails:
+        rows, reads, picks_r, picks_t, slot_ranges = [], [], [], [], []
+        for e, tail in enumerate(tails):
             for v in range(n_var):
                 cont = cp.continuation(v)
                 rows.append(list(tail) + cont)
-                tail_lens.append(len(tail))
+                if self.nll:
+                    slot_ranges.append(nll_slots[e])
                 start = len(tail) - 1
                 row_reads = [start + j for j in range(len(cont) + 1)]
                 reads.append(row_reads + [row_reads[-1]] * (r - len(row_reads)))
@@ -432,11 +442,11 @@ class _Runner:
         put = self.place.rows
         nll_use = None
         if self.nll:
-            # Slots whose next token is a prompt token of the row (not a candidate token).
+            # Slots whose next token is a counted prompt token of the row (never a candidate's).
             off = t - lengths
-            tl = np.asarray(tail_lens + [tail_lens[-1]] * pad)
+            lo, hi = np.asarray(slot_ranges + [slot_ranges[-1]] * pad, np.int64).reshape(-1, 2).T
             slots = np.arange(t)[None, :]
-            nll_use = put((slots >= off[:, None]) & (slots < (off + tl - 1)[:, None]))
+            nll_use = put((slots >= (off + lo)[:, None]) & (slots < (off + hi)[:, None]))
         if self.generate_tokens:
             cache = self.place.empty_cache(self.judge, b, t + self.generate_tokens)
             out = score_generate_rows(self.graphdef, self.state, put(tokens), put(mask), put(read_br.astype(np.int32)),
@@ -474,15 +484,27 @@ class _Runner:
         }
 
     def _run_sorted(self, members: Sequence[int], tails: Mapping[int, Sequence[int]],
-                    prefix: _dec.KVCache | None, collect: Callable) -> None:
-        """Scores ``members`` longest first, in the calls `plan_batches` chooses."""
+                    prefix: _dec.KVCache | None, collect: Callable, n_prefix: int = 0) -> None:
+        """Scores ``members`` longest first, in the calls `plan_batches` chooses.
+
+        ``n_prefix`` is the number of prefix tokens before every tail (0 without a prefix).
+        """
         extra = self.cplan.n_ext + max(len(p) for p in self.cplan.paths)
         order = sorted(members, key=lambda i: -len(tails[i]))
+        slots = None
+        if self.nll:
+            # Tail position k predicts prompt token n_prefix + k + 1: keep those inside [a, b).
+            slots = {}
+            for i in order:
+                a, b = self.nll_spans[i]
+                lo = max(a, n_prefix + 1) - n_prefix - 1
+                slots[i] = (lo, max(lo, b - n_prefix - 1))
         for batch in plan_batches([len(tails[i]) + extra for i in order], max_rows=self.batch_size,
                                   max_tokens=self.max_batch_tokens, rows_per_example=self.cplan.n_variants,
                                   call_cost=ENGINE_CALL_COST):
             idx = order[batch.start:batch.stop]
-            collect(idx, self.score([tails[i] for i in idx], prefix, batch))
+            collect(idx, self.score([tails[i] for i in idx], prefix, batch,
+                                    None if slots is None else [slots[i] for i in idx]))
 
     def run_chunk(self, chunk: Chunk, tk: Tokenised, progress: Progress) -> dict[str, np.ndarray]:
         """All arrays of one chunk, rows in ``chunk.members`` order."""
@@ -503,17 +525,24 @@ class _Runner:
                 continue
             prefix = prefill_prefix(self.judge, seqs[0][:p], self.place)
             if self.nll:
-                # The prefix's own NLL, and the prediction of each example's first tail token.
+                # The counted prefix tokens' NLL, and the prediction of each example's first
+                # tail token (prompt token p), from the prefix alone.
                 pb = bucket_length(p)
                 ptok = np.full((1, pb), self.pad_id, np.int32)
                 ptok[0, :p] = seqs[0][:p]
                 pmask = np.zeros((1, pb), bool)
                 pmask[0, :p] = True
-                pre_sum, pre_lp = _prefix_nll(self.graphdef, self.state, *self.place.replicated((ptok, pmask)))
-                pre_sum, pre_lp = float(pre_sum), np.asarray(pre_lp, np.float64)
+                pre_tok, pre_lp = _prefix_nll(self.graphdef, self.state, *self.place.replicated((ptok, pmask)))
+                pre_tok, pre_lp = np.asarray(pre_tok, np.float64), np.asarray(pre_lp, np.float64)
                 for i in piece:
-                    prefix_nll[int(i)] = pre_sum - pre_lp[tk.ids[i][p]]
-            self._run_sorted([int(i) for i in piece], {int(i): tk.ids[i][p:] for i in piece}, prefix, collect)
+                    a, b = self.nll_spans[int(i)]
+                    # Slot j of the prefix holds the NLL of token j + 1 (tokens 1 .. p - 1).
+                    total = float(pre_tok[max(a, 1) - 1:max(min(b, p) - 1, 0)].sum())
+                    if a <= p < b:
+                        total -= pre_lp[tk.ids[i][p]]
+                    prefix_nll[int(i)] = total
+            self._run_sorted([int(i) for i in piece], {int(i): tk.ids[i][p:] for i in piece}, prefix, collect,
+                             n_prefix=p)
             del prefix
         if flat:
             self._run_sorted(flat, {i: tk.ids[i] for i in flat}, None, collect)
@@ -526,7 +555,7 @@ class _Runner:
         if self.nll:
             tail = arrays.pop("tail_nll")
             total = tail + np.asarray([prefix_nll.get(int(i), 0.0) for i in members])
-            count = np.asarray([len(tk.ids[i]) - 1 for i in members], np.float64)
+            count = np.asarray([self.nll_spans[int(i)][1] - self.nll_spans[int(i)][0] for i in members], np.float64)
             with np.errstate(invalid="ignore", divide="ignore"):
                 arrays["prompt_nll"] = np.where(count > 0, total / np.maximum(count, 1), np.nan).astype(np.float32)
         return arrays
@@ -551,8 +580,10 @@ def model_sha256(judge: Any) -> str:
 def _prompts_sha256(prompts: Sequence[RenderedPrompt]) -> str:
     h = hashlib.sha256()
     for p in prompts:
+        # The NLL span enters only when set, so the keys of prompts without one are unchanged.
+        span = [] if p.nll_span is None else [list(p.nll_span)]
         h.update(json.dumps([p.example_id, p.prefix, p.suffix, p.answer_separator, p.add_special_tokens,
-                             p.truncated_tokens], ensure_ascii=False).encode("utf-8"))
+                             p.truncated_tokens, *span], ensure_ascii=False).encode("utf-8"))
         h.update(b"\n")
     return h.hexdigest()
 
@@ -703,9 +734,10 @@ def extract(
         min_prefix_tokens: shorter shared prefixes are not worth a separate prefill.
         key: extra store-key entries (see `extraction_key`).
         on_chunk: called with the chunk index after each chunk this call computes.
-        prompt_nll: also return each prompt's mean token NLL (`Extraction.prompt_nll`), from
-            the same forward passes (the output head then runs at every prompt position; a
-            shared prefix's part is computed once per group). Equal to
+        prompt_nll: also return each prompt's mean token NLL (`Extraction.prompt_nll`: over
+            every token after the first, or over the tokens of the prompt's ``nll_span``),
+            from the same forward passes (the output head then runs at every prompt position;
+            a shared prefix's part is computed once per group). Equal to
             `jaxjudge.engine.sequence_nll` of the prompts.
         generate_tokens: G > 0 also decodes each prompt's greedy reply of up to G tokens from
             the same prefill (`Extraction.generated_ids`), instead of a second pass over the
@@ -775,8 +807,11 @@ def extract(
             raise ValueError("mesh must hold only this process's devices (each process extracts its own chunks)")
         if judge.mesh is not mesh:
             judge = copy.copy(judge).shard(mesh)
+    spans = None
+    if prompt_nll:
+        spans = [nll_token_span(judge.tokenizer, p, ids) for p, ids in zip(tk.prompts, tk.ids)]
     runner = _Runner(judge, cplan, batch_size=batch_size, max_batch_tokens=max_batch_tokens, topk=topk,
-                     mesh=mesh, prefix_cache=prefix_cache, min_prefix_tokens=min_prefix_tokens, nll=bool(prompt_nll),
+                     mesh=mesh, prefix_cache=prefix_cache, min_prefix_tokens=min_prefix_tokens, nll_spans=spans,
                      generate_tokens=generate_tokens)
 
     in_memory: dict[int, dict[str, np.ndarray]] = {}

@@ -63,6 +63,7 @@ __all__ = [
     "resolve_candidates",
     "Tokenised",
     "tokenise",
+    "nll_token_span",
     "Chunk",
     "plan_chunks",
     "Batch",
@@ -369,6 +370,38 @@ def _truncate_group(tok: Any, prompts: list[RenderedPrompt], ids: list[list[int]
     for i, p, r in zip(members, trial, new_ids, strict=True):
         prompts[i] = replace(p, truncated_tokens=p.truncated_tokens + max(removed, 1))
         ids[i] = r
+
+
+def nll_token_span(tokenizer: Any, prompt: RenderedPrompt, ids: Sequence[int]) -> tuple[int, int]:
+    """The tokens ``[a, b)`` of a prompt whose negative log-likelihood a prompt NLL counts.
+
+    Without ``prompt.nll_span`` that is every token after the first (``(1, len(ids))``: the
+    first token has nothing to be predicted from). With it, the tokens of ``prompt.text``
+    whose character offsets overlap the span (offsets into the suffix, shifted by the
+    prefix's length); a span that would include the first token starts at the second.
+
+    Args:
+        tokenizer: the judge's tokenizer.
+        prompt: the prompt, after any truncation of its prefix (the suffix is never cut).
+        ids: its token ids as the engine runs them (`Tokenised.ids`).
+
+    Returns:
+        ``(a, b)`` with ``1 <= a <= b <= len(ids)``; ``a == b`` when nothing is counted.
+
+    Raises:
+        ValueError: the ids are not the tokens of the prompt's text.
+    """
+    n = len(ids)
+    if prompt.nll_span is None:
+        return min(1, n), n
+    enc = as_tokenizer(tokenizer).encode(prompt.text, add_special_tokens=prompt.add_special_tokens)
+    if list(enc.ids) != list(ids):
+        raise ValueError(f"example {prompt.example_id!r}: token ids do not match the prompt's text")
+    start, end = (len(prompt.prefix) + c for c in prompt.nll_span)
+    inside = [k for k, (cs, ce) in enumerate(enc.offsets) if ce > cs and ce > start and cs < end]
+    if not inside:
+        return n, n
+    return max(inside[0], 1), max(inside[-1] + 1, 1)
 
 
 # ------------------------------------------------------------------------------ chunks

@@ -697,6 +697,7 @@ def sequence_nll(
     state: nnx.State,
     tokens_bt: jax.Array,
     mask_bt: jax.Array,
+    count_bt: jax.Array | None = None,
     *,
     chunk: int = 128,
 ) -> tuple[jax.Array, jax.Array]:
@@ -709,6 +710,8 @@ def sequence_nll(
         graphdef, state: ``nnx.split(decoder)``.
         tokens_bt: token ids [B, T] (any padding side).
         mask_bt: True for real tokens [B, T].
+        count_bt: optional [B, T] bool, the slots whose next token counts (slot j predicts the
+            token at j + 1); None counts every token after the first.
         chunk: positions per head evaluation (static).
 
     Returns:
@@ -720,6 +723,8 @@ def sequence_nll(
     positions_bt = default_positions(mask_bt)
     h_btd, _ = model.trunk(tokens_bt, positions_bt, mask_bt)
     target_bt, use_bt = next_token_targets(tokens_bt, mask_bt)
+    if count_bt is not None:
+        use_bt = use_bt & count_bt.astype(bool)
     return next_token_nll(model, h_btd, target_bt, use_bt, chunk=chunk), jnp.sum(use_bt, axis=1).astype(jnp.int32)
 
 
@@ -736,7 +741,7 @@ def next_token_targets(tokens_bt: jax.Array, mask_bt: jax.Array) -> tuple[jax.Ar
 
 
 def next_token_nll(model: "Decoder", h_btd: jax.Array, target_bt: jax.Array, use_bt: jax.Array, *,
-                   chunk: int = 128) -> jax.Array:
+                   chunk: int = 128, per_slot: bool = False) -> jax.Array:
     """Summed ``-log p(target | slot)`` over the slots where ``use_bt`` is True [B] float32.
 
     The output head runs over ``chunk`` slots at a time, so at most a [B, chunk, V] block of
@@ -748,6 +753,8 @@ def next_token_nll(model: "Decoder", h_btd: jax.Array, target_bt: jax.Array, use
         target_bt: the token each slot predicts [B, T] int.
         use_bt: which slots count [B, T] bool.
         chunk: slots per head evaluation.
+        per_slot: return each slot's NLL [B, T] (0 where ``use_bt`` is False) instead of the
+            sum, so that a caller can add up any span of it.
     """
     b, t, d = h_btd.shape
     chunk = min(chunk, t)  # a short call is one chunk of its own length, not padded up to `chunk`
@@ -762,9 +769,13 @@ def next_token_nll(model: "Decoder", h_btd: jax.Array, target_bt: jax.Array, use
         logits_bkv = model.head(h_bkd)
         logz_bk = jax.nn.logsumexp(logits_bkv, axis=-1)
         picked_bk = jnp.take_along_axis(logits_bkv, tgt_bk[..., None], axis=-1)[..., 0]
-        return jnp.sum(jnp.where(use_bk, logz_bk - picked_bk, 0.0), axis=1)
+        nll_bk = jnp.where(use_bk, logz_bk - picked_bk, 0.0)
+        return nll_bk if per_slot else jnp.sum(nll_bk, axis=1)
 
-    return jnp.sum(jax.lax.map(chunk_nll, (h_cbkd, tgt_cbk, use_cbk)), axis=0)
+    out = jax.lax.map(chunk_nll, (h_cbkd, tgt_cbk, use_cbk))  # [C, B, chunk] or [C, B]
+    if per_slot:
+        return out.swapaxes(0, 1).reshape(b, n_chunks * chunk)[:, :t]
+    return jnp.sum(out, axis=0)
 
 
 # ------------------------------------------------------------------------------- host helpers

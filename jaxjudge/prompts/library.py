@@ -20,7 +20,10 @@ Random-number prompts. ``random_number_prompts.txt`` holds 100 of the project's 
 paraphrases of "generate a random integer between {min} and {max}". Reading the judge's
 distribution over the score candidates after such a prompt estimates its prior preference for
 each number, independent of any content. The Deb-T variant prepends the judge template's task
-instruction, so the prior is measured in the task's framing.
+instruction, so the prior is measured in the task's framing. The Tp least-perplexity prompts
+are kept; each prompt's ``nll_span`` marks the request itself, so their perplexity is that of
+the request's own tokens given the text before it (chat markup, task instruction), which is
+the same for all 100 and would otherwise dominate the ranking.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from pathlib import Path
 
 from jaxjudge.prompts.chat import ChatFormat
 from jaxjudge.prompts.scale import ScoreScale
-from jaxjudge.prompts.template import RenderedPrompt, Template
+from jaxjudge.prompts.template import RenderedPrompt, Template, TemplateError
 
 __all__ = [
     "TEMPLATE_SPECS",
@@ -105,7 +108,10 @@ def random_number_prompts(
       paraphrases: override the built-in 100 (each must contain ``{min}`` and ``{max}``).
 
     Returns:
-      One `RenderedPrompt` per paraphrase, ids ``"random/000"``..., group ``"random"``.
+      One `RenderedPrompt` per paraphrase, ids ``"random/000"``..., group ``"random"``. Each
+      prompt's ``nll_span`` is the request itself (the filled paraphrase, without the answer
+      cue, the chat markup or the task instruction), so a prompt NLL ranks the paraphrases
+      by how natural the judge finds the request in its context, not by the shared text.
     """
     texts = load_random_number_paraphrases() if paraphrases is None else list(paraphrases)
     for i, t in enumerate(texts):
@@ -117,9 +123,13 @@ def random_number_prompts(
         body = t.replace("{min}", scale.min_label).replace("{max}", scale.max_label)
         suffix = body if answer_cue is None else f"{body}\n{answer_cue}"
         pid = f"random/{i:03d}"
+        span = (0, len(body))  # the request opens the suffix, also inside a chat turn
         if chat is None:
-            prompts.append(RenderedPrompt(prefix, suffix, pid, "random", " ", True))
+            prompts.append(RenderedPrompt(prefix, suffix, pid, "random", " ", True, nll_span=span))
         else:
             head, tail = chat.render(prefix, suffix)
-            prompts.append(RenderedPrompt(head, tail, pid, "random", chat.separator, False))
+            if not tail.startswith(body):
+                raise TemplateError(f"chat template does not start the user text after the split with the "
+                                    f"random-number request (paraphrase {i}); cannot locate its tokens")
+            prompts.append(RenderedPrompt(head, tail, pid, "random", chat.separator, False, nll_span=span))
     return prompts

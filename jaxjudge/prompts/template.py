@@ -83,6 +83,13 @@ class RenderedPrompt:
       add_special_tokens: whether the tokenizer should add its special tokens (BOS) when encoding
         ``text``; False for chat-rendered text, whose template already writes them.
       truncated_tokens: how many tokens of the source text were cut to fit the context (0 if none).
+      nll_span: ``(start, end)`` character offsets into ``suffix`` of the text whose tokens a
+        prompt negative log-likelihood covers (`jaxjudge.engine.extract` with
+        ``prompt_nll=True``): every token overlapping ``suffix[start:end]``, each conditioned
+        on everything before it. The random-number prompts set it to the request itself, so
+        the shared chat and task-instruction text does not enter their perplexity ranking.
+        None: every token of the prompt after the first. The suffix is never cut by context
+        truncation, so the span survives it.
     """
 
     prefix: str
@@ -92,6 +99,16 @@ class RenderedPrompt:
     answer_separator: str = ""
     add_special_tokens: bool = True
     truncated_tokens: int = 0
+    nll_span: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.nll_span is not None:
+            span = tuple(self.nll_span)
+            if (len(span) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) for x in span)
+                    or not 0 <= span[0] < span[1] <= len(self.suffix)):
+                raise ValueError(f"prompt {self.example_id!r}: nll_span must be (start, end) with "
+                                 f"0 <= start < end <= len(suffix)={len(self.suffix)}, got {self.nll_span!r}")
+            object.__setattr__(self, "nll_span", span)
 
     @property
     def text(self) -> str:

@@ -136,6 +136,7 @@ METHODS = (
     "distribution",  # distribution calibration (Beta fitted to dev human scores), lambda = 1
     "contrastive",  # main judge minus assistant, lambda x temperature chosen on dev
     "contrastive_deb_t",  # contrastive decoding, then the Deb-T correction: both chosen on dev
+    "contrastive_generate",  # greedy contrastive generation over the full vocabulary, parsed (fixed lambda, t, alpha)
 )
 SCORE_KINDS = ("expected", "greedy", "generate")
 
@@ -375,6 +376,14 @@ class ExperimentConfig:
         temperature); ``contrastive_fine`` adds a finer grid as the ``contrastive_fine`` variant.
       contrastive_temperature: which logits the temperature divides, ``"t_main"`` (the
         public code) or ``"t_asst"``.
+      contrastive_generate_lam, contrastive_generate_t_main, contrastive_generate_t_asst,
+        contrastive_generate_alpha: the fixed settings of the ``contrastive_generate`` method
+        (greedy generation decoding ``log_softmax(main / t_main) - lam * log_softmax(assistant
+        / t_asst)`` over the full vocabulary among the tokens whose main-model probability is
+        at least ``alpha`` times the largest, `jaxjudge.engine.contrastive_generate`); not
+        searched, since each setting costs a generation pass. Defaults lambda 0.5, both
+        temperatures 1 and alpha 0.1 (the contrastive-decoding paper's plausibility
+        threshold).
       select_metric: metric maximised (or minimised, for errors) on dev.
       select_per_group: select on the per-document metric instead of the pooled one.
       metrics: metrics reported on test (each with a grouped bootstrap interval).
@@ -415,6 +424,10 @@ class ExperimentConfig:
     contrastive_temps: tuple[float, ...] = CONTRASTIVE_TEMPS
     contrastive_fine: bool = False
     contrastive_temperature: str = "t_main"
+    contrastive_generate_lam: float = 0.5
+    contrastive_generate_t_main: float = 1.0
+    contrastive_generate_t_asst: float = 1.0
+    contrastive_generate_alpha: float = 0.1
     select_metric: str = "spearman"
     select_per_group: bool = False
     metrics: tuple[str, ...] = _METRICS
@@ -497,7 +510,7 @@ class ExperimentConfig:
         if needs_pair:
             mains = {m for m, _ in pairs}
             lonely = [j for j in judges if j not in mains]
-            if lonely and set(methods) <= {"contrastive", "contrastive_deb_t"}:
+            if lonely and set(methods) <= {"contrastive", "contrastive_deb_t", "contrastive_generate"}:
                 raise _fail(f"{w}.judges", f"judges {lonely} have no assistant in pairs")
 
         pos = lambda wh, v: _number(wh, v, positive=True)  # noqa: E731
@@ -516,6 +529,14 @@ class ExperimentConfig:
         if not isinstance(self.contrastive_fine, bool):
             raise _fail(f"{w}.contrastive_fine", f"must be a bool, got {self.contrastive_fine!r}")
         _choice(f"{w}.contrastive_temperature", self.contrastive_temperature, ("t_main", "t_asst"))
+        object.__setattr__(self, "contrastive_generate_lam",
+                           nonneg(f"{w}.contrastive_generate_lam", self.contrastive_generate_lam))
+        for name in ("contrastive_generate_t_main", "contrastive_generate_t_asst"):
+            object.__setattr__(self, name, pos(f"{w}.{name}", getattr(self, name)))
+        cg_alpha = _number(f"{w}.contrastive_generate_alpha", self.contrastive_generate_alpha, nonneg=True)
+        if cg_alpha > 1:
+            raise _fail(f"{w}.contrastive_generate_alpha", f"must be in [0, 1], got {cg_alpha}")
+        object.__setattr__(self, "contrastive_generate_alpha", cg_alpha)
         _choice(f"{w}.select_metric", self.select_metric, _SELECT_METRICS)
         if not isinstance(self.select_per_group, bool):
             raise _fail(f"{w}.select_per_group", f"must be a bool, got {self.select_per_group!r}")
@@ -972,9 +993,10 @@ class ExtractionJob:
 
     Attributes:
       role: ``"score"`` (candidate log-probs of the task's examples), ``"generate"`` (greedy
-        generation parsed into scores), ``"random_r"`` / ``"random_t"`` (random-number prompts,
-        raw / prefixed with the task instruction), ``"content_free"`` (the template filled
-        with content-free text).
+        generation parsed into scores), ``"contrastive_generate"`` (greedy contrastive
+        generation of the model against its assistant in ``pairs``, parsed into scores),
+        ``"random_r"`` / ``"random_t"`` (random-number prompts, raw / prefixed with the task
+        instruction), ``"content_free"`` (the template filled with content-free text).
       model: model name.
       task, aspect: None for ``"random_r"`` (it does not depend on the task).
       scale: scale name.
@@ -991,12 +1013,13 @@ def extraction_plan(cfg: ExperimentConfig) -> list[ExtractionJob]:
     """The extractions `report` needs, deduplicated, in a stable order.
 
     Judges need ``score`` arrays, plus ``random_r`` / ``random_t`` / ``content_free`` /
-    ``generate`` as their methods require. An assistant of a judge needs ``score`` arrays
-    (contrastive decoding) and, for ``contrastive_deb_t``, its own ``random_t`` arrays (the
-    prior of the combined judge).
+    ``generate`` as their methods require, and ``contrastive_generate`` (for
+    ``contrastive_generate``, judges with an assistant; the job runs both models and belongs
+    to the judge). An assistant of a judge needs ``score`` arrays (contrastive decoding) and,
+    for ``contrastive_deb_t``, its own ``random_t`` arrays (the prior of the combined judge).
     """
     methods = set(cfg.methods)
-    contrastive = any(m.startswith("contrastive") for m in methods)
+    contrastive = bool(methods & {"contrastive", "contrastive_deb_t"})  # the assistant's own arrays
     needs_t = bool(methods & {"deb_t", "contrastive_deb_t"})
     assistants = [a for m, a in cfg.pairs if m in cfg.judge_names] if contrastive else []
     jobs: list[ExtractionJob] = []
@@ -1010,6 +1033,8 @@ def extraction_plan(cfg: ExperimentConfig) -> list[ExtractionJob]:
                     jobs.append(ExtractionJob("score", model, t.task, a, s))
                     if is_judge and "generate" in methods:
                         jobs.append(ExtractionJob("generate", model, t.task, a, s))
+                    if is_judge and "contrastive_generate" in methods and cfg.assistant_of(model) is not None:
+                        jobs.append(ExtractionJob("contrastive_generate", model, t.task, a, s))
                     if is_judge and "contextual" in methods:
                         jobs.append(ExtractionJob("content_free", model, t.task, a, s))
                     if (is_judge and needs_t) or (not is_judge and "contrastive_deb_t" in methods):

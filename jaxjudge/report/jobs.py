@@ -15,8 +15,14 @@ generate       greedy generation parsed into a number, one chunk. When the cell'
                prompts, the replies are decoded from the score pass's own prefill
                (``extract(..., generate_tokens=G)``); otherwise `generate_scores` makes its
                own pass. Both give the same store.
+contrastive_   greedy contrastive generation of the judge against its assistant in ``pairs``
+generate       (`jaxjudge.engine.contrastive_generate_scores`, both models loaded; the
+               config's fixed lambda, temperatures and alpha), parsed like ``generate``, one
+               chunk; keyed also by the assistant, its sha256 and those settings
 random_r/_t    the 100 random-number paraphrases (raw / after the task instruction):
-               candidate log-probs and each prompt's mean token NLL (one pass), one chunk
+               candidate log-probs and the mean NLL of each paraphrase's own tokens (the
+               request, conditioned on the chat and instruction text before it; one pass),
+               one chunk; keyed with ``nll_span: "request"``
 content_free   the template filled with content-free strings (`CONTENT_FREE`), one chunk
 =============  ===========================================================================
 
@@ -132,9 +138,23 @@ def run_extractions(
         all before the first forward pass of the model concerned.
     """
     from jaxjudge import models as M  # noqa: PLC0415
-    from jaxjudge.engine import GenerationRoomError, extract, generate_scores, parse_replies  # noqa: PLC0415
+    from jaxjudge.engine import (  # noqa: PLC0415
+        GenerationRoomError,
+        contrastive_generate_scores,
+        extract,
+        generate_scores,
+        parse_replies,
+    )
+    from jaxjudge.models.cache import cache_root, source_sha256  # noqa: PLC0415
+    from jaxjudge.report.pipeline import contrastive_generate_match  # noqa: PLC0415
     from jaxjudge.store import Store  # noqa: PLC0415
-    from jaxjudge.prompts import ScoreScale, get_template, random_number_prompts, render_all  # noqa: PLC0415
+    from jaxjudge.prompts import (  # noqa: PLC0415
+        ScoreScale,
+        as_tokenizer,
+        get_template,
+        random_number_prompts,
+        render_all,
+    )
 
     C.validate_config(cfg)
     root = Path(store_root or cfg.store_root)
@@ -147,12 +167,23 @@ def run_extractions(
         names = [n for n in names if n in models]
 
     # Every tokenizer first: a config that cannot run fails before any weights are loaded.
-    paths = {n: C.resolve_model_path(cfg.model(n)) for n in names}
-    for n in names:
+    # Assistants of contrastive generation must share their judge's tokenizer.
+    pair_of = {j.model: cfg.assistant_of(j.model) for j in plan
+               if j.role == "contrastive_generate" and j.model in names}
+    paths = {n: C.resolve_model_path(cfg.model(n)) for n in dict.fromkeys([*names, *pair_of.values()])}
+    tokenizers = {}
+    for n in paths:
         tok, template = load_tokenizer(paths[n])
         if cfg.prompt_style == "chat" and not template:
             raise C.ConfigError(f"model {n!r} ({paths[n]}) has no chat template; set prompt_style='raw'")
         C.check_tokenizer(cfg, n, tok, separator="" if cfg.prompt_style == "chat" else None)
+        tokenizers[n] = tok
+    for main_name, asst_name in pair_of.items():
+        vocab_main, vocab_asst = (as_tokenizer(tokenizers[m]).get_vocab(with_added_tokens=True)
+                                  for m in (main_name, asst_name))
+        if vocab_main != vocab_asst:
+            raise C.ConfigError(f"contrastive_generate: the judge {main_name!r} and its assistant {asst_name!r} "
+                                "do not share a tokenizer")
 
     engine_opts = dict(cfg.engine)
     overflow = engine_opts.pop("overflow", "truncate")
@@ -169,6 +200,7 @@ def run_extractions(
 
     for n in names:
         judge = M.load(paths[n])
+        assistant = None  # loaded at the first contrastive_generate job of this judge
         chat = chat_format(judge) if cfg.prompt_style == "chat" else None
         ctx = int(engine_opts.get("context_length") or judge.config.max_position_embeddings)
         model_jobs = [j for j in plan if j.model == n]
@@ -218,6 +250,28 @@ def run_extractions(
                             "parsed_scores": np.asarray(parsed, np.float32), "texts": np.asarray(texts)}
 
                 computed, n_rows = _one_chunk(where, gen_key(job, judge), make)
+            elif job.role == "contrastive_generate":
+                match = contrastive_generate_match(cfg, n)
+                a_path = paths[match["assistant"]]
+                # The hash `models.load` gives the assistant, without loading it for a finished job.
+                key = {**gen_key(job, judge), **match,
+                       "assistant_sha256": source_sha256(a_path, memo_dir=cache_root())}
+
+                def make(job=job, scale=scale, template=template, match=match, a_path=a_path):
+                    nonlocal assistant
+                    if assistant is None:
+                        assistant = M.load(a_path)
+                    # Both judges read the same tokens, so the prompts fit the smaller context.
+                    c_ctx = min(ctx, int(assistant.config.max_position_embeddings))
+                    prompts = gen_prompts(job, judge, template, scale, c_ctx)
+                    texts, parsed, _ = contrastive_generate_scores(
+                        judge, assistant, prompts, scale, g_new, lam=match["lam"], t_main=match["t_main"],
+                        t_asst=match["t_asst"], alpha=match["alpha"], progress=progress, overflow=overflow,
+                        context_length=c_ctx)
+                    return {"example_ids": np.asarray([p.example_id for p in prompts]),
+                            "parsed_scores": np.asarray(parsed, np.float32), "texts": np.asarray(texts)}
+
+                computed, n_rows = _one_chunk(where, key, make)
             elif job.role in ("random_r", "random_t"):
                 prompts = random_number_prompts(scale, chat=chat,
                                                 task_template=template if job.role == "random_t" else None)
@@ -242,4 +296,5 @@ def run_extractions(
                 raise ValueError(f"unknown extraction role {job.role!r}")
             log(f"{'computed' if computed else 'cached  '} {where.relative_to(root)} ({n_rows} rows)")
             results.append(JobResult(job, where, computed, n_rows))
+        del judge, assistant
     return results

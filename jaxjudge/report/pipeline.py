@@ -15,16 +15,23 @@ Store contract (what `report_from_store` expects the engine to write). Each extr
     {"role": ..., "model": <model name>, "task": ..., "aspect": ..., "scale": "1-5"}
 
 (``task``/``aspect`` are None for ``random_r``), plus ``"model_sha256"``, the sha256 of the
-model file, which is checked against the configured file. Arrays by role:
+model file, which is checked against the configured file. The random-number roles also hold
+``"nll_span": "request"``: their ``sequence_nll`` is the mean NLL of the random-number request's
+own tokens, conditioned on the chat and task text before it (older stores, whose NLL covered
+the whole prompt, do not match). ``contrastive_generate`` stores also hold the entries of
+`contrastive_generate_match` (assistant name and the fixed lambda, temperatures and alpha)
+and ``"assistant_sha256"``, checked like ``model_sha256``. Arrays by role:
 
-==============  ===============================================================================
-role            arrays (leading axis: examples or prompts)
-==============  ===============================================================================
-score           ``example_ids`` [N] str, ``cand_logprobs`` [N, K], ``valid`` [N] bool (optional)
-generate        ``example_ids`` [N] str, ``parsed_scores`` [N] float (NaN = parse failure)
-random_r/_t     ``cand_logprobs`` [P, K], ``sequence_nll`` [P]
-content_free    ``cand_logprobs`` [M, K]
-==============  ===============================================================================
+====================  =========================================================================
+role                  arrays (leading axis: examples or prompts)
+====================  =========================================================================
+score                 ``example_ids`` [N] str, ``cand_logprobs`` [N, K], ``valid`` [N] bool
+                      (optional)
+generate              ``example_ids`` [N] str, ``parsed_scores`` [N] float (NaN = parse failure)
+contrastive_generate  ``example_ids`` [N] str, ``parsed_scores`` [N] float (NaN = parse failure)
+random_r/_t           ``cand_logprobs`` [P, K], ``sequence_nll`` [P] (mean NLL of the request)
+content_free          ``cand_logprobs`` [M, K]
+====================  =========================================================================
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ __all__ = [
     "load_task_data",
     "task_dev_docs",
     "store_match",
+    "contrastive_generate_match",
     "load_cells",
     "report_from_arrays",
     "report_from_store",
@@ -176,9 +184,28 @@ def load_task_data(task: C.TaskSpec) -> TaskData:
 # -- stores ------------------------------------------------------------------------------------
 
 
+# What the NLL of a random-number store covers: the request's own tokens (`RenderedPrompt.nll_span`).
+RANDOM_NLL_SPAN = "request"
+
+
 def store_match(job: C.ExtractionJob) -> dict[str, Any]:
     """The key entries a job's store must hold (see the module docstring)."""
-    return {"role": job.role, "model": job.model, "task": job.task, "aspect": job.aspect, "scale": job.scale}
+    out = {"role": job.role, "model": job.model, "task": job.task, "aspect": job.aspect, "scale": job.scale}
+    if job.role in ("random_r", "random_t"):
+        out["nll_span"] = RANDOM_NLL_SPAN
+    return out
+
+
+def contrastive_generate_match(cfg: C.ExperimentConfig, judge: str) -> dict[str, Any]:
+    """The key entries, beyond `store_match`, of a judge's ``contrastive_generate`` store: the
+    assistant's name and the config's fixed lambda, temperatures and plausibility alpha."""
+    return {
+        "assistant": cfg.assistant_of(judge),
+        "lam": float(cfg.contrastive_generate_lam),
+        "t_main": float(cfg.contrastive_generate_t_main),
+        "t_asst": float(cfg.contrastive_generate_t_asst),
+        "alpha": float(cfg.contrastive_generate_alpha),
+    }
 
 
 class StoreIndex:
@@ -204,13 +231,13 @@ class StoreIndex:
             except Exception:  # noqa: BLE001 -- a foreign manifest.json is not a store; skip it
                 continue
 
-    def find(self, job: C.ExtractionJob):
-        """The unique store holding ``job``.
+    def find(self, job: C.ExtractionJob, extra: Mapping[str, Any] | None = None):
+        """The unique store holding ``job`` (and the ``extra`` key entries, if given).
 
         Raises:
           StoreLookupError: none (naming the closest store and how its key differs) or several.
         """
-        want = json.loads(json.dumps(self.match(job)))
+        want = json.loads(json.dumps({**self.match(job), **(extra or {})}))
         hits = [s for s in self.stores if all(s.key.get(k) == v for k, v in want.items())]
         if len(hits) == 1:
             return hits[0]
@@ -226,11 +253,19 @@ class StoreIndex:
             msg += f"; closest is {best.root} ({'; '.join(diff)})"
         raise StoreLookupError(msg)
 
-    def load(self, job: C.ExtractionJob, cfg: C.ExperimentConfig, *, check_model: bool = True) -> dict[str, np.ndarray]:
-        """Arrays of a job's store, after checking the model that wrote it."""
-        store = self.find(job)
+    def load(self, job: C.ExtractionJob, cfg: C.ExperimentConfig, *, check_model: bool = True,
+             extra: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
+        """Arrays of a job's store, after checking the model that wrote it.
+
+        ``extra``: more key entries the store must hold (see `find`). A store naming an
+        ``assistant`` with an ``assistant_sha256`` has that model checked too.
+        """
+        store = self.find(job, extra)
         if check_model:
             check_store_model(store.key, cfg.model(job.model), store.root)
+            asst = store.key.get("assistant")
+            if asst is not None and "assistant_sha256" in store.key:
+                check_store_model({"model_sha256": store.key["assistant_sha256"]}, cfg.model(asst), store.root)
         return store.load()
 
 
@@ -295,8 +330,9 @@ def load_cells(
         ids = td.ids()
         scale = ScoreScale.parse(cell.scale)
 
-        def get(role: str, model: str, task=cell.task, aspect=cell.aspect):
-            return index.load(C.ExtractionJob(role, model, task, aspect, cell.scale), cfg, check_model=check_model)
+        def get(role: str, model: str, task=cell.task, aspect=cell.aspect, extra=None):
+            return index.load(C.ExtractionJob(role, model, task, aspect, cell.scale), cfg, check_model=check_model,
+                              extra=extra)
 
         job = C.ExtractionJob("score", cell.judge, cell.task, cell.aspect, cell.scale)
         score = get("score", cell.judge)
@@ -309,6 +345,11 @@ def load_cells(
             gjob = replace(job, role="generate")
             gen = get("generate", cell.judge)
             kwargs["generated"] = _need(gen, "parsed_scores", gjob)[_align(_need(gen, "example_ids", gjob), ids, gjob)]
+        if "contrastive_generate" in methods and cfg.assistant_of(cell.judge) is not None:
+            cjob = replace(job, role="contrastive_generate")
+            cg = get("contrastive_generate", cell.judge, extra=contrastive_generate_match(cfg, cell.judge))
+            kwargs["contrastive_generated"] = np.asarray(_need(cg, "parsed_scores", cjob), np.float64)[
+                _align(_need(cg, "example_ids", cjob), ids, cjob)]
         random = {}
         for variant, role, task, aspect in (("R", "random_r", None, None), ("T", "random_t", cell.task, cell.aspect)):
             family = f"deb_{variant.lower()}"

@@ -149,18 +149,21 @@ def rectify_adjust(params, data, fold=None) -> Array:
 
 
 def contrastive_adjust(params, data) -> Array:
-    """`contrastive(data["main"], data["asst"], lam, t_main, t_asst)` for `grid_search`.
+    """`contrastive(data["main"], data["asst"], lam, t_main, t_asst, alpha)` for `grid_search`.
 
     Args:
-        params: `{"lam": scalar}` with optional `"t_main"` and `"t_asst"` (default 1).
-        data: `{"main": [N, K], "asst": [N, K]}`.
+        params: `{"lam": scalar}` with optional `"t_main"` and `"t_asst"` (default 1) and
+            `"alpha"` (a grid axis of the plausibility threshold).
+        data: `{"main": [N, K], "asst": [N, K]}`, optionally `"alpha"`: a fixed plausibility
+            threshold. Without either `alpha` the constraint is off (alpha = 0), as before.
 
     Returns:
         `[N, K]` adjusted log-probabilities.
     """
     p = params if isinstance(params, dict) else {"lam": params}
+    alpha = p.get("alpha", data.get("alpha", 0.0))
     return contrastive(
-        data["main"], data["asst"], p["lam"], p.get("t_main", 1.0), p.get("t_asst", 1.0)
+        data["main"], data["asst"], p["lam"], p.get("t_main", 1.0), p.get("t_asst", 1.0), alpha
     )
 
 
