@@ -205,3 +205,28 @@ def test_a_judge_whose_marginal_is_the_human_prior_is_unchanged_by_dc():
             a = _row(rep, "distribution", f"expected@{t:g}")["metrics"][m]["estimate"]
             b = _row(rep, "vanilla", f"expected@{t:g}")["metrics"][m]["estimate"]
             assert a == pytest.approx(b, abs=1e-5), (t, m)
+
+
+def test_vanilla_and_contrastive_generation_validity_side_by_side():
+    from jaxjudge.report.tables import headline_table  # noqa: PLC0415
+
+    rng = np.random.default_rng(8)
+    groups, human, logits = _judge(rng, 12)
+    gen = np.where(rng.uniform(size=human.size) < 0.5, np.nan, np.clip(np.round(human), 1, 5))
+    cgen = np.where(rng.uniform(size=human.size) < 0.1, np.nan, np.clip(np.round(human + rng.normal(0, 0.5, human.size)), 1, 5))
+    arrays = CellArrays(scale=SCALE, logprobs=logits, human=human, human_range=(1.0, 5.0), groups=groups,
+                        generated=gen, contrastive_generated=cgen)
+    splits = make_splits("fixed_docs", groups, dev_groups=["d000"])
+    opts = MethodOptions(methods=("vanilla", "generate", "contrastive_generate"), temperatures=(1.0,), greedy=False,
+                         metrics=("spearman", "validity"), n_boot=50)
+    rep = evaluate_cell(arrays, splits, opts, LAB)
+    test = np.asarray(splits.test[0])
+    for method, g in (("generate", gen), ("contrastive_generate", cgen)):
+        row = _row(rep, method, "generate")
+        assert row["parse_failures"] == int(np.isnan(g).sum())
+        assert row["metrics"]["validity"]["estimate"] == pytest.approx(np.isfinite(g[test]).mean(), abs=1e-6)
+        ok = test & np.isfinite(g)
+        assert row["metrics"]["spearman"]["estimate"] == pytest.approx(st.spearmanr(g[ok], human[ok])[0], abs=1e-5)
+    table = headline_table(Results(experiment="t", rows=rep.rows), "spearman")
+    assert f"{int(np.isfinite(gen).sum())}/{gen.size} parsed" in table
+    assert f"{int(np.isfinite(cgen).sum())}/{cgen.size} parsed" in table

@@ -49,7 +49,7 @@ def range_rows(results: Results, metric: str = "spearman", scores: Sequence[str]
     """
     groups: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for r in results.rows:
-        if scores is not None and r["score"] not in scores and r["method"] != "generate":
+        if scores is not None and r["score"] not in scores and r["method"] not in ("generate", "contrastive_generate"):
             continue
         key = (r.get("judge"), r.get("task"), r.get("aspect"), r["score"], r["method"])
         groups[key][r["scale"]] = r

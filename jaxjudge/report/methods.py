@@ -159,6 +159,7 @@ class CellArrays:
     example_ids: np.ndarray | None = None
     valid: np.ndarray | None = None
     generated: np.ndarray | None = None
+    contrastive_generated: np.ndarray | None = None  # [N] parsed contrastive generations (NaN: parse failure)
     random: Mapping[str, RandomPrior] = field(default_factory=dict)
     content_free: np.ndarray | None = None
     assistant: np.ndarray | None = None
@@ -178,7 +179,7 @@ class CellArrays:
         self.logprobs = lp
         self.human = np.asarray(self.human, np.float64)
         self.groups = np.asarray(self.groups)
-        for name in ("human", "groups", "example_ids", "valid", "generated", "split_labels"):
+        for name in ("human", "groups", "example_ids", "valid", "generated", "contrastive_generated", "split_labels"):
             a = getattr(self, name)
             if a is not None and np.shape(a) != (n,):
                 raise ValueError(f"{name} must be [N]=[{n}] like logprobs, got shape {np.shape(a)}")
@@ -829,27 +830,32 @@ def evaluate_cell(
     if "vanilla" in methods:
         for kt in kinds:
             emit("vanilla", vanilla(kt), kt)
-    if "generate" in methods:
-        if arrays.generated is None:
-            raise ValueError(f"method 'generate' needs parsed greedy generations (role 'generate') for {labels}")
-        gen = np.broadcast_to(arrays.generated, (f, n))
-        ok = np.isfinite(arrays.generated).astype(np.float32)
+    # Parsed generations: the judge's greedy reply, and the contrastive (main - lambda *
+    # assistant) greedy reply; validity is the parse rate.
+    for gname, role, generated in (("generate", "generate", arrays.generated),
+                                   ("contrastive_generate", "contrastive_generate", arrays.contrastive_generated)):
+        if gname not in methods:
+            continue
+        if generated is None:
+            raise ValueError(f"method {gname!r} needs parsed generations (role {role!r}) for {labels}")
+        gen = np.broadcast_to(generated, (f, n))
+        ok = np.isfinite(generated).astype(np.float32)
         mets, _ = _score_stats(gen, None, None, ok, {**ctx, "valid": ok}, options)
-        row = base_row("generate", "generate")
+        row = base_row(gname, "generate")
         row.update(metrics=mets, delta=None, hparams=[{} for _ in range(f)],
                    dev_metric=selection_per_fold(gen, dev), test_metric=selection_per_fold(gen, test),
-                   parse_failures=int((~np.isfinite(arrays.generated)).sum()),
-                   n_distinct_parsed=len({float(v) for v in arrays.generated[np.isfinite(arrays.generated)]}),
+                   parse_failures=int((~np.isfinite(generated)).sum()),
+                   n_distinct_parsed=len({float(v) for v in generated[np.isfinite(generated)]}),
                    # The fewest distinct parsed scores on any fold's test side: 1 there leaves
                    # that fold's correlation (and so the mean over folds) undefined.
                    n_distinct_parsed_test=min(
-                       len({float(v) for v in arrays.generated[t & np.isfinite(arrays.generated)]}) for t in test))
+                       len({float(v) for v in generated[t & np.isfinite(generated)]}) for t in test))
         rows.append(row)
         counts = np.bincount(
-            np.clip(np.rint((arrays.generated[np.isfinite(arrays.generated)] - scale.lo) / scale.step), 0, k - 1).astype(int),
+            np.clip(np.rint((generated[np.isfinite(generated)] - scale.lo) / scale.step), 0, k - 1).astype(int),
             minlength=k,
         )
-        aux["distributions"]["generate"] = {"argmax_fraction": (counts / n).tolist(), "mean_probs": None}
+        aux["distributions"][gname] = {"argmax_fraction": (counts / n).tolist(), "mean_probs": None}
     if "contextual" in methods:
         if arrays.content_free is None:
             raise ValueError(f"method 'contextual' needs content-free arrays (role 'content_free') for {labels}")

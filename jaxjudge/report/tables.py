@@ -34,6 +34,7 @@ __all__ = [
 LABELS = ("experiment", "judge", "task", "aspect", "scale", "method", "score")
 _COUNTS = ("n", "n_folds", "n_test", "parse_failures", "n_distinct_parsed", "n_distinct_parsed_test")
 _JSON_FIELDS = ("hparams", "dev_metric", "test_metric")
+_GENERATED = ("generate", "contrastive_generate")  # parsed replies: one row per cell, shown with each reading
 
 
 def _metric_names(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[str]]:
@@ -154,19 +155,20 @@ def headline_table(results: Results, metric: str = "spearman", *, score: str | N
     Each entry is the metric with its 95% interval. Args: ``metric`` (``"spearman"``,
     ``"spearman_doc"``, ...); ``score``: restrict to one reading (``"expected@0.2"``).
     """
-    rows = [r for r in results.rows if score is None or r["score"] == score or r["method"] == "generate"]
+    rows = [r for r in results.rows if score is None or r["score"] == score or r["method"] in _GENERATED]
     methods = _methods_in_order(rows)
-    keys = list(dict.fromkeys((r["judge"], r["task"], r["aspect"], r["scale"], r["score"]) for r in rows if r["method"] != "generate"))
-    gen = {(r["judge"], r["task"], r["aspect"], r["scale"]): r for r in rows if r["method"] == "generate"}
+    keys = list(dict.fromkeys((r["judge"], r["task"], r["aspect"], r["scale"], r["score"]) for r in rows
+                              if r["method"] not in _GENERATED))
+    gen = {(r["method"], r["judge"], r["task"], r["aspect"], r["scale"]): r for r in rows if r["method"] in _GENERATED}
     index = {(r["judge"], r["task"], r["aspect"], r["scale"], r["score"], r["method"]): r for r in rows}
     head = ["judge", "task", "aspect", "scale", "score", *methods]
     lines = [f"| {' | '.join(head)} |", "|" + "---|" * len(head)]
     for key in keys:
         cells = list(key)
         for m in methods:
-            r = gen.get(key[:4]) if m == "generate" else index.get((*key, m))
+            r = gen.get((m, *key[:4])) if m in _GENERATED else index.get((*key, m))
             cell = format_interval((r or {}).get("metrics", {}).get(metric)) if r else ""
-            if r and m == "generate":
+            if r and m in _GENERATED:
                 cell += _parse_note(r)
             cells.append(cell)
         lines.append(f"| {' | '.join(cells)} |")
