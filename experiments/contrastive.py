@@ -10,7 +10,11 @@ development documents of SummEval (``dev_doc_ids.txt``) and reported on the othe
 range 0-4, 1-5, 2-6, 3-7 and aspect. Reported: Spearman (pooled and per document), Pearson,
 Kendall with grouped bootstrap 95% intervals; the difference from the main model alone (Δ,
 paired interval); the greedy generation of the main model (parsed, its validity rate is the
-parse rate) for the relative improvement over greedy decoding.
+parse rate) for the relative improvement over greedy decoding, and beside it the contrastive
+greedy generation (``contrastive_generate``: each token decoded from main minus lambda x
+assistant over the full vocabulary among the tokens the main model finds plausible, lambda
+0.5, t 1, alpha 0.1, fixed; parsed the same way), whose parse rate shows what contrastive
+decoding does to the validity of generated answers.
 
 Run:
 
@@ -24,9 +28,9 @@ Run:
 Arguments of ``get_config``: None, ``"fine"``, ``"quick"`` (the same pair on the embedded
 4-document SummEval subset, coherence only, dev = one document: a smoke test, not a result),
 ``"cpu"`` (coherence on ``CPU_SUMMEVAL_SUBSET``: selection on its 3 dev documents, report on
-its 3 test documents; without the 1.5B greedy generation, whose cost equals a second scoring
-pass: the greedy score there is the main judge's greedy candidate. The committed
-``results/contrastive/cpu`` run).
+its 3 test documents; without the 1.5B greedy generations, plain and contrastive, each of
+whose cost exceeds a second scoring pass: the greedy score there is the main judge's greedy
+candidate. The committed ``results/contrastive/cpu`` run).
 """
 
 from jaxjudge.data import SUMMEVAL_SUBSET_DOC_IDS
@@ -37,6 +41,19 @@ from jaxjudge.report.config import (
     QWEN_15B,
     ExperimentConfig,
     TaskSpec,
+)
+
+# What changed in the committed CPU runs since their previous version (printed in their notes).
+CPU_RUN_CHANGES = (
+    "the temperature convention (every distribution tempered before the adjustment) leaves "
+    "contrastive decoding's numbers as they were: the per-row normalisers cancel",
+    "intervals resample the reported (test) groups only, with the expanded percentile bootstrap "
+    "(before: every group, dev included, plain percentile); with fewer than 10 reported groups (the "
+    "3 SummEval test documents) no interval is given",
+    "undefined bootstrap resamples are counted and shown, and above 5% of them no interval is given "
+    "(before: dropped silently); per-document means say how many documents were defined",
+    "SDD is computed from log-probabilities with no 1e-6 floor (before: capped near 13.8 nats per example)",
+    "stores re-extracted (the earlier ones were not committed) and committed under results/stores/cpu_qwen",
 )
 
 
@@ -59,11 +76,13 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         pairs=((QWEN_15B.name, QWEN_05B.name),),
         tasks=tasks,
         scales=("0-4", "1-5", "2-6", "3-7"),
-        methods=("vanilla", "contrastive") if arg == "cpu" else ("vanilla", "generate", "contrastive"),
+        methods=("vanilla", "contrastive") if arg == "cpu" else ("vanilla", "generate", "contrastive",
+                                                                 "contrastive_generate"),
         temperatures=(1.0,),
         greedy=True,
         contrastive_fine=arg == "fine",
         select_metric="spearman",
         run="cpu" if arg == "cpu" else None,
+        changes=CPU_RUN_CHANGES if arg == "cpu" else (),
         store_root="results/stores/cpu_qwen" if arg == "cpu" else "stores",
     )

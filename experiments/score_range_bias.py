@@ -48,6 +48,17 @@ from jaxjudge.report.config import (
     TaskSpec,
 )
 
+# What changed in the committed CPU runs since their previous version (printed in their notes).
+CPU_RUN_CHANGES = (
+    "intervals resample the reported (test) groups only, with the expanded percentile bootstrap "
+    "(before: every group, dev included, plain percentile); with fewer than 10 reported groups (the "
+    "3 SummEval test documents) no interval is given",
+    "undefined bootstrap resamples are counted and shown, and above 5% of them no interval is given "
+    "(before: dropped silently); per-document means say how many documents were defined",
+    "SDD is computed from log-probabilities with no 1e-6 floor (before: capped near 13.8 nats per example)",
+    "stores re-extracted (the earlier ones were not committed) and committed under results/stores/cpu_qwen",
+)
+
 
 def get_config(arg: str | None = None) -> ExperimentConfig:
     models = {None: (QWEN_05B,), "qwen15": (QWEN_05B, QWEN_15B), "smollm2": (SMOLLM2,), "quick": (SMOLLM2,),
@@ -81,6 +92,7 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         # Kendall's tau costs O(N^2) per resample: on 1,379 STS-B pairs its point estimate only.
         ci_metrics=("pearson", "spearman", "mse", "sdd", "validity") if arg == "stsb" else None,
         run=arg if arg in ("cpu", "cpu_stsb", "stsb") else None,
+        changes=CPU_RUN_CHANGES if arg in ("cpu", "cpu_stsb") else (),
         store_root={"stsb": "results/stores/stsb_qwen05", "cpu": "results/stores/cpu_qwen",
                     "cpu_stsb": "results/stores/cpu_qwen"}.get(arg, "stores"),
     )
