@@ -230,3 +230,26 @@ def test_vanilla_and_contrastive_generation_validity_side_by_side():
     table = headline_table(Results(experiment="t", rows=rep.rows), "spearman")
     assert f"{int(np.isfinite(gen).sum())}/{gen.size} parsed" in table
     assert f"{int(np.isfinite(cgen).sum())}/{cgen.size} parsed" in table
+
+
+# -- 8. labels -------------------------------------------------------------------------------------
+
+
+def test_markdown_does_not_claim_tuning_or_print_empty_per_document_tables():
+    """An untuned run (vanilla only) on a task without documents: no 'chosen on dev' sentence
+    and no per-document headline full of dashes."""
+    rng = np.random.default_rng(9)
+    n = 60
+    human = rng.uniform(0, 5, n)
+    logits = (np.log(_softmax(rng.normal(0, 1, (n, 5)))) - 0.3).astype(np.float32)
+    ids = np.asarray([f"pair{i}" for i in range(n)])
+    arrays = CellArrays(scale=ScoreScale(0, 4), logprobs=logits, human=human, human_range=(0.0, 5.0), groups=ids)
+    splits = make_splits("original", ids, split_labels=np.asarray(["dev"] * 20 + ["test"] * 40), original=("dev", "test"))
+    opts = MethodOptions(methods=("vanilla",), temperatures=(1.0,), greedy=False, per_group=True,
+                         metrics=("spearman",), n_boot=50)
+    rep = evaluate_cell(arrays, splits, opts, {"judge": "sim", "task": "stsb", "aspect": "similarity"})
+    assert rep.rows[0]["metrics"]["spearman_doc"]["estimate"] is None  # one pair per group
+    md = markdown_report(Results(experiment="t", rows=rep.rows))
+    assert "Nothing is tuned." in md
+    assert "chosen on each fold's dev side" not in md
+    assert "## spearman_doc" not in md and "## spearman (headline)" in md
