@@ -5,6 +5,12 @@
     jaxjudge sweep   experiments/score_range_bias.py:quick  # both
     jaxjudge demo                                           # the main job on the embedded default
     jaxjudge demo --ci                                      # its reduced form (CI)
+    jaxjudge store seal results/stores                      # seal stores written before seals
+
+``store seal DIR`` seals every store under DIR (a store folder or a folder of them) whose
+chunks were written before chunks recorded their store key and content hash: each such chunk
+is checked (readable, example ids unique and complete) and then sealed as it is, so run it
+only on stores whose current content you trust. Sealed chunks are verified, never re-sealed.
 
 A config is ``path.py`` or ``path.py:arg`` (``arg`` goes to ``get_config``); ``--set
 field=value`` overrides config fields (an unknown field is refused, naming it). Every problem
@@ -81,6 +87,24 @@ def _report(cfg, args, spec: str) -> Path:
     return out
 
 
+def _seal(folder: str) -> int:
+    from jaxjudge.store import seal_store  # noqa: PLC0415
+
+    root = Path(folder)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: no such folder")
+    stores = sorted(p.parent for p in root.rglob("manifest.json"))
+    if not stores:
+        raise FileNotFoundError(f"{root}: no store under it (no manifest.json)")
+    total = 0
+    for st in stores:
+        counts = seal_store(st)
+        total += counts["sealed"]
+        print(f"{st}: {counts['sealed']} chunks sealed, {counts['already']} already sealed (verified)")
+    print(f"store seal: {len(stores)} stores, {total} chunks sealed")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="jaxjudge", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -102,9 +126,21 @@ def main(argv: list[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="the main job: SmolLM2 on the bundled SummEval subset")
     common(demo, config=False)
     demo.add_argument("--ci", action="store_true", help="reduced demo (one aspect, two ranges)")
+    store = sub.add_parser("store", help="store maintenance")
+    store_sub = store.add_subparsers(dest="store_command", required=True)
+    seal = store_sub.add_parser("seal", help="seal stores written before chunks were sealed (trusts their content)")
+    seal.add_argument("folder", help="a store folder, or a folder of stores (e.g. results/stores)")
     args = parser.parse_args(argv)
 
     from jaxjudge.report import ConfigError  # noqa: PLC0415
+    from jaxjudge.store import StoreError  # noqa: PLC0415
+
+    if args.command == "store":
+        try:
+            return _seal(args.folder)
+        except (StoreError, FileNotFoundError) as e:
+            print(f"jaxjudge store seal: {e}", file=sys.stderr)
+            return 2
 
     if args.command == "demo":
         spec = f"{_demo_config_path()}" + (":ci" if args.ci else "")

@@ -18,11 +18,21 @@ complete or not at all; a process killed at any point leaves at worst a stray ``
 which readers ignore. A chunk's existence is its completion record: there is no shared index
 to update, so several processes (hosts of a multi-host run) can write distinct chunks into the
 same folder at once, or into separate folders merged afterwards with `merge_stores`.
+
+Integrity. Every chunk carries a seal (an extra entry ``@seal`` in its ``.npz``, a JSON
+string): the sha256 of the store key it was written for, its chunk index, and a sha256 of its
+arrays (names, dtypes, shapes and bytes). `Store.read_chunk` checks all three, so a chunk that
+was rewritten (even as a valid ``.npz``), copied from another store or moved to another index
+is refused with an error naming the chunk; the zip CRC already catches flipped bytes. A chunk
+without a seal (written before seals existed) is refused too, never trusted silently:
+`seal_store` (``jaxjudge store seal DIR``) seals such chunks once, after checking their example
+ids, and thereby trusts their current content.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import math
 import os
@@ -44,7 +54,9 @@ __all__ = [
     "canonical_key",
     "chunk_bounds",
     "hash_key",
+    "content_sha256",
     "merge_stores",
+    "seal_store",
     "store_path",
 ]
 
@@ -53,6 +65,12 @@ _MANIFEST = "manifest.json"
 _CHUNKS = "chunks"
 _CHUNK_RE = re.compile(r"^(\d{6,})\.npz$")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_SEAL = "@seal"  # not a valid array name (see _NAME_RE), so it cannot clash with one
+_SEAL_FORMAT = 1
+
+
+def _recompute_hint(root: Path) -> str:
+    return f"delete it and rerun `jaxjudge extract` (or the code that wrote {root}) to recompute it"
 
 
 class StoreError(RuntimeError):
@@ -108,8 +126,6 @@ def _key_json(key: Mapping[str, Any]) -> str:
 
 def hash_key(key: Mapping[str, Any]) -> str:
     """sha256 (hex) of the key's canonical JSON (sorted keys, no whitespace)."""
-    import hashlib  # noqa: PLC0415
-
     return hashlib.sha256(_key_json(key).encode("utf-8")).hexdigest()
 
 
@@ -156,6 +172,16 @@ def assign_chunks(chunk_ids: Iterable[int], process_index: int, process_count: i
     if not 0 <= process_index < process_count:
         raise ValueError(f"process_index must be in [0, {process_count}), got {process_index}")
     return [c for j, c in enumerate(sorted(chunk_ids)) if j % process_count == process_index]
+
+
+def content_sha256(arrays: Mapping[str, np.ndarray]) -> str:
+    """sha256 (hex) of a chunk's arrays: each name, dtype, shape and bytes, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(json.dumps([name, a.dtype.str, list(a.shape)]).encode("utf-8") + b"\0")
+        h.update(a.tobytes())
+    return h.hexdigest()
 
 
 # -- atomic file writes -------------------------------------------------------------------------
@@ -380,21 +406,105 @@ class Store:
             elif a.shape[0] != lead:
                 raise ValueError(f"chunk {i}: array {name!r} has {a.shape[0]} rows, others have {lead}")
             clean[name] = a
-        target = self.chunk_path(int(i))
+        return self._write_sealed(int(i), clean, origin="write")
+
+    def _write_sealed(self, i: int, arrays: dict[str, np.ndarray], *, origin: str) -> Path:
+        seal = {"format": _SEAL_FORMAT, "key_hash": self.key_hash, "chunk": i,
+                "content_sha256": content_sha256(arrays), "origin": origin}
+        entries = {**arrays, _SEAL: np.asarray(json.dumps(seal, sort_keys=True))}
+        target = self.chunk_path(i)
         target.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(target, lambda f: np.savez(f, **clean))
+        _write_atomic(target, lambda f: np.savez(f, **entries))
         return target
 
-    def read_chunk(self, i: int) -> dict[str, np.ndarray]:
-        """Arrays of one chunk."""
+    def _read_raw(self, i: int) -> tuple[dict[str, np.ndarray], dict[str, Any] | None]:
+        """A chunk's arrays and its seal (None when it has none), unchecked."""
         path = self.chunk_path(i)
         if not path.is_file():
             raise StoreError(f"store at {self.root}: chunk {i} is missing")
         try:
-            with np.load(path, allow_pickle=False) as z:
-                return {name: z[name] for name in z.files}
-        except (OSError, ValueError, zipfile.BadZipFile) as e:
-            raise StoreError(f"{path}: unreadable chunk ({e}); delete it to recompute") from None
+            z = np.load(path, allow_pickle=False)
+            if not isinstance(z, np.lib.npyio.NpzFile):
+                raise ValueError("not an .npz archive")
+            with z:
+                arrays = {name: z[name] for name in z.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+            what = "empty file" if path.stat().st_size == 0 else str(e) or type(e).__name__
+            raise StoreError(f"{path}: unreadable chunk {i} ({what}); {_recompute_hint(self.root)}") from None
+        seal = arrays.pop(_SEAL, None)
+        if seal is None:
+            return arrays, None
+        try:
+            seal = json.loads(str(seal[()]))
+            if not isinstance(seal, dict):
+                raise ValueError("not a JSON object")
+        except (ValueError, TypeError, IndexError) as e:
+            raise StoreError(f"{path}: chunk {i} has an unreadable seal ({e}); {_recompute_hint(self.root)}") from None
+        return arrays, seal
+
+    def _check_seal(self, i: int, arrays: dict[str, np.ndarray], seal: dict[str, Any] | None) -> None:
+        path = self.chunk_path(i)
+        if seal is None:
+            raise StoreError(
+                f"{path}: chunk {i} has no seal (written before chunks recorded their key and content hash), so "
+                f"its content cannot be verified; if you trust the store's current content, run "
+                f"`jaxjudge store seal {self.root}` once, or {_recompute_hint(self.root)}")
+        if seal.get("key_hash") != self.key_hash:
+            raise StoreError(
+                f"{path}: chunk {i} was written for another store key (sealed for {str(seal.get('key_hash'))[:12]}, "
+                f"this store is {self.key_hash[:12]}; copied from another store?); {_recompute_hint(self.root)}")
+        if seal.get("chunk") != i:
+            raise StoreError(f"{path}: chunk {i} was written as chunk {seal.get('chunk')!r} (moved or copied?); "
+                             f"{_recompute_hint(self.root)}")
+        if seal.get("content_sha256") != content_sha256(arrays):
+            raise StoreError(f"{path}: chunk {i} content does not match its recorded hash (altered after it was "
+                             f"written); {_recompute_hint(self.root)}")
+
+    def read_chunk(self, i: int) -> dict[str, np.ndarray]:
+        """Arrays of one chunk, after checking its seal (key, index and content hash).
+
+        Raises:
+          StoreError: the chunk is missing, unreadable, unsealed, sealed for another key or
+            index, or its arrays differ from the ones sealed (the message names the file).
+        """
+        arrays, seal = self._read_raw(i)
+        self._check_seal(i, arrays, seal)
+        return arrays
+
+    def seal(self) -> dict[str, int]:
+        """Seal this store's unsealed chunks (see `seal_store`). Returns counts per outcome."""
+        done = self.completed_chunks()
+        unsealed: list[int] = []
+        seen: dict[str, int] = {}
+        for i in done:
+            arrays, seal = self._read_raw(i)
+            if seal is not None:
+                self._check_seal(i, arrays, seal)  # a sealed chunk is verified, never re-sealed
+            path = self.chunk_path(i)
+            lead = {len(a) for a in arrays.values()}
+            if len(lead) > 1:
+                raise StoreError(f"{path}: chunk {i} has arrays of different lengths {sorted(lead)}; "
+                                 f"{_recompute_hint(self.root)}")
+            if "example_ids" in arrays or "n_examples" in self.key:
+                if "example_ids" not in arrays:
+                    raise StoreError(f"{path}: chunk {i} has no 'example_ids' array; {_recompute_hint(self.root)}")
+                for e in (str(x) for x in arrays["example_ids"]):
+                    if e in seen:
+                        raise StoreError(f"{path}: chunk {i} repeats example id {e!r} (also in chunk {seen[e]}); "
+                                         f"{_recompute_hint(self.root)}")
+                    seen[e] = i
+            if seal is None:
+                unsealed.append(i)
+        n_total = self.key.get("n_examples")
+        if isinstance(n_total, int) and self.n_chunks is not None and len(done) == self.n_chunks and seen:
+            if len(seen) != n_total:
+                raise StoreError(f"store at {self.root}: its chunks hold {len(seen)} example ids, its key says "
+                                 f"{n_total}")
+        # Every chunk checked first: a store that fails a check is left exactly as it was.
+        for i in unsealed:
+            arrays, _ = self._read_raw(i)
+            self._write_sealed(i, arrays, origin="seal")
+        return {"sealed": len(unsealed), "already": len(done) - len(unsealed)}
 
     def load(self, n_chunks: int | None = None) -> dict[str, np.ndarray]:
         """All chunks concatenated in chunk order along the leading axis.
@@ -460,6 +570,25 @@ class Store:
             _write_atomic(target, lambda f, s=src.chunk_path(i): f.write(Path(s).read_bytes()))
             copied.append(i)
         return copied
+
+
+def seal_store(root: str | os.PathLike) -> dict[str, int]:
+    """Seal the chunks of a store written before chunks carried seals, trusting their content.
+
+    Each unsealed chunk is read (the zip CRC is checked), its example ids are checked (present
+    where the key counts examples, unique across chunks, as many as the key says when the store
+    is complete, every array as long as the ids), and it is rewritten atomically with the
+    store's key hash and the hash of its current arrays. The arrays themselves are unchanged.
+    Sealed chunks are verified and left alone. Run it once, on a store whose content you trust:
+    sealing is a statement that the current content is what the key describes.
+
+    Returns:
+      ``{"sealed": n, "already": m}``.
+
+    Raises:
+      StoreError: a chunk unreadable, with bad example ids, or sealed but not matching its seal.
+    """
+    return Store.open(root).seal()
 
 
 def merge_stores(dest: str | os.PathLike, sources: Sequence[str | os.PathLike | Store]) -> Store:
