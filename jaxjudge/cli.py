@@ -105,6 +105,38 @@ def _seal(folder: str) -> int:
     return 0
 
 
+def _anticipated(e: BaseException) -> bool:
+    """An error the library raises on purpose, with a message naming the file, row, field or
+    chunk: the CLI prints it as one line (exit code 2) instead of a traceback."""
+    from jaxjudge.data import DataError  # noqa: PLC0415
+    from jaxjudge.prompts.candidates import CandidateTokenizationError  # noqa: PLC0415
+    from jaxjudge.prompts.render import ContextOverflowError  # noqa: PLC0415
+    from jaxjudge.prompts.template import TemplateError  # noqa: PLC0415
+    from jaxjudge.report import ConfigError  # noqa: PLC0415
+    from jaxjudge.store import StoreError  # noqa: PLC0415
+
+    kinds: tuple[type[BaseException], ...] = (ConfigError, FileNotFoundError, StoreError, DataError,
+                                              ContextOverflowError, CandidateTokenizationError, TemplateError)
+    if "jaxjudge.models" in sys.modules:  # only loaded (with jax) once a model was
+        from jaxjudge.models.config import UnsupportedConfigError  # noqa: PLC0415
+        from jaxjudge.models.convert import ConversionError  # noqa: PLC0415
+        from jaxjudge.models.gguf import GGUFFormatError, UnsupportedGGUFError  # noqa: PLC0415
+        from jaxjudge.models.tokenizer import UnsupportedTokenizerError  # noqa: PLC0415
+
+        kinds += (UnsupportedConfigError, ConversionError, GGUFFormatError, UnsupportedGGUFError,
+                  UnsupportedTokenizerError)
+    if "jaxjudge.report.pipeline" in sys.modules:
+        from jaxjudge.report.pipeline import StoreLookupError  # noqa: PLC0415
+
+        kinds += (StoreLookupError,)
+    return isinstance(e, kinds)
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e) if not isinstance(e, KeyError) else str(e.args[0] if e.args else e)
+    return text.strip() or type(e).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="jaxjudge", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -132,7 +164,6 @@ def main(argv: list[str] | None = None) -> int:
     seal.add_argument("folder", help="a store folder, or a folder of stores (e.g. results/stores)")
     args = parser.parse_args(argv)
 
-    from jaxjudge.report import ConfigError  # noqa: PLC0415
     from jaxjudge.store import StoreError  # noqa: PLC0415
 
     if args.command == "store":
@@ -149,12 +180,18 @@ def main(argv: list[str] | None = None) -> int:
     _enable_compile_cache()
     try:
         cfg = _load(spec, args.overrides)
+        if args.run is not None:  # checked before any work: a run is one folder under the results root
+            from jaxjudge.report.config import check_run_name  # noqa: PLC0415
+
+            check_run_name("--run", args.run)
         if args.command in ("extract", "sweep", "demo"):
             _extract(cfg, args)
         if args.command in ("report", "sweep", "demo"):
             _report(cfg, args, spec)
-    except (ConfigError, FileNotFoundError) as e:
-        print(f"jaxjudge {args.command}: {e}", file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 - anticipated errors become one line, the rest a traceback
+        if not _anticipated(e):
+            raise
+        print(f"jaxjudge {args.command}: {_one_line(e)}", file=sys.stderr)
         return 2
     return 0
 
