@@ -63,7 +63,8 @@ def _extract(cfg, args) -> None:
     from jaxjudge.report.jobs import run_extractions  # noqa: PLC0415
 
     t0 = time.perf_counter()
-    jobs = run_extractions(cfg, store_root=args.stores, models=args.models, progress=not args.quiet)
+    jobs = run_extractions(cfg, store_root=args.stores, models=args.models, progress=not args.quiet,
+                           verify=args.verify)
     done = sum(j.computed for j in jobs)
     print(f"extract: {len(jobs)} jobs ({done} computed, {len(jobs) - done} from the store) "
           f"in {time.perf_counter() - t0:.1f} s")
@@ -151,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--run", default=None, help="run name (default: UTC date and time)")
         p.add_argument("--models", nargs="*", default=None, help="extract only these models")
         p.add_argument("--quiet", action="store_true", help="no progress bars")
+        p.add_argument("--verify", action="store_true",
+                       help="hash every model file now instead of reusing a memoised digest (the sha256 is "
+                            "compared with the config's before any forward pass either way)")
 
     common(sub.add_parser("extract", help="run the forward passes of a config into stores"))
     common(sub.add_parser("report", help="tables and figures from existing stores (no forward pass)"))

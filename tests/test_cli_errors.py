@@ -134,3 +134,29 @@ def test_cli_store_and_data_errors_are_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(jobs, "run_extractions", lambda *a, **k: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         main(["extract", str(spec), "--quiet"])
+
+
+def _flipped_copy_of_the_embedded_model(tmp_path) -> Path:
+    from jaxjudge.models.gguf import default_model_path
+
+    src = default_model_path()
+    dst = tmp_path / "flipped.gguf"
+    data = bytearray(src.read_bytes())
+    data[-1000] ^= 0x01  # a byte inside the last tensor
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+def test_flipped_byte_model_is_refused_before_any_weights_load(tmp_path, monkeypatch):
+    import jaxjudge.models as M
+    from jaxjudge.report.config import SMOLLM2
+    from jaxjudge.report.jobs import run_extractions
+
+    model = _flipped_copy_of_the_embedded_model(tmp_path)
+    cfg = _cfg(tmp_path, models=(ModelSpec("smollm2-135m", str(model), SMOLLM2.sha256),), prompt_style="raw")
+    monkeypatch.setattr(M, "load", lambda *a, **k: (_ for _ in ()).throw(AssertionError("model loaded")))
+    monkeypatch.setenv("JAXJUDGE_CACHE", str(tmp_path / "cache"))
+    for verify in (False, True):
+        with pytest.raises(ConfigError, match=r"model 'smollm2-135m': .*flipped\.gguf has sha256 [0-9a-f]{64}, "
+                                              rf"the config expects {SMOLLM2.sha256}"):
+            run_extractions(cfg, progress=False, verify=verify)
