@@ -19,6 +19,14 @@ which readers ignore. A chunk's existence is its completion record: there is no 
 to update, so several processes (hosts of a multi-host run) can write distinct chunks into the
 same folder at once, or into separate folders merged afterwards with `merge_stores`.
 
+Sharing work. A process about to compute chunk i claims it first (`Store.claim_chunk`): an
+exclusive create of ``chunks/.NNNNNN.claim`` holding its host and pid, kept fresh by a
+heartbeat while the chunk is computed and removed once it is written. Other processes skip a
+claimed chunk, so N workers started on one store split its chunks between them. A claim whose
+holder is gone (a dead pid on this host, or no heartbeat for `CLAIM_STALE_S` seconds) is taken
+over, so a worker killed mid-chunk only delays that chunk. Claims are an optimisation: at worst
+two processes compute one chunk, and its atomic write keeps the file whole either way.
+
 Integrity. Every chunk carries a seal (an extra entry ``@seal`` in its ``.npz``, a JSON
 string): the sha256 of the store key it was written for, its chunk index, and a sha256 of its
 arrays (names, dtypes, shapes and bytes). `Store.read_chunk` checks all three, so a chunk that
@@ -37,6 +45,9 @@ import json
 import math
 import os
 import re
+import socket
+import threading
+import time
 import uuid
 import zipfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -46,6 +57,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "CLAIM_STALE_S",
     "FORMAT",
     "Store",
     "StoreError",
@@ -71,6 +83,9 @@ _SEAL_FORMAT = 1
 
 def _recompute_hint(root: Path) -> str:
     return f"delete it and rerun `jaxjudge extract` (or the code that wrote {root}) to recompute it"
+
+
+CLAIM_STALE_S = 120.0  # a claim without a heartbeat for this long is abandoned
 
 
 class StoreError(RuntimeError):
@@ -222,6 +237,38 @@ def _write_atomic(target: Path, write) -> None:
 # -- the store ----------------------------------------------------------------------------------
 
 
+class ChunkClaim:
+    """A held claim on one chunk: a heartbeat thread touches the claim file until `release`."""
+
+    def __init__(self, path: Path, token: str, *, interval: float):
+        self.path, self.token = path, token
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, args=(interval,), daemon=True)
+        self._thread.start()
+
+    def _beat(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                os.utime(self.path)
+            except OSError:
+                return
+
+    def release(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        try:
+            if json.loads(self.path.read_text(encoding="utf-8")).get("token") == self.token:
+                self.path.unlink(missing_ok=True)
+        except (OSError, ValueError):
+            pass
+
+    def __enter__(self) -> ChunkClaim:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
 class Store:
     """A folder of chunked arrays for one key. Use `Store.open`.
 
@@ -356,6 +403,88 @@ class Store:
 
     def has_chunk(self, i: int) -> bool:
         return self.chunk_path(i).is_file()
+
+    # -- claims (see the module docstring) -----------------------------------------------------
+
+    def claim_path(self, i: int) -> Path:
+        return self.root / _CHUNKS / f".{i:06d}.claim"
+
+    def claim_chunk(self, i: int, *, stale_after: float = CLAIM_STALE_S) -> ChunkClaim | None:
+        """Claim chunk ``i`` for this process, or None when it is written or claimed by a live one.
+
+        Use the claim as a context manager around computing and writing the chunk: it keeps
+        the claim fresh meanwhile and removes it at the end (also on an error).
+        """
+        if self.has_chunk(i):
+            return None
+        path = self.claim_path(i)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        token = uuid.uuid4().hex
+        record = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": token})
+        for _ in range(2):
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                if not self._take_over_stale(path, stale_after):
+                    return None
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(record)
+            claim = ChunkClaim(path, token, interval=max(stale_after / 6, 0.05))
+            if self.has_chunk(i):  # written between the first look and the claim
+                claim.release()
+                return None
+            return claim
+        return None
+
+    @staticmethod
+    def _claim_is_stale(path: Path, text: str, stale_after: float) -> bool:
+        try:
+            age = time.time() - path.stat().st_mtime
+        except FileNotFoundError:
+            return False
+        if age > stale_after:
+            return True
+        try:
+            holder = json.loads(text)
+            host, pid = holder["host"], int(holder["pid"])
+        except (ValueError, KeyError, TypeError):
+            return False  # half-written by its creator just now: let the age decide
+        if host != socket.gethostname():
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    def _take_over_stale(self, path: Path, stale_after: float) -> bool:
+        """Remove a stale claim; True if it was stale (and is now gone)."""
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        if not self._claim_is_stale(path, text, stale_after):
+            return False
+        aside = path.with_name(f"{path.name}.{uuid.uuid4().hex[:8]}.stale")
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            return True  # another process removed it first
+        try:
+            if aside.read_text(encoding="utf-8") != text:  # a fresh claim replaced it meanwhile: put it back
+                try:
+                    os.link(aside, path)
+                except FileExistsError:
+                    pass
+                return False
+            return True
+        finally:
+            aside.unlink(missing_ok=True)
 
     def _total(self, n_chunks: int | None) -> int:
         n = n_chunks if n_chunks is not None else self.n_chunks
