@@ -5,6 +5,12 @@
     jaxjudge sweep   experiments/score_range_bias.py:quick  # both
     jaxjudge demo                                           # the main job on the embedded default
     jaxjudge demo --ci                                      # its reduced form (CI)
+    jaxjudge store seal results/stores                      # seal stores written before seals
+
+``store seal DIR`` seals every store under DIR (a store folder or a folder of them) whose
+chunks were written before chunks recorded their store key and content hash: each such chunk
+is checked (readable, example ids unique and complete) and then sealed as it is, so run it
+only on stores whose current content you trust. Sealed chunks are verified, never re-sealed.
 
 A config is ``path.py`` or ``path.py:arg`` (``arg`` goes to ``get_config``); ``--set
 field=value`` overrides config fields (an unknown field is refused, naming it). Every problem
@@ -57,7 +63,8 @@ def _extract(cfg, args) -> None:
     from jaxjudge.report.jobs import run_extractions  # noqa: PLC0415
 
     t0 = time.perf_counter()
-    jobs = run_extractions(cfg, store_root=args.stores, models=args.models, progress=not args.quiet)
+    jobs = run_extractions(cfg, store_root=args.stores, models=args.models, progress=not args.quiet,
+                           verify=args.verify)
     done = sum(j.computed for j in jobs)
     print(f"extract: {len(jobs)} jobs ({done} computed, {len(jobs) - done} from the store) "
           f"in {time.perf_counter() - t0:.1f} s")
@@ -81,6 +88,56 @@ def _report(cfg, args, spec: str) -> Path:
     return out
 
 
+def _seal(folder: str) -> int:
+    from jaxjudge.store import seal_store  # noqa: PLC0415
+
+    root = Path(folder)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: no such folder")
+    stores = sorted(p.parent for p in root.rglob("manifest.json"))
+    if not stores:
+        raise FileNotFoundError(f"{root}: no store under it (no manifest.json)")
+    total = 0
+    for st in stores:
+        counts = seal_store(st)
+        total += counts["sealed"]
+        print(f"{st}: {counts['sealed']} chunks sealed, {counts['already']} already sealed (verified)")
+    print(f"store seal: {len(stores)} stores, {total} chunks sealed")
+    return 0
+
+
+def _anticipated(e: BaseException) -> bool:
+    """An error the library raises on purpose, with a message naming the file, row, field or
+    chunk: the CLI prints it as one line (exit code 2) instead of a traceback."""
+    from jaxjudge.data import DataError  # noqa: PLC0415
+    from jaxjudge.prompts.candidates import CandidateTokenizationError  # noqa: PLC0415
+    from jaxjudge.prompts.render import ContextOverflowError  # noqa: PLC0415
+    from jaxjudge.prompts.template import TemplateError  # noqa: PLC0415
+    from jaxjudge.report import ConfigError  # noqa: PLC0415
+    from jaxjudge.store import StoreError  # noqa: PLC0415
+
+    kinds: tuple[type[BaseException], ...] = (ConfigError, FileNotFoundError, StoreError, DataError,
+                                              ContextOverflowError, CandidateTokenizationError, TemplateError)
+    if "jaxjudge.models" in sys.modules:  # only loaded (with jax) once a model was
+        from jaxjudge.models.config import UnsupportedConfigError  # noqa: PLC0415
+        from jaxjudge.models.convert import ConversionError  # noqa: PLC0415
+        from jaxjudge.models.gguf import GGUFFormatError, UnsupportedGGUFError  # noqa: PLC0415
+        from jaxjudge.models.tokenizer import UnsupportedTokenizerError  # noqa: PLC0415
+
+        kinds += (UnsupportedConfigError, ConversionError, GGUFFormatError, UnsupportedGGUFError,
+                  UnsupportedTokenizerError)
+    if "jaxjudge.report.pipeline" in sys.modules:
+        from jaxjudge.report.pipeline import StoreLookupError  # noqa: PLC0415
+
+        kinds += (StoreLookupError,)
+    return isinstance(e, kinds)
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e) if not isinstance(e, KeyError) else str(e.args[0] if e.args else e)
+    return text.strip() or type(e).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="jaxjudge", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -95,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--run", default=None, help="run name (default: UTC date and time)")
         p.add_argument("--models", nargs="*", default=None, help="extract only these models")
         p.add_argument("--quiet", action="store_true", help="no progress bars")
+        p.add_argument("--verify", action="store_true",
+                       help="hash every model file now instead of reusing a memoised digest (the sha256 is "
+                            "compared with the config's before any forward pass either way)")
 
     common(sub.add_parser("extract", help="run the forward passes of a config into stores"))
     common(sub.add_parser("report", help="tables and figures from existing stores (no forward pass)"))
@@ -102,9 +162,20 @@ def main(argv: list[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="the main job: SmolLM2 on the bundled SummEval subset")
     common(demo, config=False)
     demo.add_argument("--ci", action="store_true", help="reduced demo (one aspect, two ranges)")
+    store = sub.add_parser("store", help="store maintenance")
+    store_sub = store.add_subparsers(dest="store_command", required=True)
+    seal = store_sub.add_parser("seal", help="seal stores written before chunks were sealed (trusts their content)")
+    seal.add_argument("folder", help="a store folder, or a folder of stores (e.g. results/stores)")
     args = parser.parse_args(argv)
 
-    from jaxjudge.report import ConfigError  # noqa: PLC0415
+    from jaxjudge.store import StoreError  # noqa: PLC0415
+
+    if args.command == "store":
+        try:
+            return _seal(args.folder)
+        except (StoreError, FileNotFoundError) as e:
+            print(f"jaxjudge store seal: {e}", file=sys.stderr)
+            return 2
 
     if args.command == "demo":
         spec = f"{_demo_config_path()}" + (":ci" if args.ci else "")
@@ -113,12 +184,18 @@ def main(argv: list[str] | None = None) -> int:
     _enable_compile_cache()
     try:
         cfg = _load(spec, args.overrides)
+        if args.run is not None:  # checked before any work: a run is one folder under the results root
+            from jaxjudge.report.config import check_run_name  # noqa: PLC0415
+
+            check_run_name("--run", args.run)
         if args.command in ("extract", "sweep", "demo"):
             _extract(cfg, args)
         if args.command in ("report", "sweep", "demo"):
             _report(cfg, args, spec)
-    except (ConfigError, FileNotFoundError) as e:
-        print(f"jaxjudge {args.command}: {e}", file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 - anticipated errors become one line, the rest a traceback
+        if not _anticipated(e):
+            raise
+        print(f"jaxjudge {args.command}: {_one_line(e)}", file=sys.stderr)
         return 2
     return 0
 

@@ -435,3 +435,41 @@ def test_fixture_copy_is_independent(tmp_path):
     # Loading must not depend on the file name for jsonl: a renamed copy gives the split name.
     shutil.copy(FIXTURES / "helpsteer2" / "validation.jsonl", tmp_path / "train.jsonl")
     assert load_helpsteer2(tmp_path / "train.jsonl")[0].id == "helpsteer2/train/00000"
+
+
+# -- empty files and empty splits are errors, never empty data sets --------------------------------
+
+
+@pytest.mark.parametrize("content", ["", "\n\n  \n"], ids=["zero bytes", "blank lines"])
+@pytest.mark.parametrize("loader", _loader_cases(), ids=lambda c: c[0])
+def test_empty_data_file_is_an_error_naming_it(tmp_path, loader, content):
+    name, good, text_field, score_field, write = loader
+    path, load = write(tmp_path / name, ["x"])
+    path.write_text(content)
+    with pytest.raises(DataError, match="no rows") as info:
+        load()
+    assert info.value.path == str(path) and str(info.value).startswith(f"{path}: ")
+
+
+def test_empty_summeval_docs_file_and_empty_split(tmp_path):
+    path = _write_summeval(tmp_path / "a", [json.dumps(GOOD_SUMMARY)])
+    (path.parent / "summeval_docs.jsonl").write_text("")
+    with pytest.raises(DataError, match=r"summeval_docs\.jsonl: no rows"):
+        load_summeval(path.parent)
+    path = _write_summeval(tmp_path / "b", [json.dumps(GOOD_SUMMARY)])
+    (path.parent / "dev_doc_ids.txt").write_text("d1\n")  # every document is a dev document
+    assert len(load_summeval(path.parent, split="dev")) == 1
+    with pytest.raises(DataError, match=r"summeval_summaries\.jsonl: split 'test' holds no summary"):
+        load_summeval(path.parent, split="test")
+
+
+def test_empty_stsb_test_file_through_the_task_loader(tmp_path):
+    from jaxjudge.report import TaskSpec, load_task_data
+
+    folder = tmp_path / "stsb"
+    folder.mkdir()
+    row = json.dumps(GOOD_STSB)
+    (folder / "stsb_dev.jsonl").write_text(row + "\n")
+    (folder / "stsb_test.jsonl").write_bytes(b"")
+    with pytest.raises(DataError, match=r"stsb_test\.jsonl: no rows"):
+        load_task_data(TaskSpec("stsb", ("similarity",), data=str(folder), split="original"))

@@ -906,3 +906,58 @@ def test_smollm2_contrastive_generation_against_a_perturbed_copy(smollm2):
                                                                alpha=0.1, **kw)
     assert len(texts) == 3 and parsed.shape == (3,) and n_fail == int(np.isnan(parsed).sum())
     print(json.dumps({"plain": plain[0], "contrastive": texts}))
+
+# ------------------------------------------------------------------------------ shared work
+
+
+def test_two_workers_on_one_store_share_the_chunks(judge, tmp_path):
+    store, logs = tmp_path / "store", [tmp_path / "w0.log", tmp_path / "w1.log"]
+    for k in range(2):
+        (tmp_path / f"w{k}").mkdir()
+    procs = [_run_resume_script(tmp_path / f"w{k}", store, log, pause=0.3) for k, log in enumerate(logs)]
+    try:
+        for proc in procs:
+            out, _ = proc.communicate(timeout=300)
+            assert proc.returncode == 0, out.decode()[-2000:]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    done = [[int(x) for x in log.read_text().split()] for log in logs]
+    n_chunks = Store.open(store).n_chunks
+    assert not set(done[0]) & set(done[1]), done  # no chunk computed twice
+    assert sorted(done[0] + done[1]) == list(range(n_chunks))
+    assert done[0] and done[1], done  # both did a share
+    assert not list((store / "chunks").glob(".*.claim"))  # every claim released
+    fresh = engine.extract(judge, make_prompts(n_groups=8, per_group=3), ScoreScale(1, 10), chunk_size=3,
+                           progress=False)
+    shared = engine.extract(judge, make_prompts(n_groups=8, per_group=3), ScoreScale(1, 10), chunk_size=3,
+                            progress=False, store=store)
+    assert shared.computed_chunks == ()
+    for name, value in fresh.arrays().items():
+        np.testing.assert_array_equal(shared.arrays()[name], value, err_msg=name)
+
+
+def test_claim_of_a_dead_worker_is_taken_over_and_a_live_one_respected(tmp_path):
+    from jaxjudge.store import Store
+
+    st = Store.open(tmp_path / "s", {"k": 1}, n_chunks=3)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    st.claim_path(0).parent.mkdir(parents=True, exist_ok=True)
+    import socket
+
+    st.claim_path(0).write_text(json.dumps({"host": socket.gethostname(), "pid": int(dead.stdout), "token": "x"}))
+    claim = st.claim_chunk(0)
+    assert claim is not None  # the killed worker's claim does not block the chunk
+    assert st.claim_chunk(0) is None  # ... and now this live claim blocks others
+    claim.release()
+    assert not st.claim_path(0).exists()
+    # A claim on another host is respected while its heartbeat is fresh, taken over once stale.
+    st.claim_path(1).write_text(json.dumps({"host": "elsewhere", "pid": 1, "token": "y"}))
+    assert st.claim_chunk(1) is None
+    old = time.time() - 10_000
+    os.utime(st.claim_path(1), (old, old))
+    with st.claim_chunk(1) as again:
+        assert again is not None
+    st.write_chunk(2, {"a": np.zeros(2)})
+    assert st.claim_chunk(2) is None  # written chunks are never claimed

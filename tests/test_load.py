@@ -356,3 +356,43 @@ def test_public_names_resolve():
     assert jm.default_model_path is jg.default_model_path
     for name in jm.__all__:
         assert getattr(jm, name) is not None, name
+
+
+def test_memo_sees_a_same_size_edit_with_the_mtime_put_back(tmp_path, monkeypatch):
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF" + bytes(range(200)))
+    memo = tmp_path / "memo"
+    before = f.stat()
+    old = jc.file_sha256(f, memo)
+    with open(f, "r+b") as fh:  # flip one byte in place: same size, same inode
+        fh.seek(100)
+        byte = fh.read(1)
+        fh.seek(100)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    os.utime(f, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (f.stat().st_size, f.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    new = jc.file_sha256(f, memo)
+    assert new != old and new == hashlib.sha256(f.read_bytes()).hexdigest()
+    # The conversion cache is keyed on that digest, so the stale conversion is not restored.
+    assert jc.cache_key(new, "float32") != jc.cache_key(old, "float32")
+
+
+def test_verify_bypasses_the_memo(tmp_path):
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF" + bytes(range(50)))
+    memo = tmp_path / "memo"
+    real = jc.file_sha256(f, memo)
+    record = json.loads((memo / "sha256-memo.json").read_text())
+    record[str(f.resolve())]["sha256"] = "0" * 64  # a memo that lies
+    (memo / "sha256-memo.json").write_text(json.dumps(record))
+    assert jc.file_sha256(f, memo) == "0" * 64  # the memo is trusted as a speed-up...
+    assert jc.file_sha256(f, memo, verify=True) == real  # ...which --verify bypasses
+    assert jc.file_sha256(f, memo) == real  # and refreshes
+
+
+def test_load_refuses_a_source_with_another_sha256_before_reading_weights(tmp_path, monkeypatch):
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF" + bytes(range(50)))
+    monkeypatch.setattr(jg, "load_gguf", lambda *a, **k: (_ for _ in ()).throw(AssertionError("weights read")))
+    with pytest.raises(jm.ModelHashMismatch, match=r"m\.gguf: sha256 is [0-9a-f]{64}, expected 1111"):
+        jm.load(f, cache_dir=tmp_path / "cache", expected_sha256="1" * 64)

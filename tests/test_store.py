@@ -358,3 +358,130 @@ def test_extraction_key_reflects_every_input(tmp_path):
     Store.open(tmp_path / "s", key)
     with pytest.raises(StoreKeyMismatch, match="'scale' differs"):
         Store.open(tmp_path / "s", extraction_key(**{**base, "scale": ScoreScale(0, 4)}))
+
+
+# -- integrity: every chunk sealed with its store key and content hash ---------------------------
+
+
+def _rewrite_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """What a careless script does: a valid .npz with the same names, written by np.savez."""
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+
+
+def test_rewritten_chunk_is_refused_naming_it(tmp_path):
+    store = Store.open(tmp_path / "s", KEY, n_chunks=N_CHUNKS)
+    for i in range(N_CHUNKS):
+        store.write_chunk(i, chunk_arrays(i))
+    assert_same(store.load(), reference())
+    # Columns reversed, kept as a valid .npz (the seal entry copied over unchanged).
+    with np.load(store.chunk_path(2), allow_pickle=False) as z:
+        entries = {name: z[name] for name in z.files}
+    assert "@seal" in entries
+    entries["logprobs"] = entries["logprobs"][:, ::-1]
+    _rewrite_npz(store.chunk_path(2), entries)
+    with pytest.raises(StoreError, match=r"000002\.npz: chunk 2 content does not match.*delete it and rerun"):
+        store.load()
+    # Without the seal entry at all: refused as unsealed.
+    entries.pop("@seal")
+    _rewrite_npz(store.chunk_path(2), entries)
+    with pytest.raises(StoreError, match=r"000002\.npz: chunk 2 has no seal.*jaxjudge store seal"):
+        store.read_chunk(2)
+
+
+def test_chunk_copied_from_another_store_or_index_is_refused(tmp_path):
+    a = Store.open(tmp_path / "a", KEY, n_chunks=N_CHUNKS)
+    b = Store.open(tmp_path / "b", {**KEY, "scale": {"lo": 2, "hi": 6, "step": 1}}, n_chunks=N_CHUNKS)
+    a.write_chunk(0, chunk_arrays(0))
+    other = chunk_arrays(0)
+    other["logprobs"] = other["logprobs"] + 1.0  # same example ids, other numbers
+    b.write_chunk(0, other)
+    a.chunk_path(0).write_bytes(b.chunk_path(0).read_bytes())
+    with pytest.raises(StoreError, match=r"000000\.npz: chunk 0 was written for another store key"):
+        a.read_chunk(0)
+    a.write_chunk(1, chunk_arrays(1))
+    a.chunk_path(0).write_bytes(a.chunk_path(1).read_bytes())
+    with pytest.raises(StoreError, match=r"chunk 0 was written as chunk 1"):
+        a.read_chunk(0)
+
+
+def test_empty_or_foreign_chunk_file_names_the_path(tmp_path):
+    store = Store.open(tmp_path, KEY, n_chunks=N_CHUNKS)
+    store.chunk_path(0).parent.mkdir(parents=True, exist_ok=True)
+    store.chunk_path(0).write_bytes(b"")
+    with pytest.raises(StoreError, match=r"000000\.npz: unreadable chunk 0 \(empty file\)"):
+        store.read_chunk(0)
+    np.save(store.chunk_path(0), np.zeros(3))  # .npy content under the .npz name
+    store.chunk_path(0).with_suffix(".npz.npy").replace(store.chunk_path(0))
+    with pytest.raises(StoreError, match=r"000000\.npz: unreadable chunk 0"):
+        store.read_chunk(0)
+
+
+def _legacy_store(root: Path) -> Store:
+    """A store as the code before seals wrote it: plain np.savez chunks."""
+    store = Store.open(root, {**KEY, "n_examples": 23}, n_chunks=N_CHUNKS)
+    for i in range(N_CHUNKS):
+        arrays = chunk_arrays(i)
+        arrays["example_ids"] = arrays["example_id"]
+        store.chunk_path(i).parent.mkdir(parents=True, exist_ok=True)
+        _rewrite_npz(store.chunk_path(i), arrays)
+    return store
+
+
+def test_legacy_chunks_refused_until_sealed_then_trusted(tmp_path):
+    from jaxjudge.store import seal_store
+
+    store = _legacy_store(tmp_path / "old")
+    before = {i: store.chunk_path(i).read_bytes() for i in range(N_CHUNKS)}
+    with pytest.raises(StoreError, match=r"chunk 0 has no seal.*run `jaxjudge store seal .*old` once"):
+        store.load()
+    assert {i: store.chunk_path(i).read_bytes() for i in range(N_CHUNKS)} == before  # nothing discarded
+    assert seal_store(tmp_path / "old") == {"sealed": N_CHUNKS, "already": 0}
+    loaded = store.load()
+    expected = reference()
+    expected["example_ids"] = expected["example_id"]
+    assert_same(loaded, expected)  # bit-identical arrays after sealing
+    assert seal_store(tmp_path / "old") == {"sealed": 0, "already": N_CHUNKS}  # idempotent
+    # Sealing never blesses a chunk altered after it was sealed.
+    with np.load(store.chunk_path(1), allow_pickle=False) as z:
+        entries = {name: z[name] for name in z.files}
+    entries["logprobs"] = entries["logprobs"] * 2
+    _rewrite_npz(store.chunk_path(1), entries)
+    with pytest.raises(StoreError, match="chunk 1 content does not match"):
+        seal_store(tmp_path / "old")
+
+
+def test_seal_checks_example_ids(tmp_path):
+    from jaxjudge.store import seal_store
+
+    store = _legacy_store(tmp_path / "dup")
+    arrays = chunk_arrays(1)
+    arrays["example_ids"] = chunk_arrays(0)["example_id"]  # chunk 1 claims chunk 0's examples
+    _rewrite_npz(store.chunk_path(1), arrays)
+    with pytest.raises(StoreError, match=r"000001\.npz: chunk 1 repeats example id 'ex0' \(also in chunk 0\)"):
+        seal_store(tmp_path / "dup")
+    with pytest.raises(StoreError, match="no seal"):
+        store.read_chunk(0)  # a failed seal leaves every chunk as it was
+    store = _legacy_store(tmp_path / "noids")
+    arrays = chunk_arrays(3)
+    _rewrite_npz(store.chunk_path(3), arrays)
+    with pytest.raises(StoreError, match=r"chunk 3 has no 'example_ids'"):
+        seal_store(tmp_path / "noids")
+
+
+def test_cli_store_seal_walks_a_folder_of_stores(tmp_path, capsys):
+    from jaxjudge.cli import main
+
+    for name in ("m/a", "m/b"):
+        _legacy_store(tmp_path / "stores" / name)
+    assert main(["store", "seal", str(tmp_path / "stores")]) == 0
+    out = capsys.readouterr().out
+    assert "2 stores, 10 chunks sealed" in out
+    assert Store.open(tmp_path / "stores" / "m" / "a").load()["logprobs"].shape == (23, 5)
+    assert main(["store", "seal", str(tmp_path / "stores")]) == 0
+    assert "2 stores, 0 chunks sealed" in capsys.readouterr().out
+    Store.open(tmp_path / "stores" / "m" / "b").chunk_path(4).write_bytes(b"")
+    assert main(["store", "seal", str(tmp_path / "stores")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "000004.npz: unreadable chunk 4 (empty file)" in err
+    assert main(["store", "seal", str(tmp_path / "nothing")]) == 2

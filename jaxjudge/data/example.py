@@ -32,19 +32,20 @@ __all__ = [
 
 
 class DataError(ValueError):
-    """A malformed row in a data file.
+    """A malformed row in a data file, or a file (or split) with no rows at all.
 
     Attributes:
       path: the file (or a `hf://datasets/...` pseudo-path for hub rows).
-      line: 1-based line number in the file (row number for hub and parquet sources).
+      line: 1-based line number in the file (row number for hub and parquet sources); None
+        when the problem is the whole file (e.g. it is empty).
       field: the offending field, or None when the whole line is bad (invalid JSON).
     """
 
-    def __init__(self, path: str | Path, line: int, field: str | None, message: str):
+    def __init__(self, path: str | Path, line: int | None, field: str | None, message: str):
         self.path = str(path)
         self.line = line
         self.field = field
-        where = f"{self.path}, line {line}"
+        where = self.path if line is None else f"{self.path}, line {line}"
         if field is not None:
             where += f", field '{field}'"
         super().__init__(f"{where}: {message}")
@@ -115,15 +116,18 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
     Raises:
       FileNotFoundError: the file does not exist.
-      DataError: a line is not valid JSON or not a JSON object.
+      DataError: a line is not valid JSON or not a JSON object, or the file has no row at all
+        (empty, or only blank lines): an empty file is never an empty data set.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"data file not found: {path}")
+    rows = 0
     with _open_text(path) as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
                 continue
+            rows += 1
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
@@ -131,6 +135,8 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
             if not isinstance(row, dict):
                 raise DataError(path, lineno, None, f"expected a JSON object, got {type(row).__name__}")
             yield lineno, row
+    if not rows:
+        raise DataError(path, None, None, "no rows (the file is empty or holds only blank lines)")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from jaxjudge.data.example import Example, RowReader, iter_jsonl, text_hash
+from jaxjudge.data.example import DataError, Example, RowReader, iter_jsonl, text_hash
 from jaxjudge.data.hub import hub_path, iter_hub_rows
 
 __all__ = ["HELPSTEER2_ASPECTS", "load_helpsteer2"]
@@ -107,4 +107,6 @@ def load_helpsteer2(
                 scores=scores,
             )
         )
+    if not examples:
+        raise DataError(where, None, None, f"HelpSteer2 split {split!r} has no rows")
     return examples

@@ -26,7 +26,7 @@ from typing import Literal
 
 import numpy as np
 
-from jaxjudge.data.example import Example, RowReader, connected_groups, iter_jsonl
+from jaxjudge.data.example import DataError, Example, RowReader, connected_groups, iter_jsonl
 from jaxjudge.data.hub import hub_path, iter_hub_rows
 
 __all__ = [
@@ -135,6 +135,8 @@ def load_stsb(
         ids.append(ex_id)
         pairs.append((r.text("sentence1"), r.text("sentence2")))
         scores.append({"similarity": r.score("score", *STSB_RANGE)})
+    if not ids:
+        raise DataError(path, None, None, f"STS-B split {split!r} has no rows")
     return _finish(ids, pairs, scores, group_by)
 
 
@@ -187,4 +189,6 @@ def load_semrel(
             scores.append({"relatedness": r.score("label", *SEMREL_RANGE)})
     else:
         raise ValueError(f"source must be 'local' or 'hub', got {source!r}")
+    if not ids:
+        raise DataError(path, None, None, f"SemRel split {split!r} has no rows")
     return _finish(ids, pairs, scores, group_by)

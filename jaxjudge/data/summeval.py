@@ -210,7 +210,12 @@ def load_summeval(
         dev_ids = list(SUMMEVAL_DEV_DOC_IDS)
     else:
         raise ValueError(f"source must be 'local' or 'hub', got {source!r}")
-    return _select_split(examples, split, dev_ids)
+    selected = _select_split(examples, split, dev_ids)
+    if not selected:
+        where = Path(data_dir) / _SUMMARIES if source == "local" else hub_path(_HUB_NAME, "test")
+        raise DataError(where, None, None, f"split {split!r} holds no summary ({len(examples)} in the file, "
+                                           f"dev documents {sorted(dev_ids)[:3]}...)")
+    return selected
 
 
 def summeval_subset_dir() -> Path:

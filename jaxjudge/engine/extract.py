@@ -39,6 +39,7 @@ import functools
 import hashlib
 import json
 import os
+import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -70,6 +71,8 @@ from jaxjudge.engine.progress import Progress
 from jaxjudge.models import decoder as _dec
 from jaxjudge.prompts import RenderedPrompt, ScoreCandidates, ScoreScale
 from jaxjudge.store import Store, StoreError, ids_digest
+
+_CLAIM_POLL_S = 0.5  # how often a worker looks again at chunks other workers hold
 
 __all__ = [
     "ENGINE_FORMAT",
@@ -714,7 +717,9 @@ def extract(
             to a multiple of the mesh's data axis).
         store: a folder (opened or created with `extraction_key`) or an open
             `jaxjudge.store.Store`; finished chunks are written as they finish and skipped
-            when the call is repeated. None keeps everything in memory.
+            when the call is repeated. Each chunk is claimed before it is computed
+            (`jaxjudge.store.Store.claim_chunk`), so several processes started on one store
+            share its chunks. None keeps everything in memory.
         chunk_size: most examples per chunk (whole prefix groups are kept together).
         topk: k of the top-k tokens recorded at the answer position.
         progress: show a progress bar (examples/s, tokens/s).
@@ -816,8 +821,10 @@ def extract(
 
     in_memory: dict[int, dict[str, np.ndarray]] = {}
     replies: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    computed: list[int] = []
     with Progress(sum(len(chunks[c]) for c in todo), enabled=progress) as bar:
-        for c in todo:
+
+        def compute(c: int) -> None:
             arrays = runner.run_chunk(chunks[c], tk, bar)
             if generate_tokens:
                 replies[c] = (arrays.pop("generated_ids"), arrays.pop("generated_lengths"))
@@ -825,11 +832,36 @@ def extract(
                 st.write_chunk(c, arrays)
             else:
                 in_memory[c] = arrays
-            if on_chunk is not None:
-                on_chunk(c)
+            computed.append(c)
+
+        if st is None:
+            for c in todo:
+                compute(c)
+                if on_chunk is not None:
+                    on_chunk(c)
+        else:
+            # Each chunk is claimed just before it is computed, so workers started on one store
+            # share its chunks; the ones other workers hold are waited for at the end (and taken
+            # over if their worker died).
+            pending = list(todo)
+            while pending:
+                waiting = []
+                for c in pending:
+                    claim = st.claim_chunk(c)
+                    if claim is None:
+                        if not st.has_chunk(c):
+                            waiting.append(c)
+                        continue
+                    with claim:
+                        compute(c)
+                    if on_chunk is not None:
+                        on_chunk(c)
+                if waiting:
+                    time.sleep(_CLAIM_POLL_S)
+                pending = waiting
     if n_proc > 1:
         _barrier(f"jaxjudge-extract-{st.key_hash[:16]}")
-    ext = _assemble(chunks, tk, st, in_memory, cands, todo)
+    ext = _assemble(chunks, tk, st, in_memory, cands, computed)
     if generate_tokens:
         ids = np.full((len(tk.prompts), generate_tokens), judge.pad_id, np.int32)
         lengths = np.full(len(tk.prompts), -1, np.int32)

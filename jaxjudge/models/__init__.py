@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "load",
+    "ModelHashMismatch",
     "default_model_path",
     "gguf_dir",
     "load_gguf",
@@ -97,6 +98,15 @@ def _is_gguf(path: Path) -> bool:
         return f.read(4) == b"GGUF"
 
 
+class ModelHashMismatch(ValueError):
+    """A model source whose content hash is not the one expected (a changed or damaged file)."""
+
+    def __init__(self, path: Any, actual: str, expected: str):
+        self.path, self.actual, self.expected = str(path), actual, expected
+        super().__init__(f"{path}: sha256 is {actual}, expected {expected} (the file changed or is damaged; "
+                         "fetch it again, or update the sha256 the config records)")
+
+
 def load(
     source: str | os.PathLike[str] | None = None,
     dtype: Any = "float32",
@@ -105,6 +115,8 @@ def load(
     *,
     mesh: Any = None,
     verbose: bool = False,
+    expected_sha256: str | None = None,
+    verify: bool = False,
 ) -> "Judge":
     """Loads a judge model, converting it once and restoring it from the cache afterwards.
 
@@ -119,6 +131,9 @@ def load(
         mesh: optional ``jax.sharding.Mesh`` (``data`` and ``model`` axes); parameters are then
             placed by the project's logical-axis rules, restored directly into their shardings.
         verbose: print where the judge came from and how long it took.
+        expected_sha256: the source's content hash as a config records it; a source that
+            hashes otherwise raises `ModelHashMismatch` before any weights are read.
+        verify: hash the source's bytes now instead of trusting the memoised digest.
 
     Returns:
         A :class:`~jaxjudge.models.judge.Judge`.
@@ -149,7 +164,9 @@ def load(
         kind = "hf"
     dname = _cache.dtype_name(dtype)
     root = _cache.cache_root(cache_dir)
-    sha = _cache.source_sha256(path, memo_dir=root if use_cache else None)
+    sha = _cache.source_sha256(path, memo_dir=root if use_cache else None, verify=verify)
+    if expected_sha256 is not None and sha != expected_sha256:
+        raise ModelHashMismatch(path, sha, expected_sha256)
     key = _cache.cache_key(sha, dname)
 
     if use_cache:

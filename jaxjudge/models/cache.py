@@ -90,23 +90,28 @@ def _hash_file(path: Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
-def file_sha256(path: str | os.PathLike[str], memo_dir: str | os.PathLike[str] | None = None) -> str:
-    """sha256 of a file, remembered across calls by (path, size, mtime).
+def file_sha256(path: str | os.PathLike[str], memo_dir: str | os.PathLike[str] | None = None, *,
+                verify: bool = False) -> str:
+    """sha256 of a file, remembered across calls by (path, size, mtime, inode, ctime).
 
     Hashing a 1 GB judge takes seconds, which would dominate a cached load; the digest is kept
     in ``<memo_dir>/sha256-memo.json`` keyed by the resolved path and reused while the file's
-    size and modification time (nanoseconds) are unchanged.
+    size, modification time, inode and status-change time (nanoseconds) are all unchanged. The
+    status-change time moves on every write, even one whose author restores the mtime, so an
+    in-place edit of the same size is hashed again. The memo is only a speed-up: ``verify``
+    ignores it and hashes the bytes (refreshing the memo).
 
     Args:
         path: the file.
         memo_dir: folder for the memo (no memo when None).
+        verify: hash the file even when the memo has an entry for it.
 
     Returns:
         The hex digest.
     """
     path = Path(path).resolve()
     stat = path.stat()
-    stamp = [stat.st_size, stat.st_mtime_ns]
+    stamp = [stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns]
     memo_path = None if memo_dir is None else Path(memo_dir) / _HASH_MEMO
     memo: dict[str, Any] = {}
     if memo_path is not None and memo_path.is_file():
@@ -115,7 +120,7 @@ def file_sha256(path: str | os.PathLike[str], memo_dir: str | os.PathLike[str] |
         except (OSError, ValueError):
             memo = {}  # a damaged memo only costs a re-hash
         hit = memo.get(str(path))
-        if isinstance(hit, dict) and hit.get("stamp") == stamp and isinstance(hit.get("sha256"), str):
+        if not verify and isinstance(hit, dict) and hit.get("stamp") == stamp and isinstance(hit.get("sha256"), str):
             return hit["sha256"]
     digest = _hash_file(path)
     if memo_path is not None:
@@ -127,12 +132,14 @@ def file_sha256(path: str | os.PathLike[str], memo_dir: str | os.PathLike[str] |
     return digest
 
 
-def source_sha256(source: str | os.PathLike[str], memo_dir: str | os.PathLike[str] | None = None) -> str:
-    """Content hash of a model source: a GGUF file's sha256 (memoised, see :func:`file_sha256`),
-    or a Hugging Face folder's hash over its config, tokenizer and safetensors files."""
+def source_sha256(source: str | os.PathLike[str], memo_dir: str | os.PathLike[str] | None = None, *,
+                  verify: bool = False) -> str:
+    """Content hash of a model source: a GGUF file's sha256 (memoised, see :func:`file_sha256`;
+    ``verify`` bypasses the memo), or a Hugging Face folder's hash over its config, tokenizer
+    and safetensors files (always hashed)."""
     path = Path(source)
     if path.is_file():
-        return file_sha256(path, memo_dir)
+        return file_sha256(path, memo_dir, verify=verify)
     from jaxjudge.models.hf import source_sha256 as folder_sha256
 
     return folder_sha256(path)

@@ -74,8 +74,10 @@ __all__ = [
     "CONTRASTIVE_TEMPS",
     "CONTRASTIVE_LAMS_FINE",
     "CONTRASTIVE_TEMPS_FINE",
+    "check_run_name",
     "config_from_dict",
     "config_to_dict",
+    "engine_options",
     "with_overrides",
     "load_config",
     "validate_config",
@@ -161,6 +163,52 @@ def _str(where: str, value: Any, *, allow_empty: bool = False) -> str:
     if not isinstance(value, str) or (not allow_empty and not value.strip()):
         raise _fail(where, f"must be a non-empty string, got {value!r}")
     return value
+
+
+def check_run_name(where: str, run: Any) -> str:
+    """A run name is one folder name: letters, digits, '-', '_', '.', not starting with '.'."""
+    _str(where, run)
+    if run.startswith(".") or not all(c.isalnum() or c in "-_." for c in run):
+        raise _fail(where, f"{run!r} may only hold letters, digits, '-', '_', '.' and must not start with '.' "
+                           "(a run is one folder under the results root)")
+    return run
+
+
+# Options of `jaxjudge.engine.extract` that `run_extractions` sets itself, per job.
+_ENGINE_SET_PER_JOB = ("store", "key", "progress", "on_chunk", "prompt_nll", "generate_tokens")
+# Options that may be 0 (every other int option must be >= 1).
+_ENGINE_NONNEG = ("min_prefix_tokens",)
+
+
+def engine_options() -> dict[str, Any]:
+    """The options a config's ``engine`` mapping may set: `jaxjudge.engine.extract`'s keyword
+    parameters (name -> default), less those each job sets itself."""
+    import inspect  # noqa: PLC0415
+
+    from jaxjudge.engine.extract import extract  # noqa: PLC0415
+
+    return {name: p.default for name, p in inspect.signature(extract).parameters.items()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in _ENGINE_SET_PER_JOB}
+
+
+def _check_engine_options(where: str, engine: Mapping[str, Any]) -> None:
+    if not engine:
+        return
+    allowed = engine_options()
+    for k, v in engine.items():
+        if k not in allowed:
+            close = difflib.get_close_matches(str(k), list(allowed), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise _fail(where, f"unknown engine option {k!r}{hint}; allowed: {', '.join(sorted(allowed))}")
+        default = allowed[k]
+        if v is None and default is None:
+            continue
+        if k == "overflow":
+            _choice(f"{where}.{k}", v, ("truncate", "raise"))
+        elif k == "context_length" or isinstance(default, int) and not isinstance(default, bool):
+            _int(f"{where}.{k}", v, minimum=0 if k in _ENGINE_NONNEG else 1)
+        elif isinstance(default, bool) and not isinstance(v, bool):
+            raise _fail(f"{where}.{k}", f"must be a bool, got {v!r}")
 
 
 def _tuple(where: str, value: Any, item: Callable[[str, Any], Any], *, allow_empty: bool = False) -> tuple:
@@ -560,9 +608,10 @@ class ExperimentConfig:
         _str(f"{w}.store_root", self.store_root)
         _str(f"{w}.results_root", self.results_root)
         if self.run is not None:
-            _str(f"{w}.run", self.run)
+            check_run_name(f"{w}.run", self.run)
         if not isinstance(self.engine, Mapping):
             raise _fail(f"{w}.engine", f"must be a dict, got {type(self.engine).__name__}")
+        _check_engine_options(f"{w}.engine", self.engine)
         object.__setattr__(self, "engine", types.MappingProxyType(dict(self.engine)))
         if "deb_r" in methods or "deb_t" in methods or "contrastive_deb_t" in methods:
             if not self.lambdas:
@@ -733,6 +782,10 @@ def with_overrides(cfg: ExperimentConfig, overrides: Sequence[str] | Mapping[str
             changes[k.strip()] = _parse_value(v.strip())
     d = config_to_dict(cfg)
     _unknown_fields("ExperimentConfig", changes, list(d))
+    # A derived field follows its source: ci_metrics defaults to metrics, so overriding metrics
+    # alone moves ci_metrics with it unless the config chose a proper subset of its own.
+    if "metrics" in changes and "ci_metrics" not in changes and tuple(cfg.ci_metrics) == tuple(cfg.metrics):
+        d["ci_metrics"] = None
     for k, v in changes.items():
         if k in ("scales", "methods", "judges", "metrics", "ci_metrics", "temperatures", "deb_tp") and isinstance(
             v, (str, int, float)

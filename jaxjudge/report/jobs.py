@@ -120,6 +120,7 @@ def run_extractions(
     models: Sequence[str] | None = None,
     progress: bool = True,
     log: Callable[[str], None] = print,
+    verify: bool = False,
 ) -> list[JobResult]:
     """Run (or resume) every extraction an experiment needs.
 
@@ -129,13 +130,17 @@ def run_extractions(
       models: only these model names (default all).
       progress: progress bars from the engine.
       log: where one line per job goes.
+      verify: hash every model file now; otherwise a digest memoised by the file's (path,
+        size, mtime, inode, ctime) is reused. Either way each model's sha256 is compared with
+        its `ModelSpec.sha256` before its weights are read.
 
     Returns:
       One `JobResult` per job, in plan order.
 
     Raises:
-      ConfigError: missing files, a scale a tokenizer cannot express, a chat template missing;
-        all before the first forward pass of the model concerned.
+      ConfigError: missing files, a model file whose sha256 is not the config's, a scale a
+        tokenizer cannot express, a chat template missing; all before the first forward pass
+        (and before any weights are read).
     """
     from jaxjudge import models as M  # noqa: PLC0415
     from jaxjudge.engine import (  # noqa: PLC0415
@@ -166,13 +171,21 @@ def run_extractions(
             raise C.ConfigError(f"config {cfg.name!r}: no jobs for models {unknown} (jobs exist for {names})")
         names = [n for n in names if n in models]
 
-    # Every tokenizer first: a config that cannot run fails before any weights are loaded.
-    # Assistants of contrastive generation must share their judge's tokenizer.
+    # Every model's hash and tokenizer first: a config that cannot run fails before any weights
+    # are loaded. Assistants of contrastive generation must share their judge's tokenizer.
+    from jaxjudge.models.cache import cache_root, source_sha256  # noqa: PLC0415
+
     pair_of = {j.model: cfg.assistant_of(j.model) for j in plan
                if j.role == "contrastive_generate" and j.model in names}
     paths = {n: C.resolve_model_path(cfg.model(n)) for n in dict.fromkeys([*names, *pair_of.values()])}
     tokenizers = {}
     for n in paths:
+        expected = cfg.model(n).sha256
+        if expected is not None:
+            actual = source_sha256(paths[n], memo_dir=cache_root(), verify=verify)
+            if actual != expected:
+                raise C.ConfigError(f"model {n!r}: {paths[n]} has sha256 {actual}, the config expects {expected} "
+                                    "(the file changed or is damaged; fetch it again, or fix ModelSpec.sha256)")
         tok, template = load_tokenizer(paths[n])
         if cfg.prompt_style == "chat" and not template:
             raise C.ConfigError(f"model {n!r} ({paths[n]}) has no chat template; set prompt_style='raw'")
@@ -199,7 +212,10 @@ def run_extractions(
                           max_tokens=ctx - g_new, overflow=overflow).prompts
 
     for n in names:
-        judge = M.load(paths[n])
+        try:
+            judge = M.load(paths[n], expected_sha256=cfg.model(n).sha256)
+        except M.ModelHashMismatch as e:  # changed since the check above
+            raise C.ConfigError(f"model {n!r}: {e}") from None
         assistant = None  # loaded at the first contrastive_generate job of this judge
         chat = chat_format(judge) if cfg.prompt_style == "chat" else None
         ctx = int(engine_opts.get("context_length") or judge.config.max_position_embeddings)

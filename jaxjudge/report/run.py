@@ -194,6 +194,8 @@ def collect_metadata(
 
 def run_dir(cfg: C.ExperimentConfig, run: str | None = None, *, root: str | os.PathLike | None = None) -> Path:
     """``<results_root>/<experiment>/<run>``; the run defaults to ``cfg.run`` or the UTC time."""
+    if run is not None:
+        C.check_run_name("run", run)
     name = run or cfg.run or _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     return Path(root if root is not None else cfg.results_root) / cfg.name / name
 

@@ -11,8 +11,10 @@ from jaxjudge.store.chunked import (
     assign_chunks,
     canonical_key,
     chunk_bounds,
+    content_sha256,
     hash_key,
     merge_stores,
+    seal_store,
     store_path,
 )
 from jaxjudge.store.keys import extraction_key, file_sha256, ids_digest
@@ -25,10 +27,12 @@ __all__ = [
     "assign_chunks",
     "canonical_key",
     "chunk_bounds",
+    "content_sha256",
     "extraction_key",
     "file_sha256",
     "ids_digest",
     "hash_key",
     "merge_stores",
+    "seal_store",
     "store_path",
 ]

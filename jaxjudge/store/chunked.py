@@ -18,15 +18,36 @@ complete or not at all; a process killed at any point leaves at worst a stray ``
 which readers ignore. A chunk's existence is its completion record: there is no shared index
 to update, so several processes (hosts of a multi-host run) can write distinct chunks into the
 same folder at once, or into separate folders merged afterwards with `merge_stores`.
+
+Sharing work. A process about to compute chunk i claims it first (`Store.claim_chunk`): an
+exclusive create of ``chunks/.NNNNNN.claim`` holding its host and pid, kept fresh by a
+heartbeat while the chunk is computed and removed once it is written. Other processes skip a
+claimed chunk, so N workers started on one store split its chunks between them. A claim whose
+holder is gone (a dead pid on this host, or no heartbeat for `CLAIM_STALE_S` seconds) is taken
+over, so a worker killed mid-chunk only delays that chunk. Claims are an optimisation: at worst
+two processes compute one chunk, and its atomic write keeps the file whole either way.
+
+Integrity. Every chunk carries a seal (an extra entry ``@seal`` in its ``.npz``, a JSON
+string): the sha256 of the store key it was written for, its chunk index, and a sha256 of its
+arrays (names, dtypes, shapes and bytes). `Store.read_chunk` checks all three, so a chunk that
+was rewritten (even as a valid ``.npz``), copied from another store or moved to another index
+is refused with an error naming the chunk; the zip CRC already catches flipped bytes. A chunk
+without a seal (written before seals existed) is refused too, never trusted silently:
+`seal_store` (``jaxjudge store seal DIR``) seals such chunks once, after checking their example
+ids, and thereby trusts their current content.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import math
 import os
 import re
+import socket
+import threading
+import time
 import uuid
 import zipfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -36,6 +57,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "CLAIM_STALE_S",
     "FORMAT",
     "Store",
     "StoreError",
@@ -44,7 +66,9 @@ __all__ = [
     "canonical_key",
     "chunk_bounds",
     "hash_key",
+    "content_sha256",
     "merge_stores",
+    "seal_store",
     "store_path",
 ]
 
@@ -53,6 +77,15 @@ _MANIFEST = "manifest.json"
 _CHUNKS = "chunks"
 _CHUNK_RE = re.compile(r"^(\d{6,})\.npz$")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_SEAL = "@seal"  # not a valid array name (see _NAME_RE), so it cannot clash with one
+_SEAL_FORMAT = 1
+
+
+def _recompute_hint(root: Path) -> str:
+    return f"delete it and rerun `jaxjudge extract` (or the code that wrote {root}) to recompute it"
+
+
+CLAIM_STALE_S = 120.0  # a claim without a heartbeat for this long is abandoned
 
 
 class StoreError(RuntimeError):
@@ -108,8 +141,6 @@ def _key_json(key: Mapping[str, Any]) -> str:
 
 def hash_key(key: Mapping[str, Any]) -> str:
     """sha256 (hex) of the key's canonical JSON (sorted keys, no whitespace)."""
-    import hashlib  # noqa: PLC0415
-
     return hashlib.sha256(_key_json(key).encode("utf-8")).hexdigest()
 
 
@@ -158,6 +189,16 @@ def assign_chunks(chunk_ids: Iterable[int], process_index: int, process_count: i
     return [c for j, c in enumerate(sorted(chunk_ids)) if j % process_count == process_index]
 
 
+def content_sha256(arrays: Mapping[str, np.ndarray]) -> str:
+    """sha256 (hex) of a chunk's arrays: each name, dtype, shape and bytes, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(json.dumps([name, a.dtype.str, list(a.shape)]).encode("utf-8") + b"\0")
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
 # -- atomic file writes -------------------------------------------------------------------------
 
 
@@ -194,6 +235,38 @@ def _write_atomic(target: Path, write) -> None:
 
 
 # -- the store ----------------------------------------------------------------------------------
+
+
+class ChunkClaim:
+    """A held claim on one chunk: a heartbeat thread touches the claim file until `release`."""
+
+    def __init__(self, path: Path, token: str, *, interval: float):
+        self.path, self.token = path, token
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, args=(interval,), daemon=True)
+        self._thread.start()
+
+    def _beat(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                os.utime(self.path)
+            except OSError:
+                return
+
+    def release(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        try:
+            if json.loads(self.path.read_text(encoding="utf-8")).get("token") == self.token:
+                self.path.unlink(missing_ok=True)
+        except (OSError, ValueError):
+            pass
+
+    def __enter__(self) -> ChunkClaim:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
 
 
 class Store:
@@ -331,6 +404,88 @@ class Store:
     def has_chunk(self, i: int) -> bool:
         return self.chunk_path(i).is_file()
 
+    # -- claims (see the module docstring) -----------------------------------------------------
+
+    def claim_path(self, i: int) -> Path:
+        return self.root / _CHUNKS / f".{i:06d}.claim"
+
+    def claim_chunk(self, i: int, *, stale_after: float = CLAIM_STALE_S) -> ChunkClaim | None:
+        """Claim chunk ``i`` for this process, or None when it is written or claimed by a live one.
+
+        Use the claim as a context manager around computing and writing the chunk: it keeps
+        the claim fresh meanwhile and removes it at the end (also on an error).
+        """
+        if self.has_chunk(i):
+            return None
+        path = self.claim_path(i)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        token = uuid.uuid4().hex
+        record = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": token})
+        for _ in range(2):
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                if not self._take_over_stale(path, stale_after):
+                    return None
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(record)
+            claim = ChunkClaim(path, token, interval=max(stale_after / 6, 0.05))
+            if self.has_chunk(i):  # written between the first look and the claim
+                claim.release()
+                return None
+            return claim
+        return None
+
+    @staticmethod
+    def _claim_is_stale(path: Path, text: str, stale_after: float) -> bool:
+        try:
+            age = time.time() - path.stat().st_mtime
+        except FileNotFoundError:
+            return False
+        if age > stale_after:
+            return True
+        try:
+            holder = json.loads(text)
+            host, pid = holder["host"], int(holder["pid"])
+        except (ValueError, KeyError, TypeError):
+            return False  # half-written by its creator just now: let the age decide
+        if host != socket.gethostname():
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    def _take_over_stale(self, path: Path, stale_after: float) -> bool:
+        """Remove a stale claim; True if it was stale (and is now gone)."""
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        if not self._claim_is_stale(path, text, stale_after):
+            return False
+        aside = path.with_name(f"{path.name}.{uuid.uuid4().hex[:8]}.stale")
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            return True  # another process removed it first
+        try:
+            if aside.read_text(encoding="utf-8") != text:  # a fresh claim replaced it meanwhile: put it back
+                try:
+                    os.link(aside, path)
+                except FileExistsError:
+                    pass
+                return False
+            return True
+        finally:
+            aside.unlink(missing_ok=True)
+
     def _total(self, n_chunks: int | None) -> int:
         n = n_chunks if n_chunks is not None else self.n_chunks
         if n is None:
@@ -380,21 +535,105 @@ class Store:
             elif a.shape[0] != lead:
                 raise ValueError(f"chunk {i}: array {name!r} has {a.shape[0]} rows, others have {lead}")
             clean[name] = a
-        target = self.chunk_path(int(i))
+        return self._write_sealed(int(i), clean, origin="write")
+
+    def _write_sealed(self, i: int, arrays: dict[str, np.ndarray], *, origin: str) -> Path:
+        seal = {"format": _SEAL_FORMAT, "key_hash": self.key_hash, "chunk": i,
+                "content_sha256": content_sha256(arrays), "origin": origin}
+        entries = {**arrays, _SEAL: np.asarray(json.dumps(seal, sort_keys=True))}
+        target = self.chunk_path(i)
         target.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(target, lambda f: np.savez(f, **clean))
+        _write_atomic(target, lambda f: np.savez(f, **entries))
         return target
 
-    def read_chunk(self, i: int) -> dict[str, np.ndarray]:
-        """Arrays of one chunk."""
+    def _read_raw(self, i: int) -> tuple[dict[str, np.ndarray], dict[str, Any] | None]:
+        """A chunk's arrays and its seal (None when it has none), unchecked."""
         path = self.chunk_path(i)
         if not path.is_file():
             raise StoreError(f"store at {self.root}: chunk {i} is missing")
         try:
-            with np.load(path, allow_pickle=False) as z:
-                return {name: z[name] for name in z.files}
-        except (OSError, ValueError, zipfile.BadZipFile) as e:
-            raise StoreError(f"{path}: unreadable chunk ({e}); delete it to recompute") from None
+            z = np.load(path, allow_pickle=False)
+            if not isinstance(z, np.lib.npyio.NpzFile):
+                raise ValueError("not an .npz archive")
+            with z:
+                arrays = {name: z[name] for name in z.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+            what = "empty file" if path.stat().st_size == 0 else str(e) or type(e).__name__
+            raise StoreError(f"{path}: unreadable chunk {i} ({what}); {_recompute_hint(self.root)}") from None
+        seal = arrays.pop(_SEAL, None)
+        if seal is None:
+            return arrays, None
+        try:
+            seal = json.loads(str(seal[()]))
+            if not isinstance(seal, dict):
+                raise ValueError("not a JSON object")
+        except (ValueError, TypeError, IndexError) as e:
+            raise StoreError(f"{path}: chunk {i} has an unreadable seal ({e}); {_recompute_hint(self.root)}") from None
+        return arrays, seal
+
+    def _check_seal(self, i: int, arrays: dict[str, np.ndarray], seal: dict[str, Any] | None) -> None:
+        path = self.chunk_path(i)
+        if seal is None:
+            raise StoreError(
+                f"{path}: chunk {i} has no seal (written before chunks recorded their key and content hash), so "
+                f"its content cannot be verified; if you trust the store's current content, run "
+                f"`jaxjudge store seal {self.root}` once, or {_recompute_hint(self.root)}")
+        if seal.get("key_hash") != self.key_hash:
+            raise StoreError(
+                f"{path}: chunk {i} was written for another store key (sealed for {str(seal.get('key_hash'))[:12]}, "
+                f"this store is {self.key_hash[:12]}; copied from another store?); {_recompute_hint(self.root)}")
+        if seal.get("chunk") != i:
+            raise StoreError(f"{path}: chunk {i} was written as chunk {seal.get('chunk')!r} (moved or copied?); "
+                             f"{_recompute_hint(self.root)}")
+        if seal.get("content_sha256") != content_sha256(arrays):
+            raise StoreError(f"{path}: chunk {i} content does not match its recorded hash (altered after it was "
+                             f"written); {_recompute_hint(self.root)}")
+
+    def read_chunk(self, i: int) -> dict[str, np.ndarray]:
+        """Arrays of one chunk, after checking its seal (key, index and content hash).
+
+        Raises:
+          StoreError: the chunk is missing, unreadable, unsealed, sealed for another key or
+            index, or its arrays differ from the ones sealed (the message names the file).
+        """
+        arrays, seal = self._read_raw(i)
+        self._check_seal(i, arrays, seal)
+        return arrays
+
+    def seal(self) -> dict[str, int]:
+        """Seal this store's unsealed chunks (see `seal_store`). Returns counts per outcome."""
+        done = self.completed_chunks()
+        unsealed: list[int] = []
+        seen: dict[str, int] = {}
+        for i in done:
+            arrays, seal = self._read_raw(i)
+            if seal is not None:
+                self._check_seal(i, arrays, seal)  # a sealed chunk is verified, never re-sealed
+            path = self.chunk_path(i)
+            lead = {len(a) for a in arrays.values()}
+            if len(lead) > 1:
+                raise StoreError(f"{path}: chunk {i} has arrays of different lengths {sorted(lead)}; "
+                                 f"{_recompute_hint(self.root)}")
+            if "example_ids" in arrays or "n_examples" in self.key:
+                if "example_ids" not in arrays:
+                    raise StoreError(f"{path}: chunk {i} has no 'example_ids' array; {_recompute_hint(self.root)}")
+                for e in (str(x) for x in arrays["example_ids"]):
+                    if e in seen:
+                        raise StoreError(f"{path}: chunk {i} repeats example id {e!r} (also in chunk {seen[e]}); "
+                                         f"{_recompute_hint(self.root)}")
+                    seen[e] = i
+            if seal is None:
+                unsealed.append(i)
+        n_total = self.key.get("n_examples")
+        if isinstance(n_total, int) and self.n_chunks is not None and len(done) == self.n_chunks and seen:
+            if len(seen) != n_total:
+                raise StoreError(f"store at {self.root}: its chunks hold {len(seen)} example ids, its key says "
+                                 f"{n_total}")
+        # Every chunk checked first: a store that fails a check is left exactly as it was.
+        for i in unsealed:
+            arrays, _ = self._read_raw(i)
+            self._write_sealed(i, arrays, origin="seal")
+        return {"sealed": len(unsealed), "already": len(done) - len(unsealed)}
 
     def load(self, n_chunks: int | None = None) -> dict[str, np.ndarray]:
         """All chunks concatenated in chunk order along the leading axis.
@@ -460,6 +699,25 @@ class Store:
             _write_atomic(target, lambda f, s=src.chunk_path(i): f.write(Path(s).read_bytes()))
             copied.append(i)
         return copied
+
+
+def seal_store(root: str | os.PathLike) -> dict[str, int]:
+    """Seal the chunks of a store written before chunks carried seals, trusting their content.
+
+    Each unsealed chunk is read (the zip CRC is checked), its example ids are checked (present
+    where the key counts examples, unique across chunks, as many as the key says when the store
+    is complete, every array as long as the ids), and it is rewritten atomically with the
+    store's key hash and the hash of its current arrays. The arrays themselves are unchanged.
+    Sealed chunks are verified and left alone. Run it once, on a store whose content you trust:
+    sealing is a statement that the current content is what the key describes.
+
+    Returns:
+      ``{"sealed": n, "already": m}``.
+
+    Raises:
+      StoreError: a chunk unreadable, with bad example ids, or sealed but not matching its seal.
+    """
+    return Store.open(root).seal()
 
 
 def merge_stores(dest: str | os.PathLike, sources: Sequence[str | os.PathLike | Store]) -> Store:
