@@ -173,8 +173,6 @@ def run_extractions(
 
     # Every model's hash and tokenizer first: a config that cannot run fails before any weights
     # are loaded. Assistants of contrastive generation must share their judge's tokenizer.
-    from jaxjudge.models.cache import cache_root, source_sha256  # noqa: PLC0415
-
     pair_of = {j.model: cfg.assistant_of(j.model) for j in plan
                if j.role == "contrastive_generate" and j.model in names}
     paths = {n: C.resolve_model_path(cfg.model(n)) for n in dict.fromkeys([*names, *pair_of.values()])}
