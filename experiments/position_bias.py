@@ -26,6 +26,7 @@ same command gives the same pairs.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shlex
@@ -94,6 +95,14 @@ def main(argv: Sequence[str] | None = None):
         from jaxjudge.diagnostics import rescore_position_bias_run  # noqa: PLC0415
 
         summary = rescore_position_bias_run(args.from_pairs)
+        meta_path = Path(args.from_pairs) / "metadata.json"
+        meta = json.loads(meta_path.read_text())
+        meta["rescored"] = {  # the forward pass is the original run's; the statistics are these
+            "command": "python experiments/position_bias.py " + shlex.join(sys.argv[1:] if argv is None else argv),
+            "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "git": git_commit(),
+        }
+        meta_path.write_text(json.dumps(meta, indent=2) + "\n")
         if not args.quiet:
             print((Path(args.from_pairs) / "results.md").read_text())
         return summary
