@@ -94,13 +94,14 @@ def main(argv: Sequence[str] | None = None):
     if args.from_pairs:
         from jaxjudge.diagnostics import rescore_position_bias_run  # noqa: PLC0415
 
+        git = git_commit()  # before anything is rewritten
         summary = rescore_position_bias_run(args.from_pairs)
         meta_path = Path(args.from_pairs) / "metadata.json"
         meta = json.loads(meta_path.read_text())
         meta["rescored"] = {  # the forward pass is the original run's; the statistics are these
             "command": "python experiments/position_bias.py " + shlex.join(sys.argv[1:] if argv is None else argv),
             "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "git": git_commit(),
+            "git": git,
         }
         meta_path.write_text(json.dumps(meta, indent=2) + "\n")
         if not args.quiet:
