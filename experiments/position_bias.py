@@ -41,6 +41,10 @@ from jaxjudge.report.config import file_sha256
 from jaxjudge.report.run import git_commit, package_versions
 
 REPO = Path(__file__).resolve().parents[1]
+RESCORE_CHANGES = (
+    "rates and accuracies get clustered Wilson intervals, which stay inside [0, 1] (before: t "
+    "intervals, the consistency's reaching below 0)",
+)
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "summeval"
 
 
@@ -95,7 +99,7 @@ def main(argv: Sequence[str] | None = None):
         from jaxjudge.diagnostics import rescore_position_bias_run  # noqa: PLC0415
 
         git = git_commit()  # before anything is rewritten
-        summary = rescore_position_bias_run(args.from_pairs)
+        summary = rescore_position_bias_run(args.from_pairs, changes=RESCORE_CHANGES)
         meta_path = Path(args.from_pairs) / "metadata.json"
         meta = json.loads(meta_path.read_text())
         meta["rescored"] = {  # the forward pass is the original run's; the statistics are these

@@ -705,7 +705,7 @@ def write_position_bias(run: PositionBiasRun, out_dir: str | os.PathLike,
     return paths
 
 
-def rescore_position_bias_run(out_dir: str | os.PathLike) -> dict[str, Any]:
+def rescore_position_bias_run(out_dir: str | os.PathLike, changes: Sequence[str] = ()) -> dict[str, Any]:
     """Recompute a written run's verdicts and intervals from its ``pairs.jsonl``, no model.
 
     The answer log-probabilities of both orders are in ``pairs.jsonl``, so the verdicts,
@@ -716,6 +716,7 @@ def rescore_position_bias_run(out_dir: str | os.PathLike) -> dict[str, Any]:
 
     Args:
       out_dir: a folder written by `write_position_bias`.
+      changes: what changed since the run's previous version, listed at the end of results.md.
 
     Returns:
       The new summary (the content of ``results.json``).
@@ -743,5 +744,9 @@ def rescore_position_bias_run(out_dir: str | os.PathLike) -> dict[str, Any]:
     summary["intervals"] = table
     (out / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
     view = types.SimpleNamespace(bias=bias, table=table, aspect=summary["aspect"])
-    (out / "results.md").write_text(_markdown(view, summary, settings["alpha"]))
+    md = _markdown(view, summary, settings["alpha"])
+    if changes:
+        md += "\nChanged since the previous version (recomputed from pairs.jsonl, no forward pass):\n\n"
+        md += "".join(f"- {c}\n" for c in changes)
+    (out / "results.md").write_text(md)
     return summary
