@@ -253,3 +253,20 @@ def test_markdown_does_not_claim_tuning_or_print_empty_per_document_tables():
     assert "Nothing is tuned." in md
     assert "chosen on each fold's dev side" not in md
     assert "## spearman_doc" not in md and "## spearman (headline)" in md
+
+
+def test_truncated_prompts_are_counted_and_warned_about():
+    rng = np.random.default_rng(10)
+    groups, human, logits = _judge(rng, 12)
+    truncated = np.zeros(human.size, bool)
+    truncated[:7] = True
+    arrays = CellArrays(scale=SCALE, logprobs=logits, human=human, human_range=(1.0, 5.0), groups=groups,
+                        truncated=truncated)
+    splits = make_splits("fixed_docs", groups, dev_groups=["d000"])
+    opts = MethodOptions(methods=("vanilla",), temperatures=(1.0,), greedy=False, metrics=("spearman",), n_boot=20)
+    rep = evaluate_cell(arrays, splits, opts, LAB)
+    assert {r["n_truncated"] for r in rep.rows} == {7}
+    res = Results(experiment="t", rows=rep.rows)
+    assert "Warning: prompts were truncated" in markdown_report(res) and "7 of 96 prompts" in markdown_report(res)
+    _, flat = flat_rows(res)
+    assert flat[0]["n_truncated"] == 7

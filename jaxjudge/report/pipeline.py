@@ -340,6 +340,7 @@ def load_cells(
         kwargs: dict[str, Any] = {
             "logprobs": _need(score, "cand_logprobs", job)[rows],
             "valid": score["valid"][rows] if "valid" in score else None,
+            "truncated": score["truncated"][rows] if "truncated" in score else None,
         }
         if "generate" in methods:
             gjob = replace(job, role="generate")
