@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import matplotlib
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -101,7 +102,8 @@ def plot_range_curves(results: Results, out_dir: str | os.PathLike, metric: str 
         panels[(r["judge"], r["task"], r["aspect"], r["score"])].append(r)
     paths = []
     for (judge, task, aspect, score), rs in panels.items():
-        fig = Figure(figsize=(6.4, 4.0), layout="constrained")
+        fig = Figure(figsize=(8.0, 4.0), layout="constrained")
+        cmap = matplotlib.colormaps["tab20"]
         ax = fig.subplots()
         scales = sorted({s for r in rs for s in r["scales"]}, key=_scale_key)
         x = np.arange(len(scales))
@@ -113,14 +115,15 @@ def plot_range_curves(results: Results, out_dir: str | os.PathLike, metric: str 
             hi = np.asarray([r["per_scale"].get(s, {}).get("high") for s in scales], dtype=float)
             off = x + (i - (len(rs) - 1) / 2) * width
             yerr = np.vstack([est - lo, hi - est])
+            color = "black" if r["method"] == "vanilla" else cmap(i % 20)
             ax.errorbar(off, est, yerr=np.where(np.isfinite(yerr), yerr, 0), marker="o", ms=4, capsize=2,
-                        lw=1, label=r["method"])
+                        lw=2 if r["method"] == "vanilla" else 1, color=color, label=r["method"])
         ax.set_xticks(x, scales)
         ax.set_xlabel("score range")
         ax.set_ylabel(metric)
         ax.axhline(0, color="0.7", lw=0.8)
         ax.set_title(f"{judge}: {task} {aspect}, {score} (95% intervals)", fontsize=9)
-        ax.legend(fontsize=7, ncol=2)
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
         name = "_".join(str(p) for p in (results.experiment, judge, task, aspect, score, metric))
         path = out_dir / (name.replace("@", "at").replace("/", "_") + ".png")
         FigureCanvasAgg(fig)
