@@ -232,7 +232,8 @@ def markdown_report(results: Results, metadata: dict[str, Any] | None = None, *,
               "so the interval is conditional on the selection. " if tuned else "Nothing is tuned. ")
     parts += [
         "Every number is the mean over folds of the test-side metric (one fold for a fixed "
-        "split), with a 95% percentile interval from a bootstrap that resamples whole groups "
+        "split), with a 95% interval (the expanded percentile interval unless metadata.json's config "
+        "sets another ci_method) from a bootstrap that resamples whole groups "
         "(documents; pairs for STS-B and SemRel) of the reported side only: the test groups of a "
         "fixed split, every group under k-fold (each fold's test metric recomputed on the "
         "resample). " + tuning + "Where more than 5% of the resamples are undefined, "
