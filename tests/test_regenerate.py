@@ -1,0 +1,45 @@
+"""A committed run regenerates from its committed stores, with no model and no forward pass.
+
+`jaxjudge report` on the committed stores of ``results/score_range_bias/cpu_stsb`` must give the
+committed ``results.json`` again: every label and count exactly, every number within 1e-9.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from jaxjudge.report import load_config, report_from_store
+from jaxjudge.report.results import Results
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _compare(a, b, where="results"):
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), f"{where}: keys {sorted(set(a) ^ set(b))}"
+        for k in a:
+            _compare(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), f"{where}: lengths differ"
+        for i, (x, y) in enumerate(zip(a, b)):
+            _compare(x, y, f"{where}[{i}]")
+    elif isinstance(a, float) or isinstance(b, float):
+        assert isinstance(a, (int, float)) and isinstance(b, (int, float)), f"{where}: {a!r} vs {b!r}"
+        assert math.isclose(a, b, rel_tol=0, abs_tol=1e-9) or (math.isnan(a) and math.isnan(b)), f"{where}: {a!r} vs {b!r}"
+    else:
+        assert a == b, f"{where}: {a!r} vs {b!r}"
+
+
+@pytest.mark.slow
+def test_committed_run_regenerates_from_its_stores(monkeypatch):
+    monkeypatch.chdir(REPO)
+    run = REPO / "results" / "score_range_bias" / "cpu_stsb"
+    cfg = load_config("experiments/score_range_bias.py:cpu_stsb")
+    assert (REPO / cfg.store_root).is_dir(), f"the committed stores {cfg.store_root} are missing"
+    fresh = report_from_store(cfg.store_root, cfg)
+    committed = Results.load_json(run / "results.json")
+    _compare(fresh.to_dict()["rows"], committed.to_dict()["rows"], "rows")
+    _compare(fresh.to_dict()["notes"], committed.to_dict()["notes"], "notes")
