@@ -102,6 +102,9 @@ def main(argv: Sequence[str] | None = None):
         summary = rescore_position_bias_run(args.from_pairs, changes=RESCORE_CHANGES)
         meta_path = Path(args.from_pairs) / "metadata.json"
         meta = json.loads(meta_path.read_text())
+        if "rescored" not in meta:
+            meta["forward_pass_git"] = meta.get("git")  # the original run's state, kept
+        meta["git"] = git  # the state of the code that computed these results
         meta["rescored"] = {  # the forward pass is the original run's; the statistics are these
             "command": "python experiments/position_bias.py " + shlex.join(sys.argv[1:] if argv is None else argv),
             "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
