@@ -35,6 +35,7 @@ The committed ``results/contrastive/cpu`` run).
 
 from jaxjudge.data import SUMMEVAL_SUBSET_DOC_IDS
 from jaxjudge.report.config import (
+    CPU_RUN_CHANGES,
     CPU_SUMMEVAL_DEV_DOCS,
     CPU_SUMMEVAL_SUBSET,
     QWEN_05B,
@@ -43,17 +44,10 @@ from jaxjudge.report.config import (
     TaskSpec,
 )
 
-# What changed in the committed CPU runs since their previous version (printed in their notes).
-CPU_RUN_CHANGES = (
+# What changed in this experiment's committed CPU runs since their previous version.
+RUN_CHANGES = (
     "the temperature convention (every distribution tempered before the adjustment) leaves "
     "contrastive decoding's numbers as they were: the per-row normalisers cancel",
-    "intervals resample the reported (test) groups only, with the expanded percentile bootstrap "
-    "(before: every group, dev included, plain percentile); with fewer than 10 reported groups (the "
-    "3 SummEval test documents) no interval is given",
-    "undefined bootstrap resamples are counted and shown, and above 5% of them no interval is given "
-    "(before: dropped silently); per-document means say how many documents were defined",
-    "SDD is computed from log-probabilities with no 1e-6 floor (before: capped near 13.8 nats per example)",
-    "stores re-extracted (the earlier ones were not committed) and committed under results/stores/cpu_qwen",
 )
 
 
@@ -83,6 +77,6 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         contrastive_fine=arg == "fine",
         select_metric="spearman",
         run="cpu" if arg == "cpu" else None,
-        changes=CPU_RUN_CHANGES if arg == "cpu" else (),
+        changes=(*RUN_CHANGES, *CPU_RUN_CHANGES) if arg == "cpu" else (),
         store_root="results/stores/cpu_qwen" if arg == "cpu" else "stores",
     )

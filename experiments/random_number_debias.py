@@ -46,6 +46,7 @@ selection on ``SEMREL_SELECTION``). The last two keep their stores, committed, i
 """
 
 from jaxjudge.report.config import (
+    CPU_RUN_CHANGES,
     CPU_STSB_SUBSET,
     CPU_SUMMEVAL_SUBSET,
     QWEN_05B,
@@ -65,21 +66,14 @@ SEMREL_SELECTION = SubsetSpec(
     seed=0,
 )
 
-# What changed in the committed CPU runs since their previous version (printed in their notes).
-CPU_RUN_CHANGES = (
+# What changed in this experiment's committed CPU runs since their previous version.
+RUN_CHANGES = (
     "each prior (content-free, batch, dev marginal, random-number) is measured at the scoring "
     "temperature and every adjustment acts before the score is read: DC is p_T q / pbar_T and "
     "Deb-R/Deb-T's lambda is in log-probability units at T = 0.2 (before: the temperature divided "
     "the adjusted logits, raising each prior to the 5th power)",
     "the Tp least-perplexity random-number prompts are ranked by the mean NLL of the request's own "
     "tokens (before: of the whole prompt, chat text and Deb-T's shared instruction included)",
-    "intervals resample the reported (test) groups only, with the expanded percentile bootstrap "
-    "(before: every group, dev included, plain percentile); with fewer than 10 reported groups (the "
-    "3 SummEval test documents) no interval is given",
-    "undefined bootstrap resamples are counted and shown, and above 5% of them no interval is given "
-    "(before: dropped silently); per-document means say how many documents were defined",
-    "SDD is computed from log-probabilities with no 1e-6 floor (before: capped near 13.8 nats per example)",
-    "stores re-extracted (the earlier ones were not committed) and committed under results/stores/cpu_qwen",
 )
 
 
@@ -119,6 +113,6 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         # Kendall's tau costs O(N^2) per resample: on 1,379 STS-B pairs its point estimate only.
         ci_metrics=("pearson", "spearman", "mse", "sdd", "validity") if arg in ("stsb", "semrel") else None,
         run=arg if arg in ("cpu", "stsb", "semrel") else None,
-        changes=CPU_RUN_CHANGES if arg == "cpu" else (),
+        changes=(*RUN_CHANGES, *CPU_RUN_CHANGES) if arg == "cpu" else (),
         store_root=f"results/stores/{arg}_qwen05" if arg in ("stsb", "semrel") else "results/stores/cpu_qwen" if arg == "cpu" else "stores",
     )

@@ -37,6 +37,7 @@ split, 1,379 pairs, read from the score distribution; it shares its committed st
 """
 
 from jaxjudge.report.config import (
+    CPU_RUN_CHANGES,
     CPU_STSB_SUBSET,
     CPU_SUMMEVAL_DEV_DOCS,
     CPU_SUMMEVAL_SUBSET,
@@ -46,17 +47,6 @@ from jaxjudge.report.config import (
     STSB_SELECTION,
     ExperimentConfig,
     TaskSpec,
-)
-
-# What changed in the committed CPU runs since their previous version (printed in their notes).
-CPU_RUN_CHANGES = (
-    "intervals resample the reported (test) groups only, with the expanded percentile bootstrap "
-    "(before: every group, dev included, plain percentile); with fewer than 10 reported groups (the "
-    "3 SummEval test documents) no interval is given",
-    "undefined bootstrap resamples are counted and shown, and above 5% of them no interval is given "
-    "(before: dropped silently); per-document means say how many documents were defined",
-    "SDD is computed from log-probabilities with no 1e-6 floor (before: capped near 13.8 nats per example)",
-    "stores re-extracted (the earlier ones were not committed) and committed under results/stores/cpu_qwen",
 )
 
 

@@ -68,6 +68,7 @@ __all__ = [
     "CPU_SUMMEVAL_SUBSET",
     "CPU_STSB_SUBSET",
     "STSB_SELECTION",
+    "CPU_RUN_CHANGES",
     "LAMBDA_GRID",
     "LAMBDA_GRID_EXTENDED",
     "CONTRASTIVE_LAMS",
@@ -691,6 +692,17 @@ CPU_STSB_SUBSET = SubsetSpec(
     seed=0,
 )
 
+# What changed in every committed CPU subset run since its previous version (each experiment
+# adds its own lines; printed in the runs' notes).
+CPU_RUN_CHANGES = (
+    "intervals resample the reported (test) groups only, with the expanded percentile bootstrap "
+    "(before: every group, dev included, plain percentile); with fewer than 10 reported groups (the "
+    "3 SummEval test documents) no interval is given",
+    "undefined bootstrap resamples are counted and shown, and above 5% of them no interval is given "
+    "(before: dropped silently); per-document means say how many documents were defined",
+    "SDD is computed from log-probabilities with no 1e-6 floor (before: capped near 13.8 nats per example)",
+    "stores re-extracted (the earlier ones were not committed) and committed under results/stores/cpu_qwen",
+)
 STSB_SELECTION = SubsetSpec(
     reason="selection on a seeded random sample (seed 0) of 300 of the 1,500 STS-B dev pairs, "
     "to bound extraction cost; the report covers the whole test split (1,379 pairs)",
