@@ -144,6 +144,8 @@ class CellArrays:
       example_ids: `[N]` example ids.
       valid: `[N]` bool, the greedy next token starts a score; None: all valid.
       truncated: `[N]` bool, the prompt's source text was cut to fit the context; None: unknown.
+      truncated_tokens: `[N]` int, source tokens cut from each prompt; None: unknown (stores
+        written before the engine recorded it).
       generated: `[N]` scores parsed from greedy generation (NaN: parse failure), or None.
       random: variant (``"R"``, ``"T"``) -> `RandomPrior` of the judge.
       content_free: `[M, K]` log-probabilities on content-free inputs, or None.
@@ -160,6 +162,7 @@ class CellArrays:
     example_ids: np.ndarray | None = None
     valid: np.ndarray | None = None
     truncated: np.ndarray | None = None
+    truncated_tokens: np.ndarray | None = None
     generated: np.ndarray | None = None
     contrastive_generated: np.ndarray | None = None  # [N] parsed contrastive generations (NaN: parse failure)
     random: Mapping[str, RandomPrior] = field(default_factory=dict)
@@ -181,8 +184,8 @@ class CellArrays:
         self.logprobs = lp
         self.human = np.asarray(self.human, np.float64)
         self.groups = np.asarray(self.groups)
-        for name in ("human", "groups", "example_ids", "valid", "truncated", "generated", "contrastive_generated",
-                     "split_labels"):
+        for name in ("human", "groups", "example_ids", "valid", "truncated", "truncated_tokens", "generated",
+                     "contrastive_generated", "split_labels"):
             a = getattr(self, name)
             if a is not None and np.shape(a) != (n,):
                 raise ValueError(f"{name} must be [N]=[{n}] like logprobs, got shape {np.shape(a)}")
@@ -738,10 +741,13 @@ def evaluate_cell(
     }
 
     n_truncated = None if arrays.truncated is None else int(np.asarray(arrays.truncated, bool).sum())
+    # Where prompts were cut, how many source tokens in all (None: the store predates the count).
+    cut = {} if not n_truncated else {
+        "n_tokens_cut": None if arrays.truncated_tokens is None else int(np.asarray(arrays.truncated_tokens).sum())}
 
     def base_row(method: str, kind: str) -> dict[str, Any]:
         return {**labels, "scale": scale.name, "method": method, "score": kind, "n": n, "n_folds": f,
-                "n_test": int(test.any(0).sum()), "n_truncated": n_truncated}
+                "n_test": int(test.any(0).sum()), "n_truncated": n_truncated, **cut}
 
     kinds = score_kinds(options)
 

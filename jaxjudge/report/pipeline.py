@@ -341,6 +341,7 @@ def load_cells(
             "logprobs": _need(score, "cand_logprobs", job)[rows],
             "valid": score["valid"][rows] if "valid" in score else None,
             "truncated": score["truncated"][rows] if "truncated" in score else None,
+            "truncated_tokens": score["truncated_tokens"][rows] if "truncated_tokens" in score else None,
         }
         if "generate" in methods:
             gjob = replace(job, role="generate")
