@@ -456,7 +456,7 @@ def markdown(result: dict[str, Any], cfg: FewLabelsConfig, metadata: Mapping[str
     ]
     if result["notes"]:
         p += ["Notes:", ""] + [f"- {n}" for n in result["notes"]] + [""]
-    p += ["## Judges", "", "| judge | task | aspect | scale | items | documents | method | Pearson with humans | hparams (per fold) |",
+    p += ["## Judges", "", "| judge | task | aspect | scale | items | groups | method | Pearson with humans | hparams (per fold) |",
           "|---|---|---|---|---|---|---|---|---|"]
     for c in result["cells"]:
         for m, r in c["pearson"].items():
@@ -464,8 +464,23 @@ def markdown(result: dict[str, Any], cfg: FewLabelsConfig, metadata: Mapping[str
             hp_s = "; ".join(", ".join(f"{k}={v}" for k, v in h.items() if k != "q") for h in hp if h) or "-"
             p.append(f"| {c['judge']} | {c['task']} | {c['aspect']} | {c['scale']} | {c['items']} | {c['documents']} | "
                      f"{m} | {_fmt(r)} | {hp_s} |")
-    p += ["", "## Interval width against the number of human labels", ""]
     summ = _summary_rows(result["label_saving"])
+    p += ["", "## Most labels saved", "",
+          "Per range and estimand, the judge + labels method of largest effective n (PPI++), beside the vanilla "
+          "judge's; effective n / n is the factor by which it multiplies the human labels.", "",
+          "| judge | task | aspect | scale | estimand | n | best method | its eff. n | vanilla + labels eff. n |",
+          "|---|---|---|---|---|---|---|---|---|"]
+    for key in sorted({(r["judge"], r["task"], r["aspect"], r["scale"], r["kind"], r["n"]) for r in summ},
+                      key=lambda k: (k[0], k[1], k[2], k[3], ["all items", "system", "difference"].index(k[4]), k[5])):
+        sel = [r for r in summ if (r["judge"], r["task"], r["aspect"], r["scale"], r["kind"], r["n"]) == key
+               and r["method"] not in (HUMAN_ONLY, PPI_PLAIN)]
+        if not sel:
+            continue
+        best = max(sel, key=lambda r: r["effective_n"])
+        van = next((r for r in sel if r["method"] == "vanilla + labels"), None)
+        p.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} | {key[5]} | {best['method']} | "
+                 f"{best['effective_n']:.0f} | {_fmt(None if van is None else round(van['effective_n']))} |")
+    p += ["", "## Interval width against the number of human labels", ""]
     keys = sorted({(r["judge"], r["task"], r["aspect"], r["scale"], r["kind"]) for r in summ},
                   key=lambda k: (k[0], k[1], k[2], k[3], ["all items", "system", "difference"].index(k[4])))
     for judge, task, aspect, scale, kind in keys:
