@@ -542,6 +542,7 @@ def plot_widths(result: dict[str, Any], cfg: FewLabelsConfig, out_dir: str | os.
                 style = dict(color="black", lw=2.2) if m == HUMAN_ONLY else dict(ls="--") if m == PPI_PLAIN else {}
                 ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", ms=3, label=m, **style)
             ax.set_xscale("log")
+            ax.minorticks_off()  # only the drawn n are labelled
             ax.set_xticks(sorted({r["n"] for r in rk}), labels=[str(n) for n in sorted({r["n"] for r in rk})])
             ax.set_xlabel("human labels n")
             ax.set_ylabel(f"mean {1 - cfg.alpha:.0%} interval width")
