@@ -4,7 +4,8 @@ For n = 25, 50, 100, 200 human labels drawn at random (seeded, 200 draws each), 
 the 95% interval for the mean human score (of all items; on SummEval also of each system and
 of one paired system difference) from the human labels alone, from the vanilla judge plus the
 labels, and from each debiased judge (Deb-R, Deb-T, contextual, batch and distribution
-calibration, chosen on dev as in the report) plus the labels: prediction-powered inference,
+calibration; Deb-R and Deb-T with lambda searched on 0.1..1.0 and, as ``*_ext``, on 0.1..10;
+all chosen on dev as in the report) plus the labels: prediction-powered inference,
 power-tuned (PPI++). The effective number of labels is the number of human labels alone that
 gives the same width. On SummEval also the system-level Kendall tau between the judge's and
 the humans' rankings of the 16 systems, per range and method, with a document bootstrap.
@@ -66,8 +67,7 @@ def get_config(arg: str | None = None) -> FewLabelsConfig:
         methods=METHODS,
         temperatures=(0.2,),
         greedy=False,
-        deb_tp=(10,),
-        lambdas_extended=None,
+        deb_tp=(10,),  # lambda on 0.1..1.0 (deb_*_tp10) and on 0.1..10 (deb_*_tp10_ext), as the report
         select_metric="spearman",
         run=arg,
         store_root=store_root,
