@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import functools
 import json
 import math
 import os
@@ -302,6 +303,13 @@ def _estimands(cp: CellPredictions, cfg: FewLabelsConfig) -> list[_Estimand]:
     return out
 
 
+@functools.partial(jax.jit, static_argnames=("method", "num_groups", "clip"))
+def _draws(judge, human, masks, groups, *, method: str, num_groups: int | None, clip: bool):
+    """`ppi_core` for every draw of labelled items: masks `[R, N]` -> three `[R]` arrays."""
+    return jax.vmap(lambda m: M.ppi_core(judge, human, m, groups, method=method, num_groups=num_groups,
+                                         clip=clip))(masks)
+
+
 def label_saving(cp: CellPredictions, cfg: FewLabelsConfig) -> list[dict[str, Any]]:
     """Interval widths against the number of human labels for every estimand of one cell.
 
@@ -333,9 +341,9 @@ def label_saving(cp: CellPredictions, cfg: FewLabelsConfig) -> list[dict[str, An
             masks = rng.random((cfg.repeats, n_items)).argsort(1) < n  # [R, N], the same for every method
             widths = {}
             for label, method, judge_name in specs:
-                core = jax.vmap(lambda m_, f_=est.judge[judge_name], meth=method: M.ppi_core(
-                    f_, est.human, m_, est.groups, method=meth, num_groups=est.num_groups, clip=cfg.clip))
-                e, se, lam = (np.asarray(v, np.float64) for v in core(masks))
+                e, se, lam = (np.asarray(v, np.float64) for v in _draws(
+                    est.judge[judge_name], est.human, masks, est.groups, method=method,
+                    num_groups=est.num_groups, clip=cfg.clip))
                 w = 2 * z * se
                 widths[label] = w
                 rows.append({**base, "method": label, "judge_method": None if method == "classical" else judge_name,
