@@ -25,8 +25,9 @@ Arguments of ``get_config``: ``"stsb"`` (the stores of ``random_number_debias.py
 dev pairs), ``"cpu"`` (SummEval coherence on ``CPU_SUMMEVAL_SUBSET``'s 6 documents x 16
 systems, stores in ``results/stores/cpu_qwen``, 5 folds grouped by document as in
 ``random_number_debias.py:cpu``: a subset that shows the protocol and settles little), and
-``"summeval"`` (all 100 documents, coherence, 5-fold grouped CV; its store root is
-``stores/summeval_qwen05`` until a full store is committed: point ``base.store_root`` at it).
+``"summeval"`` (all 100 documents, coherence, 5-fold grouped CV, reading the stores of
+``random_number_debias.py:summeval`` in ``results/stores/summeval_qwen05``; ``--stores`` or
+``--set base.store_root=...`` points it at another SummEval store).
 Options: ``--set field=value`` (fields of `FewLabelsConfig`; ``base.<field>`` for the report
 config), ``--stores`` (store root), ``--run`` (run name), ``--results`` (results root),
 ``--no-check-model`` (skip the model sha256 check against stores: it needs the model file).
@@ -57,7 +58,7 @@ def get_config(arg: str | None = None) -> FewLabelsConfig:
         store_root = "results/stores/cpu_qwen"
     else:
         tasks = (TaskSpec("summeval", ("coherence",), split="kfold", n_folds=5),)
-        store_root = "stores/summeval_qwen05"
+        store_root = "results/stores/summeval_qwen05"  # where random_number_debias.py:summeval extracts
     base = ExperimentConfig(
         name="few_labels",
         description="Prediction-powered intervals: how many human labels a judge (vanilla or debiased) saves.",
