@@ -697,6 +697,8 @@ def evaluate_cell(
     splits: Splits,
     options: MethodOptions,
     labels: Mapping[str, Any] | None = None,
+    *,
+    predictions: dict | None = None,
 ) -> CellReport:
     """Run every configured method on one cell.
 
@@ -705,6 +707,8 @@ def evaluate_cell(
       splits: dev/test masks `[F, N]` (see `make_splits`).
       options: methods, grids, metrics, bootstrap settings.
       labels: identifying fields copied into every row (judge, task, aspect, ...).
+      predictions: if a dict, filled with ``(method, score kind) -> [F, N]`` predictions of
+        every row (what `jaxjudge.report.few_labels` builds on).
 
     Returns:
       `CellReport`. Each row holds the labels and ``scale``, ``method`` (variant name),
@@ -801,6 +805,8 @@ def evaluate_cell(
     def emit(method: str, adj_fnk, kind_t, hparams=None, dev_metric=None, test_metric=None):
         kind = kind_t[0]
         pred, probs = read(adj_fnk, kind_t)
+        if predictions is not None:
+            predictions[(method, kind)] = pred
         mets, deltas = _score_stats(pred, None if method == "vanilla" else base_pred[kind], probs, ones, ctx, options)
         row = base_row(method, kind)
         row.update(
