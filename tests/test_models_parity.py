@@ -52,6 +52,28 @@ CASES = {
     # 1 + w norms, GeGLU, sqrt(D) embedding scale, tied head.
     "gemma": ("gemma", {}),
     "gemma_untied": ("gemma", dict(tie_word_embeddings=False)),
+    # Per-head q/k norms, explicit head_dim, no biases.
+    "qwen3": ("qwen3", {}),
+    # Qwen3 with its window on the layers from max_window_layers on, shorter than the prompt.
+    "qwen3_window": ("qwen3", dict(use_sliding_window=True, sliding_window=5, max_window_layers=1,
+                                   tie_word_embeddings=True)),
+    # Fused qkv_proj and gate_up_proj, split by the conversion table; window on every layer.
+    "phi3": ("phi3", dict(sliding_window=6)),
+    # Soft-capping small enough to bend the scores and logits; sandwich norms; local layer 0
+    # with a window of 3 then a global layer; scores scaled by query_pre_attn_scalar.
+    "gemma2": ("gemma2", dict(query_pre_attn_scalar=7, attn_logit_softcapping=1.5,
+                              final_logit_softcapping=3.0, sliding_window=3)),
+    # q/k norms, local (base 10k, window 4) and global (base 1M) layers with their own rotary
+    # tables, no soft-capping.
+    "gemma3": ("gemma3_text", dict(query_pre_attn_scalar=13, sliding_window=4,
+                                   layer_types=["sliding_attention", "full_attention"])),
+    # Linear rotary scaling on the global layers only (Gemma-3 4B-27B), global layer first.
+    "gemma3_linear": ("gemma3_text", dict(
+        query_pre_attn_scalar=13, sliding_window=5, tie_word_embeddings=False,
+        layer_types=["full_attention", "sliding_attention"],
+        rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0,
+                                            "rope_theta": 100.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})),
 }
 
 _CLASSES = {
@@ -59,6 +81,10 @@ _CLASSES = {
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
     "mistral": ("MistralConfig", "MistralForCausalLM"),
     "gemma": ("GemmaConfig", "GemmaForCausalLM"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM"),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
+    "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
 }
 
 
