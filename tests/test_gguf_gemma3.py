@@ -112,3 +112,39 @@ def test_gemma3_logits_match_transformers(gemma3):
     assert sum(n > 512 for n in lengths) >= 2, lengths
     print(f"\nGemma-3-270M Q4_K_M vs transformers: max |logit diff| {worst:.2e} over prompts of "
           f"{lengths} tokens")
+
+
+@pytest.mark.slow
+@pytest.mark.large
+def test_gemma3_models_load_bfloat16_bound(gemma3, tmp_path_factory):
+    """``models.load(file, dtype=jnp.bfloat16)`` (converted, then restored from the cache):
+    bfloat16 parameters, float32 logits, and the measured distance to transformers' float32."""
+    torch = pytest.importorskip("torch")
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from jaxjudge import models
+
+    path, _, ref, _, _ = gemma3
+    cache = tmp_path_factory.mktemp("converted")
+    first = models.load(path, dtype=jnp.bfloat16, cache_dir=cache)
+    judge = models.load(path, dtype="bfloat16", cache_dir=cache)  # from the cache
+    assert judge.config == first.config and judge.config.model_type == "gemma3_text"
+    assert {x.dtype for x in jax.tree.leaves(nnx.state(judge.model, nnx.Param))} == {jnp.dtype(jnp.bfloat16)}
+    worst, rel, agree = 0.0, 0.0, []
+    for text in PROMPTS:
+        ids = judge.encode(text)
+        read = sorted(set(range(0, len(ids), 61)) | {len(ids) - 1})
+        tokens = np.asarray([ids], np.int32)
+        ours = np.asarray(judge.forward(tokens, np.ones_like(tokens, bool), np.asarray([read])))[0]
+        assert ours.dtype == np.float32
+        with torch.no_grad():
+            theirs = ref.lm_head(ref.model(torch.tensor([ids])).last_hidden_state[0, read]).numpy()
+        worst = max(worst, float(np.abs(ours - theirs).max()))
+        rel = max(rel, float((np.abs(ours - theirs).max(-1) / np.abs(theirs).max(-1)).max()))
+        agree.extend(ours.argmax(-1) == theirs.argmax(-1))
+    print(f"\nGemma-3-270M bfloat16 vs transformers float32: max |logit diff| {worst:.3f} "
+          f"({rel:.3f} of the row's largest logit), argmax agreement {np.mean(agree):.3f}")
+    # Measured: 0.40 absolute, 0.019 relative, agreement 1.0 (37 read positions).
+    assert rel <= 0.05 and np.mean(agree) >= 0.95

@@ -8,9 +8,11 @@ compares logits on the same tokens: max |difference| <= 1e-4.
 import json
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 torch = pytest.importorskip("torch")
 tf = pytest.importorskip("transformers")
@@ -229,6 +231,30 @@ def test_bfloat16_close_to_float32_reference(subset_case):
     # bfloat16 keeps 8 bits of mantissa: torch's own bf16 forward is ~1e-2 off float32 here.
     np.testing.assert_allclose(ours, ref, atol=0.06 * np.abs(ref).max(), rtol=0)
     assert (ours.argmax(-1) == ref.argmax(-1)).mean() > 0.9
+
+
+@pytest.mark.parametrize("name", ["qwen3", "phi3", "gemma2", "gemma3_linear"])
+def test_bfloat16_error_is_that_of_torch_bfloat16(built, name):
+    """bfloat16 parameters and activations (float32 softmax, logits, log-probabilities) are as
+    far from the float32 reference as transformers' own bfloat16 forward is.
+
+    Measured on these tiny models (40 tokens, logits up to 2.5-4.7 in size): max |ours - ref|
+    0.035-0.14 where torch's bfloat16 gives 0.04-0.17; argmax agreement >= 98%.
+    """
+    import copy
+
+    _, model, judge = built(name)
+    j16 = Judge(judge.config, convert.build_model(judge.config, hf.read_safetensors(
+        Path(judge.source)), "bfloat16"), judge.tokenizer)
+    assert {x.dtype for x in jax.tree.leaves(nnx.state(j16.model, nnx.Param))} == {jnp.dtype(jnp.bfloat16)}
+    tokens = np.random.default_rng(3).integers(0, VOCAB, (4, 40)).astype(np.int32)
+    ref = torch_logits(model, tokens)
+    ours = np.asarray(j16.forward(tokens, np.ones_like(tokens, bool), np.tile(np.arange(40), (4, 1))))
+    assert ours.dtype == np.float32
+    torch16 = torch_logits(copy.deepcopy(model).to(torch.bfloat16), tokens)
+    ours_err, torch_err = np.abs(ours - ref).max(), np.abs(torch16 - ref).max()
+    assert ours_err <= 1.25 * torch_err, (ours_err, torch_err)
+    assert (ours.argmax(-1) == ref.argmax(-1)).mean() >= 0.98
 
 
 def test_chat_template_matches_transformers(built):
