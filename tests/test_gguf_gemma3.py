@@ -148,3 +148,14 @@ def test_gemma3_models_load_bfloat16_bound(gemma3, tmp_path_factory):
           f"({rel:.3f} of the row's largest logit), argmax agreement {np.mean(agree):.3f}")
     # Measured: 0.40 absolute, 0.019 relative, agreement 1.0 (37 read positions).
     assert rel <= 0.05 and np.mean(agree) >= 0.95
+
+
+@pytest.mark.large
+def test_gemma3_model_spec_names_the_file():
+    from jaxjudge.report.config import GEMMA3_270M, file_sha256, resolve_model_path
+
+    path = resolve_model_path(GEMMA3_270M)
+    assert path == jg.gguf_dir() / FILE
+    if not path.is_file():
+        pytest.skip(f"{path} is absent")
+    assert file_sha256(path) == GEMMA3_270M.sha256
