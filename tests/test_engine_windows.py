@@ -1,7 +1,7 @@
 """Sliding-window judges through the engine: prefix cache, batched continuations, generation.
 
-A tiny random Gemma 3 (local layers with a window of 8 tokens, a global layer, two rotary bases)
-and a tiny Gemma 2 (window 8 on every other layer, soft-capped scores and logits) read prompts
+A tiny random Gemma 3 (a local layer with a window of 8 tokens, a global layer, two rotary
+bases) and a tiny Gemma 2 (the same layers, soft-capped scores and logits) read prompts
 of 60-140 tokens, many times their window. The references are full forward passes of one
 example at a time, without prefix cache, buckets or batching (the decoder's full forward is held
 to transformers' torch models in ``test_models_parity.py``, with windows shorter than the
@@ -27,16 +27,15 @@ WINDOW = 8
 
 
 def windowed_judge(family: str) -> Judge:
-    """A deterministic random 3-layer judge of ``family`` whose windows are far shorter than
+    """A deterministic random 2-layer judge of ``family`` (local then global) whose windows are far shorter than
     the prompts (seed 0, norms randomised so the q/k and sandwich norms are not identities)."""
     tok = byte_tokenizer()
-    common = dict(vocab_size=tok.get_vocab_size(), num_hidden_layers=3, sliding_window=WINDOW,
+    common = dict(vocab_size=tok.get_vocab_size(), sliding_window=WINDOW, sliding_layers=(True, False),
                   max_position_embeddings=512, eos_token_ids=(10,))
     if family == "gemma3":
-        cfg = Gemma3TextConfig.tiny(sliding_layers=(True, False, True), **common)
+        cfg = Gemma3TextConfig.tiny(**common)
     else:
-        cfg = Gemma2Config.tiny(sliding_layers=(True, False, True), attn_logit_softcapping=2.0,
-                                final_logit_softcapping=4.0, **common)
+        cfg = Gemma2Config.tiny(attn_logit_softcapping=2.0, final_logit_softcapping=4.0, **common)
     model = Decoder(cfg, rngs=nnx.Rngs(0))
     rng = np.random.default_rng(0)
     for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
