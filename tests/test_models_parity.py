@@ -318,6 +318,24 @@ def test_tied_head_written_out(llama_folder):
     assert convert.build_model(cfg, tensors).lm_head is None
 
 
+def test_fused_phi3_tensors_are_split_and_checked(built):
+    _, _, judge = built("phi3")
+    folder = Path(judge.source)
+    cfg = C.config_from_hf(hf.read_config(folder))
+    tensors = hf.read_safetensors(folder)
+    qkv = tensors["model.layers.0.self_attn.qkv_proj.weight"]
+    assert qkv.shape == ((6 + 2 * 2) * 10, 18)
+    split = convert.unfuse(cfg, tensors)
+    np.testing.assert_array_equal(split["model.layers.0.self_attn.k_proj.weight"], qkv[60:80])
+    assert "model.layers.0.self_attn.qkv_proj.weight" not in split
+    bad = dict(tensors, **{"model.layers.1.mlp.gate_up_proj.weight": np.zeros((27, 18), np.float32)})
+    with pytest.raises(convert.ConversionError, match=r"gate_up_proj.*27 rows.*13 \+ 13 = 26"):
+        convert.build_model(cfg, bad)
+    both = dict(tensors, **{"model.layers.0.self_attn.q_proj.weight": qkv[:60]})
+    with pytest.raises(convert.ConversionError, match=r"q_proj\.weight.*both alone and inside"):
+        convert.build_model(cfg, both)
+
+
 def test_sharded_checkpoint_and_file_errors(tmp_path):
     model = make_hf_model(tmp_path, "qwen2", {}, max_shard_size="4KB")
     assert (tmp_path / "model.safetensors.index.json").is_file()

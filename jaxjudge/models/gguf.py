@@ -477,9 +477,9 @@ def hf_config_from_gguf(meta: Mapping[str, Any], tensor_shapes: Mapping[str, tup
         big = hf["num_hidden_layers"] == _GEMMA_27B_LAYERS[arch]
         hf["query_pre_attn_scalar"] = hidden // heads if big else head_dim
         if arch == "gemma2":
-            for key in ("attn_logit_softcapping", "final_logit_softcapping"):
-                value = meta.get(prefix + key)
-                hf[key] = None if value is None else float(value)
+            # llama.cpp's defaults when the file does not say: 50 and 30, as in every release.
+            for key, default in (("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0)):
+                hf[key] = float(meta.get(prefix + key, default))
         else:
             # Every layer type's rotary base, as transformers 5 writes them.
             hf["rope_local_base_freq"] = 10000.0
