@@ -22,6 +22,7 @@ Run (extract once, then report from the store as often as needed, no forward pas
     jaxjudge sweep experiments/score_range_bias.py:cpu        # committed CPU run: SummEval subset
     jaxjudge sweep experiments/score_range_bias.py:cpu_stsb   # committed CPU run: STS-B subset
     jaxjudge sweep experiments/score_range_bias.py:stsb       # committed: STS-B, whole test split
+    jaxjudge sweep experiments/score_range_bias.py:gemma3     # Gemma-3-270M (base), raw prompts
 
 Arguments of ``get_config``: None (Qwen2.5-Coder 0.5B), ``"qwen15"`` (0.5B and 1.5B),
 ``"smollm2"`` (the embedded default judge on the full data), ``"quick"`` (SmolLM2 on the
@@ -33,7 +34,9 @@ distribution only: greedy generation over 160 prompts x 4 ranges did not fit the
 budget, so the greedy reading there is the greedy candidate; the committed
 ``results/score_range_bias/cpu_stsb`` run), ``"stsb"`` (the same judge on the whole STS-B test
 split, 1,379 pairs, read from the score distribution; it shares its committed stores in
-``results/stores/stsb_qwen05`` with ``random_number_debias.py:stsb``).
+``results/stores/stsb_qwen05`` with ``random_number_debias.py:stsb``), ``"gemma3"``
+(Gemma-3-270M, a base model without a chat template, prompted completion-style on the full
+data; not run yet).
 """
 
 from jaxjudge.report.config import (
@@ -41,6 +44,7 @@ from jaxjudge.report.config import (
     CPU_STSB_SUBSET,
     CPU_SUMMEVAL_DEV_DOCS,
     CPU_SUMMEVAL_SUBSET,
+    GEMMA3_270M,
     QWEN_05B,
     QWEN_15B,
     SMOLLM2,
@@ -52,7 +56,7 @@ from jaxjudge.report.config import (
 
 def get_config(arg: str | None = None) -> ExperimentConfig:
     models = {None: (QWEN_05B,), "qwen15": (QWEN_05B, QWEN_15B), "smollm2": (SMOLLM2,), "quick": (SMOLLM2,),
-              "cpu": (QWEN_05B,), "cpu_stsb": (QWEN_05B,), "stsb": (QWEN_05B,)}
+              "cpu": (QWEN_05B,), "cpu_stsb": (QWEN_05B,), "stsb": (QWEN_05B,), "gemma3": (GEMMA3_270M,)}
     if arg not in models:
         raise ValueError(f"score_range_bias: unknown argument {arg!r}; use one of {sorted(k for k in models if k)}")
     if arg == "quick":
@@ -83,6 +87,8 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         ci_metrics=("pearson", "spearman", "mse", "sdd", "validity") if arg == "stsb" else None,
         run=arg if arg in ("cpu", "cpu_stsb", "stsb") else None,
         changes=CPU_RUN_CHANGES if arg in ("cpu", "cpu_stsb") else (),
+        # A base model: the prompt is the completion's beginning, no chat template.
+        prompt_style="raw" if arg == "gemma3" else "chat",
         store_root={"stsb": "results/stores/stsb_qwen05", "cpu": "results/stores/cpu_qwen",
                     "cpu_stsb": "results/stores/cpu_qwen"}.get(arg, "stores"),
     )

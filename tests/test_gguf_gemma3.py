@@ -150,12 +150,20 @@ def test_gemma3_models_load_bfloat16_bound(gemma3, tmp_path_factory):
     assert rel <= 0.05 and np.mean(agree) >= 0.95
 
 
-@pytest.mark.large
-def test_gemma3_model_spec_names_the_file():
-    from jaxjudge.report.config import GEMMA3_270M, file_sha256, resolve_model_path
+def test_gemma3_model_spec_and_experiment_variant():
+    import importlib.util
+    from pathlib import Path
+
+    from jaxjudge.report.config import GEMMA3_270M, file_sha256, resolve_model_path, validate_config
 
     path = resolve_model_path(GEMMA3_270M)
     assert path == jg.gguf_dir() / FILE
-    if not path.is_file():
-        pytest.skip(f"{path} is absent")
-    assert file_sha256(path) == GEMMA3_270M.sha256
+    spec = importlib.util.spec_from_file_location(
+        "score_range_bias", Path(__file__).resolve().parents[1] / "experiments" / "score_range_bias.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cfg = module.get_config("gemma3")
+    assert cfg.models == (GEMMA3_270M,) and cfg.prompt_style == "raw"  # a base model: no chat template
+    validate_config(cfg, check_files=False)
+    if path.is_file():
+        assert file_sha256(path) == GEMMA3_270M.sha256
