@@ -211,7 +211,7 @@ def _write_gguf(path: Path, arch: str, hf_cfg, state: dict[str, np.ndarray],
     head_dim = getattr(hf_cfg, "head_dim", None) or hf_cfg.hidden_size // hf_cfg.num_attention_heads
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
-    if arch in ("gemma2", "gemma3"):
+    if arch in ("gemma2", "gemma3", "phi3"):
         w.add_sliding_window(hf_cfg.sliding_window)
     if arch == "gemma2":
         w.add_attn_logit_softcapping(hf_cfg.attn_logit_softcapping)
@@ -279,6 +279,10 @@ def _tiny_torch(family: str, tied: bool):
     elif family == "qwen3":
         cfg = transformers.Qwen3Config(rope_theta=1e6, **common)
         model = transformers.Qwen3ForCausalLM(cfg)
+    elif family == "phi3":
+        cfg = transformers.Phi3Config(sliding_window=5, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                      **common)
+        model = transformers.Phi3ForCausalLM(cfg)
     elif family == "gemma2":
         # What llama.cpp assumes of a non-27B Gemma 2: scores scaled by head_dim ** -0.5.
         cfg = transformers.Gemma2Config(rope_theta=10000.0, query_pre_attn_scalar=64, sliding_window=4,
@@ -366,7 +370,8 @@ def test_every_encoding_matches_transformers_gguf_loader(tmp_path):
 
 
 @pytest.mark.parametrize("family,tied", [("llama", False), ("qwen2", False), ("gemma", True),
-                                         ("qwen3", False), ("gemma2", True), ("gemma3", True)])
+                                         ("qwen3", False), ("gemma2", True), ("gemma3", True),
+                                         ("phi3", False)])
 def test_tiny_gguf_logits_match_torch_model(tmp_path, family, tied):
     """The loaded judge computes the original torch model's logits (float32 file)."""
     torch = pytest.importorskip("torch")
@@ -583,3 +588,13 @@ def test_config_mapping_cases():
     # "none" means no scaling.
     assert "rope_scaling" not in jg.hf_config_from_gguf(
         _meta(**{"llama.rope.scaling.type": "none"}), SHAPES)
+
+
+def test_phi3_longrope_factors_are_refused_by_name():
+    meta = {k.replace("llama.", "phi3."): v for k, v in _meta(**{"general.architecture": "phi3"}).items()}
+    meta["general.architecture"] = "phi3"
+    hf = jg.hf_config_from_gguf(meta, SHAPES)
+    assert hf["model_type"] == "phi3" and "sliding_window" not in hf
+    with pytest.raises(jg.UnsupportedGGUFError, match=r"rope_factors_long.*longrope"):
+        jg.hf_config_from_gguf(meta, {**SHAPES, "rope_factors_long.weight": (8,),
+                                      "rope_factors_short.weight": (8,)})

@@ -90,6 +90,7 @@ SUPPORTED_ARCHITECTURES: dict[str, tuple[str, str, str]] = {
     "gemma2": ("gemma2", "Gemma2ForCausalLM", "gelu_pytorch_tanh"),
     "gemma3": ("gemma3_text", "Gemma3ForCausalLM", "gelu_pytorch_tanh"),
     "qwen3": ("qwen3", "Qwen3ForCausalLM", "silu"),
+    "phi3": ("phi3", "Phi3ForCausalLM", "silu"),
 }
 # Architectures whose norm weights llama.cpp stores as `1 + w`.
 _NORM_PLUS_ONE = frozenset({"gemma", "gemma2", "gemma3"})
@@ -157,7 +158,12 @@ _ARCH_BLOCK_TENSORS = {
     "gemma2": _SANDWICH_BLOCK_TENSORS,
     "gemma3": {**_SANDWICH_BLOCK_TENSORS, **_QK_NORM_TENSORS},
     "qwen3": {**_BLOCK_TENSORS, **_QK_NORM_TENSORS},
+    # Phi-3 keeps Hugging Face's fused projections (split later by the conversion table).
+    "phi3": {**_BLOCK_TENSORS, "attn_qkv.weight": "self_attn.qkv_proj.weight",
+             "ffn_up.weight": "mlp.gate_up_proj.weight"},
 }
+# Per-frequency factors of Phi-3's long-context rotary scaling ("longrope"), which is refused.
+_LONGROPE_TENSORS = frozenset({"rope_factors_long.weight", "rope_factors_short.weight"})
 _GLOBAL_TENSORS = {
     "token_embd.weight": "model.embed_tokens.weight",
     "output_norm.weight": "model.norm.weight",
@@ -464,6 +470,15 @@ def hf_config_from_gguf(meta: Mapping[str, Any], tensor_shapes: Mapping[str, tup
         hf["mlp_bias"] = "blk.0.ffn_gate.bias" in tensor_shapes
     if arch == "qwen3":
         hf["attention_bias"] = "blk.0.attn_q.bias" in tensor_shapes
+    if arch == "phi3":
+        longrope = sorted(_LONGROPE_TENSORS & set(tensor_shapes))
+        if longrope:
+            raise UnsupportedGGUFError(
+                f"{path}: tensors {longrope} hold Phi-3's long-context rotary scaling ('longrope'), "
+                "which is not supported")
+        window = meta.get(prefix + "attention.sliding_window")
+        if window:
+            hf["sliding_window"] = int(window)
     if arch in ("gemma2", "gemma3"):
         del hf["hidden_act"]
         hf["hidden_activation"] = act
