@@ -32,6 +32,7 @@ Run:
     jaxjudge sweep experiments/random_number_debias.py:cpu         # the committed CPU subset run
     jaxjudge sweep experiments/random_number_debias.py:stsb        # committed: STS-B, whole test split
     jaxjudge sweep experiments/random_number_debias.py:semrel      # committed: SemRel2024 English
+    jaxjudge sweep experiments/random_number_debias.py:summeval    # committed: SummEval coherence, 100 documents
 
 Arguments of ``get_config``: None (Qwen2.5-Coder 0.5B), ``"qwen15"`` (0.5B and 1.5B),
 ``"smollm2"``, ``"quick"`` (SmolLM2, embedded 4-document SummEval subset, coherence, 4 folds of
@@ -41,7 +42,8 @@ document, and STS-B on ``CPU_STSB_SUBSET``, 40 dev pairs for selection and 120 t
 SemRel: the committed ``results/random_number_debias/cpu`` run), ``"stsb"`` (Qwen2.5-Coder
 0.5B on the whole STS-B test split, 1,379 pairs, selection on ``STSB_SELECTION``, a seeded
 300-pair sample of dev), ``"semrel"`` (the same judge on SemRel2024 English, dev 250 reported,
-selection on ``SEMREL_SELECTION``). The last two keep their stores, committed, in
+selection on ``SEMREL_SELECTION``), ``"summeval"`` (the same judge on SummEval coherence, all
+100 documents, 5-fold CV grouped by document). The last three keep their stores, committed, in
 ``results/stores/`` so the report regenerates with no model.
 """
 
@@ -51,19 +53,11 @@ from jaxjudge.report.config import (
     CPU_SUMMEVAL_SUBSET,
     QWEN_05B,
     QWEN_15B,
+    SEMREL_SELECTION,
     SMOLLM2,
     STSB_SELECTION,
     ExperimentConfig,
-    SubsetSpec,
     TaskSpec,
-)
-
-SEMREL_SELECTION = SubsetSpec(
-    reason="SemRel2024 has no distributed test labels: lambda is chosen on a seeded sample of "
-    "whole groups of the train split (at most 1,000 of its 5,500 pairs, to bound extraction "
-    "cost) and reported on the official dev split (all 250 pairs)",
-    max_per_split={"train": 1000},
-    seed=0,
 )
 
 # What changed in this experiment's committed CPU runs since their previous version.
@@ -79,7 +73,7 @@ RUN_CHANGES = (
 
 def get_config(arg: str | None = None) -> ExperimentConfig:
     models = {None: (QWEN_05B,), "qwen15": (QWEN_05B, QWEN_15B), "smollm2": (SMOLLM2,), "quick": (SMOLLM2,),
-              "cpu": (QWEN_05B,), "stsb": (QWEN_05B,), "semrel": (QWEN_05B,)}
+              "cpu": (QWEN_05B,), "stsb": (QWEN_05B,), "semrel": (QWEN_05B,), "summeval": (QWEN_05B,)}
     if arg not in models:
         raise ValueError(f"random_number_debias: unknown argument {arg!r}; use one of {sorted(k for k in models if k)}")
     if arg == "quick":
@@ -93,6 +87,8 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         tasks = (TaskSpec("stsb", ("similarity",), split="original", subset=STSB_SELECTION),)
     elif arg == "semrel":
         tasks = (TaskSpec("semrel", ("relatedness",), split="original", subset=SEMREL_SELECTION),)
+    elif arg == "summeval":
+        tasks = (TaskSpec("summeval", ("coherence",), split="kfold", n_folds=5),)
     else:
         tasks = (
             TaskSpec("summeval", ("coherence", "consistency", "fluency", "relevance"), split="kfold", n_folds=5),
@@ -112,7 +108,7 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         select_metric="spearman",
         # Kendall's tau costs O(N^2) per resample: on 1,379 STS-B pairs its point estimate only.
         ci_metrics=("pearson", "spearman", "mse", "sdd", "validity") if arg in ("stsb", "semrel") else None,
-        run=arg if arg in ("cpu", "stsb", "semrel") else None,
+        run=arg if arg in ("cpu", "stsb", "semrel", "summeval") else None,
         changes=(*RUN_CHANGES, *CPU_RUN_CHANGES) if arg == "cpu" else (),
-        store_root=f"results/stores/{arg}_qwen05" if arg in ("stsb", "semrel") else "results/stores/cpu_qwen" if arg == "cpu" else "stores",
+        store_root=f"results/stores/{arg}_qwen05" if arg in ("stsb", "semrel", "summeval") else "results/stores/cpu_qwen" if arg == "cpu" else "stores",
     )

@@ -22,6 +22,8 @@ Run (extract once, then report from the store as often as needed, no forward pas
     jaxjudge sweep experiments/score_range_bias.py:cpu        # committed CPU run: SummEval subset
     jaxjudge sweep experiments/score_range_bias.py:cpu_stsb   # committed CPU run: STS-B subset
     jaxjudge sweep experiments/score_range_bias.py:stsb       # committed: STS-B, whole test split
+    jaxjudge sweep experiments/score_range_bias.py:semrel     # committed: SemRel2024 English dev
+    jaxjudge sweep experiments/score_range_bias.py:summeval   # committed: SummEval coherence, 90 test documents
     jaxjudge sweep experiments/score_range_bias.py:gemma3     # Gemma-3-270M (base), raw prompts
 
 Arguments of ``get_config``: None (Qwen2.5-Coder 0.5B), ``"qwen15"`` (0.5B and 1.5B),
@@ -34,9 +36,13 @@ distribution only: greedy generation over 160 prompts x 4 ranges did not fit the
 budget, so the greedy reading there is the greedy candidate; the committed
 ``results/score_range_bias/cpu_stsb`` run), ``"stsb"`` (the same judge on the whole STS-B test
 split, 1,379 pairs, read from the score distribution; it shares its committed stores in
-``results/stores/stsb_qwen05`` with ``random_number_debias.py:stsb``), ``"gemma3"``
-(Gemma-3-270M, a base model without a chat template, prompted completion-style on the full
-data; not run yet).
+``results/stores/stsb_qwen05`` with ``random_number_debias.py:stsb``), ``"semrel"`` (the same
+judge on SemRel2024 English, reported on its dev split, 250 pairs; stores shared with
+``random_number_debias.py:semrel``), ``"summeval"`` (the same judge on SummEval coherence, all
+100 documents extracted, reported on the 90 test documents, with the greedy generation parsed;
+stores in ``results/stores/summeval_qwen05``, shared with ``random_number_debias.py:summeval``),
+``"gemma3"`` (Gemma-3-270M, a base model without a chat template, prompted completion-style on
+the full data; not run yet).
 """
 
 from jaxjudge.report.config import (
@@ -47,6 +53,7 @@ from jaxjudge.report.config import (
     GEMMA3_270M,
     QWEN_05B,
     QWEN_15B,
+    SEMREL_SELECTION,
     SMOLLM2,
     STSB_SELECTION,
     ExperimentConfig,
@@ -56,7 +63,8 @@ from jaxjudge.report.config import (
 
 def get_config(arg: str | None = None) -> ExperimentConfig:
     models = {None: (QWEN_05B,), "qwen15": (QWEN_05B, QWEN_15B), "smollm2": (SMOLLM2,), "quick": (SMOLLM2,),
-              "cpu": (QWEN_05B,), "cpu_stsb": (QWEN_05B,), "stsb": (QWEN_05B,), "gemma3": (GEMMA3_270M,)}
+              "cpu": (QWEN_05B,), "cpu_stsb": (QWEN_05B,), "stsb": (QWEN_05B,), "semrel": (QWEN_05B,), "summeval": (QWEN_05B,),
+              "gemma3": (GEMMA3_270M,)}
     if arg not in models:
         raise ValueError(f"score_range_bias: unknown argument {arg!r}; use one of {sorted(k for k in models if k)}")
     if arg == "quick":
@@ -68,6 +76,10 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         tasks = (TaskSpec("stsb", ("similarity",), split="original", subset=CPU_STSB_SUBSET),)
     elif arg == "stsb":
         tasks = (TaskSpec("stsb", ("similarity",), split="original", subset=STSB_SELECTION),)
+    elif arg == "semrel":
+        tasks = (TaskSpec("semrel", ("relatedness",), split="original", subset=SEMREL_SELECTION),)
+    elif arg == "summeval":
+        tasks = (TaskSpec("summeval", ("coherence",), split="fixed_docs"),)
     else:
         tasks = (
             TaskSpec("summeval", ("coherence", "consistency", "fluency", "relevance"), split="fixed_docs"),
@@ -79,16 +91,17 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         models=models[arg],
         tasks=tasks,
         scales=("0-4", "1-5", "2-6", "3-7"),
-        methods=("vanilla",) if arg in ("cpu_stsb", "stsb") else ("vanilla", "generate"),
+        methods=("vanilla",) if arg in ("cpu_stsb", "stsb", "semrel") else ("vanilla", "generate"),
         temperatures=(1.0, 0.2),
         greedy=True,
         generation_max_new_tokens=24,
         # Kendall's tau costs O(N^2) per resample: on 1,379 STS-B pairs its point estimate only.
-        ci_metrics=("pearson", "spearman", "mse", "sdd", "validity") if arg == "stsb" else None,
-        run=arg if arg in ("cpu", "cpu_stsb", "stsb") else None,
+        ci_metrics=("pearson", "spearman", "mse", "sdd", "validity") if arg in ("stsb", "semrel") else None,
+        run=arg if arg in ("cpu", "cpu_stsb", "stsb", "semrel", "summeval") else None,
         changes=CPU_RUN_CHANGES if arg in ("cpu", "cpu_stsb") else (),
         # A base model: the prompt is the completion's beginning, no chat template.
         prompt_style="raw" if arg == "gemma3" else "chat",
-        store_root={"stsb": "results/stores/stsb_qwen05", "cpu": "results/stores/cpu_qwen",
+        store_root={"stsb": "results/stores/stsb_qwen05", "semrel": "results/stores/semrel_qwen05",
+                    "summeval": "results/stores/summeval_qwen05", "cpu": "results/stores/cpu_qwen",
                     "cpu_stsb": "results/stores/cpu_qwen"}.get(arg, "stores"),
     )

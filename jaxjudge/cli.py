@@ -6,11 +6,17 @@
     jaxjudge demo                                           # the main job on the embedded default
     jaxjudge demo --ci                                      # its reduced form (CI)
     jaxjudge store seal results/stores                      # seal stores written before seals
+    jaxjudge store upgrade experiments/demo.py              # add setups to older stores' keys
 
 ``store seal DIR`` seals every store under DIR (a store folder or a folder of them) whose
 chunks were written before chunks recorded their store key and content hash: each such chunk
 is checked (readable, example ids unique and complete) and then sealed as it is, so run it
 only on stores whose current content you trust. Sealed chunks are verified, never re-sealed.
+
+``store upgrade CONFIG`` gives the stores of a config written before store keys recorded their
+setup (prompt style, the engine options that change what is stored, a digest of the prompts'
+template and data) that setup, after checking every field their keys do hold against the
+config; `report` refuses a store without one, or with another config's.
 
 A config is ``path.py`` or ``path.py:arg`` (``arg`` goes to ``get_config``); ``--set
 field=value`` overrides config fields (an unknown field is refused, naming it). Every problem
@@ -72,14 +78,17 @@ def _extract(cfg, args) -> None:
 
 def _report(cfg, args, spec: str) -> Path:
     from jaxjudge.report import collect_metadata, report_from_store, run_dir, write_run  # noqa: PLC0415
+    from jaxjudge.report.run import portable_path  # noqa: PLC0415
     from jaxjudge.report.tables import headline_table  # noqa: PLC0415
 
     t0 = time.perf_counter()
-    results = report_from_store(args.stores or cfg.store_root, cfg)
+    read: dict = {}
+    results = report_from_store(args.stores or cfg.store_root, cfg, stores_read=read)
     out = run_dir(cfg, args.run, root=args.results)
     config_file = spec.split(":", 1)[0]
+    stores = [{"store": portable_path(k), **v} for k, v in sorted(read.items())]
     meta = collect_metadata(cfg, config_file=config_file,
-                            extra={"store_root": str(args.stores or cfg.store_root)})
+                            extra={"store_root": str(args.stores or cfg.store_root), "stores": stores})
     write_run(results, out, meta)
     for score in ("expected@0.2",) if 0.2 in cfg.temperatures else (None,):
         print(f"\nSpearman (95% grouped bootstrap interval), score {score or 'all'}:\n")
@@ -166,16 +175,35 @@ def main(argv: list[str] | None = None) -> int:
     store_sub = store.add_subparsers(dest="store_command", required=True)
     seal = store_sub.add_parser("seal", help="seal stores written before chunks were sealed (trusts their content)")
     seal.add_argument("folder", help="a store folder, or a folder of stores (e.g. results/stores)")
+    upgrade = store_sub.add_parser("upgrade", help="add the setup entry to the keys of a config's stores written "
+                                                   "before keys carried it (checks every field they hold)")
+    upgrade.add_argument("config", help="the experiment file that wrote the stores, e.g. "
+                                        "experiments/random_number_debias.py:stsb")
+    upgrade.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE")
+    upgrade.add_argument("--stores", default=None, help="store root (default: the config's store_root)")
     args = parser.parse_args(argv)
 
     from jaxjudge.store import StoreError  # noqa: PLC0415
 
-    if args.command == "store":
+    if args.command == "store" and args.store_command == "seal":
         try:
             return _seal(args.folder)
         except (StoreError, FileNotFoundError) as e:
             print(f"jaxjudge store seal: {e}", file=sys.stderr)
             return 2
+    if args.command == "store":
+        from jaxjudge.report.jobs import upgrade_stores  # noqa: PLC0415
+
+        try:
+            counts = upgrade_stores(_load(args.config, args.overrides), store_root=args.stores)
+        except Exception as e:  # noqa: BLE001 - as below
+            if not _anticipated(e):
+                raise
+            print(f"jaxjudge store upgrade: {_one_line(e)}", file=sys.stderr)
+            return 2
+        print(f"store upgrade: {counts['upgraded']} upgraded, {counts['current']} already current, "
+              f"{counts['absent']} not extracted")
+        return 0
 
     if args.command == "demo":
         spec = f"{_demo_config_path()}" + (":ci" if args.ci else "")

@@ -1,6 +1,6 @@
 """End to end through the CLI (subprocesses): a tampered store, a flipped-byte model, an empty
-data file and an unknown engine option each end with exit code 2 and one line naming the file
-or field, no traceback, and before any forward pass.
+data file, an unknown engine option and a store extracted under another config each end with
+exit code 2 and one line naming the file or field, no traceback, and before any forward pass.
 
 Slow: each case starts a fresh interpreter, and two read the embedded SmolLM2 file.
 """
@@ -121,3 +121,26 @@ def test_cli_refuses_flipped_byte_model(tmp_path):
         _assert_one_line_error(proc, "model 'smollm2-135m'", str(model), f"the config expects {SMOLLM2.sha256}")
     cache = tmp_path / "cache"
     assert not cache.exists() or not [p for p in cache.iterdir() if p.is_dir()]  # nothing converted
+
+
+def test_cli_report_refuses_a_store_extracted_under_another_config(tmp_path):
+    """Extract with a shorter context than the model's (an engine override), then report without
+    that override: refused, naming the field; with it the report runs and records the keys."""
+    rows = "".join(json.dumps({"genre": "g", "filename": "f", "year": "2012", "sid": str(i), "score": i / 2,
+                               "sentence1": f"A cat number {i} sat.", "sentence2": f"A dog number {i} lay."}) + "\n"
+                   for i in range(4))
+    folder = _stsb_folder(tmp_path, rows)
+    spec = _experiment(tmp_path, _stsb_config(tmp_path, SMOLLM2, folder), "short")
+    short = ("--set", "engine={'context_length': 1024}")
+    ext = _cli(tmp_path, "extract", str(spec), "--quiet", *short)
+    assert ext.returncode == 0, ext.stderr[-3000:]
+    bad = _cli(tmp_path, "report", str(spec), "--run", "plain")
+    _assert_one_line_error(bad, "extracted under another config", "setup.engine.context_length: stored 1024, "
+                                                                     "wanted None")
+    assert not (tmp_path / "results" / "e2e" / "plain").exists()
+    ok = _cli(tmp_path, "report", str(spec), "--run", "short", *short)
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    meta = json.loads((tmp_path / "results" / "e2e" / "short" / "metadata.json").read_text())
+    assert meta["config"]["engine"] == {"context_length": 1024}
+    assert meta["stores"] and all(s["key"]["setup"]["engine"] == {"context_length": 1024} and s["key_hash"]
+                                  for s in meta["stores"])

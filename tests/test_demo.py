@@ -74,6 +74,35 @@ def test_a_store_from_another_model_is_refused(demo_run, tmp_path):
     assert "another model" in rep.stderr or "sha256" in rep.stderr
 
 
+def _run_notebook(name: str, env: dict[str, str]):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        nb = nbformat.read(REPO / "notebooks" / name, as_version=4)
+        nbclient.NotebookClient(nb, timeout=900, kernel_name="python3",
+                                resources={"metadata": {"path": str(REPO / "notebooks")}}).execute()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return nb
+
+
+def test_ablation_notebook_reads_the_committed_stores_by_default():
+    """No model and no environment: the committed STS-B stores, tables with intervals and two
+    inline figures (no forced backend)."""
+    nb = _run_notebook("score_range_ablation.ipynb", {})
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    printed = "".join(o.get("text", "") for o in outputs)
+    assert "Spearman stsb similarity vanilla" in printed and "[" in printed
+    assert sum("image/png" in o.get("data", {}) for o in outputs) == 2
+    assert "matplotlib.use" not in "".join(c.source for c in nb.cells)
+
+
 @pytest.mark.parametrize("name", ["quickstart.ipynb", "score_range_ablation.ipynb"])
 def test_notebook_runs_top_to_bottom(demo_run, name):
     nbformat = pytest.importorskip("nbformat")

@@ -422,6 +422,34 @@ def test_overflow_truncates_the_prefix_only(judge):
     assert tk.prompts[-1] == short
     assert len({p.prefix for p in tk.prompts[:3]}) == 1  # one cut per shared prefix
     check_against_reference(judge, prompts, out, texts=texts)
+    # Tokens cut per prompt: the source body's tokens before and after the cut.
+    n_body = [len(judge.tokenizer.encode(p.prefix.rstrip(), add_special_tokens=False).ids) for p in prompts]
+    n_kept = [len(judge.tokenizer.encode(p.prefix.rstrip(), add_special_tokens=False).ids) for p in tk.prompts]
+    assert out.truncated_tokens.tolist() == [a - b for a, b in zip(n_body, n_kept)]
+    assert out.truncated_tokens[:6].min() > 0 and out.truncated_tokens[6] == 0
+
+
+def test_tokens_cut_are_stored_and_a_store_without_them_resumes_without_them(judge, tmp_path):
+    prompts = make_prompts(n_groups=2, per_group=3, doc_words=60, solo=False)
+    ctx = max(len(judge.encode(p.text)) for p in prompts) - 40
+    kw = dict(overflow="truncate", context_length=ctx, progress=False, min_prefix_tokens=4, chunk_size=3)
+    full = engine.extract(judge, prompts, ScoreScale(1, 10), store=tmp_path / "new", **kw)
+    stored = Store.open(tmp_path / "new").load()
+    assert stored["truncated_tokens"].tolist() == full.truncated_tokens.tolist()
+    assert min(full.truncated_tokens) > 0
+    # A store whose first chunk was written before chunks carried the count (same key).
+    new = Store.open(tmp_path / "new")
+    old = Store.open(tmp_path / "old", new.key, n_chunks=2)
+    first = new.read_chunk(0)
+    del first["truncated_tokens"]
+    old.write_chunk(0, first)
+    again = engine.extract(judge, prompts, ScoreScale(1, 10), store=tmp_path / "old", **kw)
+    assert again.computed_chunks == (1,)
+    loaded = Store.open(tmp_path / "old").load()  # homogeneous chunks: loads
+    assert "truncated_tokens" not in loaded
+    np.testing.assert_array_equal(loaded["cand_logprobs"], stored["cand_logprobs"])
+    # The extraction itself still knows every row's cut (from the tokenised prompts).
+    assert again.truncated_tokens.tolist() == full.truncated_tokens.tolist()
 
 
 def test_overflow_without_prefix_text_raises(judge):

@@ -44,7 +44,7 @@ from jaxjudge.report import (
     write_run,
 )
 from jaxjudge.report.config import Cell, ExtractionJob
-from jaxjudge.report.pipeline import StoreIndex, contrastive_generate_match, load_cells, store_match
+from jaxjudge.report.pipeline import StoreIndex, contrastive_generate_match, job_setup, load_cells, store_match
 from jaxjudge.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -213,6 +213,12 @@ def _synthetic_cells(cfg, seed=0):
     return out
 
 
+def _key(cfg, job, **more):
+    """A store key as `jaxjudge extract` writes it: store_match, the config's setup, and more."""
+    data = load_task_data(cfg.task(job.task)).examples if job.task else ()
+    return {**store_match(job), "setup": job_setup(cfg, job, data), **more}
+
+
 def _write_stores(cfg, arrays, root, sha):
     rng = np.random.default_rng(1)
     for cell, a in arrays.items():
@@ -227,7 +233,7 @@ def _write_stores(cfg, arrays, root, sha):
         for role, payload in by_role.items():
             task, aspect = (None, None) if role == "random_r" else (cell.task, cell.aspect)
             job = ExtractionJob(role, cell.judge, task, aspect, cell.scale)
-            key = {**store_match(job), "model_sha256": sha, "template": "whatever else the engine keys on"}
+            key = _key(cfg, job, model_sha256=sha, template="whatever else the engine keys on")
             store = Store.open(root / f"{role}-{cell.scale}", key, n_chunks=1)
             store.write_chunk(0, payload)
 
@@ -292,11 +298,83 @@ def test_random_number_stores_with_a_whole_prompt_nll_are_not_reused(tmp_path):
     _write_stores(cfg, arrays, old, sha)
     shutil.rmtree(old / "random_r-1-5")  # replaced by a store keyed the old way
     a = arrays[Cell("sim", "summeval", "coherence", "1-5")]
-    stale_key = {k: v for k, v in store_match(job).items() if k != "nll_span"}
+    stale_key = {k: v for k, v in _key(cfg, job).items() if k != "nll_span"}
     Store.open(old / "random_r-1-5", {**stale_key, "model_sha256": sha}, n_chunks=1).write_chunk(
         0, {"cand_logprobs": a.random["R"].logprobs, "sequence_nll": a.random["R"].nll})
     with pytest.raises(StoreLookupError, match=r"'role': 'random_r'.*nll_span: stored None, wanted 'request'"):
         report_from_store(old, cfg)
+
+
+def test_store_extracted_under_another_config_is_refused_naming_the_field(tmp_path):
+    """A store extracted with another context length, prompt style or template is refused by a
+    report made with this config, naming the setup field; the stores read are recorded."""
+    cfg = _cfg(tmp_path, scales=("1-5",), methods=("vanilla",))
+    arrays = _synthetic_cells(cfg)
+    sha = hashlib.sha256(Path(cfg.models[0].path).read_bytes()).hexdigest()
+    short = with_overrides(cfg, ["engine={'context_length': 400}"])
+    _write_stores(short, arrays, tmp_path / "short", sha)
+    with pytest.raises(StoreLookupError, match=r"another config \(setup\.engine\.context_length: stored 400, "
+                                               r"wanted None\)"):
+        report_from_store(tmp_path / "short", cfg)
+    raw = with_overrides(cfg, ["prompt_style='raw'"])
+    _write_stores(raw, arrays, tmp_path / "raw", sha)
+    with pytest.raises(StoreLookupError, match=r"setup\.prompt_style: stored 'raw', wanted 'chat'"):
+        report_from_store(tmp_path / "raw", cfg)
+    # Another template (its text enters the inputs digest).
+    from jaxjudge.prompts import get_template
+
+    job = ExtractionJob("score", "sim", "summeval", "coherence", "1-5")
+    data = load_task_data(cfg.tasks[0]).examples
+    base = job_setup(cfg, job, data)
+    assert job_setup(cfg, ExtractionJob("score", "sim", "summeval", "coherence", "2-6"), data) != base
+    assert job_setup(cfg, job, data[:-1]) != base and job_setup(cfg, job, list(data)) == base
+    assert get_template("summeval", "coherence") is not None
+    # The right stores: found, and every one read is recorded with its key.
+    _write_stores(cfg, arrays, tmp_path / "ok", sha)
+    read: dict = {}
+    report_from_store(tmp_path / "ok", cfg, stores_read=read)
+    assert sorted(Path(p).name for p in read) == ["score-1-5"]
+    store = Store.open(tmp_path / "ok" / "score-1-5")
+    assert read[str(store.root)] == {"key_hash": store.key_hash, "key": store.key}
+
+
+def test_upgrade_gives_older_stores_the_setup_after_checking_their_keys(tmp_path):
+    from jaxjudge.report.jobs import upgrade_stores
+
+    cfg = _cfg(tmp_path, scales=("1-5",), methods=("vanilla", "deb_r"), engine={"context_length": 2048})
+    arrays = _synthetic_cells(cfg)
+    a = arrays[Cell("sim", "summeval", "coherence", "1-5")]
+    sha = hashlib.sha256(Path(cfg.models[0].path).read_bytes()).hexdigest()
+    root = Path(cfg.store_root)
+    engine_key = {"prompts_sha256": "p", "overflow": "truncate", "topk": 5, "chunk_size": 256, "model_sha256": sha}
+
+    def legacy(context_length):
+        shutil.rmtree(root, ignore_errors=True)
+        score = ExtractionJob("score", "sim", "summeval", "coherence", "1-5")
+        Store.open(root / "sim" / "score-summeval-coherence-1-5",
+                   {**store_match(score), **engine_key, "context_length": context_length}, n_chunks=1).write_chunk(
+            0, {"example_ids": a.example_ids, "cand_logprobs": a.logprobs})
+        rjob = ExtractionJob("random_r", "sim", None, None, "1-5")
+        Store.open(root / "sim" / "random_r-1-5", {**store_match(rjob), "model_sha256": sha}, n_chunks=1).write_chunk(
+            0, {"cand_logprobs": a.random["R"].logprobs, "sequence_nll": a.random["R"].nll})
+
+    legacy(400)
+    with pytest.raises(StoreLookupError, match="written before stores recorded their setup.*store upgrade"):
+        report_from_store(root, cfg)
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    with pytest.raises(ConfigError, match=r"score-summeval-coherence-1-5: its key differs from this config: "
+                                          r"context_length: stored 400, wanted 2048"):
+        upgrade_stores(cfg, log=lambda _: None)
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before  # nothing rewritten
+    legacy(2048)
+    assert upgrade_stores(cfg, log=lambda _: None) == {"upgraded": 2, "current": 0, "absent": 0}
+    assert upgrade_stores(cfg, log=lambda _: None) == {"upgraded": 0, "current": 2, "absent": 0}
+    got = load_cells(cfg, StoreIndex(root))[Cell("sim", "summeval", "coherence", "1-5")]
+    np.testing.assert_array_equal(got.logprobs, a.logprobs)
+    np.testing.assert_array_equal(got.random["R"].nll, a.random["R"].nll)
+    # A current store checked against another config is named, not upgraded again.
+    with pytest.raises(ConfigError, match=r"setup\.prompt_style: stored 'chat', wanted 'raw'"):
+        upgrade_stores(with_overrides(cfg, ["prompt_style='raw'"]), log=lambda _: None)
 
 
 def test_contrastive_generations_are_loaded_for_the_report(tmp_path):
@@ -317,7 +395,7 @@ def test_contrastive_generations_are_loaded_for_the_report(tmp_path):
                          ("generate", {"example_ids": ids[perm], "parsed_scores": parsed[perm]}),
                          ("contrastive_generate", {"example_ids": ids[perm], "parsed_scores": parsed[::-1][perm]})):
         job = ExtractionJob(role, "big", "summeval", "coherence", "1-5")
-        key = {**store_match(job), "model_sha256": sha["big"]}
+        key = _key(cfg, job, model_sha256=sha["big"])
         if role == "contrastive_generate":
             key.update(contrastive_generate_match(cfg, "big"), assistant_sha256=sha["small"])
         Store.open(root / role, key, n_chunks=1).write_chunk(0, arrays)

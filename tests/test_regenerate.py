@@ -1,7 +1,11 @@
 """A committed run regenerates from its committed stores, with no model and no forward pass.
 
 `jaxjudge report` on the committed stores of ``results/score_range_bias/cpu_stsb`` must give the
-committed ``results.json`` again: every label and count exactly, every number within 1e-9.
+committed ``results.json`` again: every label and count exactly, every number within 1e-6.
+
+The statistics run in float32 under XLA, whose reduction order follows the CPU's vector width:
+the same stores reported on two machines differ in the 8th significant digit (measured: 1.5e-8
+on a Kendall bound), so the tolerance is a float32 one; results print 3 decimals.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ def _compare(a, b, where="results"):
             _compare(x, y, f"{where}[{i}]")
     elif isinstance(a, float) or isinstance(b, float):
         assert isinstance(a, (int, float)) and isinstance(b, (int, float)), f"{where}: {a!r} vs {b!r}"
-        assert math.isclose(a, b, rel_tol=0, abs_tol=1e-9) or (math.isnan(a) and math.isnan(b)), f"{where}: {a!r} vs {b!r}"
+        assert math.isclose(a, b, rel_tol=0, abs_tol=1e-6) or (math.isnan(a) and math.isnan(b)), f"{where}: {a!r} vs {b!r}"
     else:
         assert a == b, f"{where}: {a!r} vs {b!r}"
 

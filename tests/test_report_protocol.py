@@ -270,3 +270,25 @@ def test_truncated_prompts_are_counted_and_warned_about():
     assert "Warning: prompts were truncated" in markdown_report(res) and "7 of 96 prompts" in markdown_report(res)
     _, flat = flat_rows(res)
     assert flat[0]["n_truncated"] == 7
+    assert "tokens cut unknown" in markdown_report(res) and flat[0]["n_tokens_cut"] is None
+    # With the per-prompt count from the store: the total cut, in the row, the CSV and the warning.
+    cut = np.where(truncated, np.arange(human.size) + 3, 0)
+    arrays = CellArrays(scale=SCALE, logprobs=logits, human=human, human_range=(1.0, 5.0), groups=groups,
+                        truncated=truncated, truncated_tokens=cut)
+    res = Results(experiment="t", rows=evaluate_cell(arrays, splits, opts, LAB).rows)
+    want = 3 + 4 + 5 + 6 + 7 + 8 + 9
+    assert {r["n_tokens_cut"] for r in res.rows} == {want}
+    assert f"7 of 96 prompts, {want} source tokens cut" in markdown_report(res)
+    assert flat_rows(res)[1][0]["n_tokens_cut"] == want
+
+
+def test_rows_without_truncation_carry_no_token_count():
+    rng = np.random.default_rng(10)
+    groups, human, logits = _judge(rng, 12)
+    arrays = CellArrays(scale=SCALE, logprobs=logits, human=human, human_range=(1.0, 5.0), groups=groups,
+                        truncated=np.zeros(human.size, bool), truncated_tokens=np.zeros(human.size, np.int32))
+    splits = make_splits("fixed_docs", groups, dev_groups=["d000"])
+    opts = MethodOptions(methods=("vanilla",), temperatures=(1.0,), greedy=False, metrics=("spearman",), n_boot=20)
+    rows = evaluate_cell(arrays, splits, opts, LAB).rows
+    assert all(r["n_truncated"] == 0 and "n_tokens_cut" not in r for r in rows)
+    assert "Warning: prompts were truncated" not in markdown_report(Results(experiment="t", rows=rows))

@@ -389,6 +389,39 @@ def test_rewritten_chunk_is_refused_naming_it(tmp_path):
         store.read_chunk(2)
 
 
+def test_extend_key_reseals_every_chunk_and_finishes_after_an_interruption(tmp_path):
+    store = Store.open(tmp_path / "s", KEY, n_chunks=N_CHUNKS)
+    for i in range(N_CHUNKS):
+        store.write_chunk(i, chunk_arrays(i))
+    extended = canonical_key({**KEY, "setup": {"prompt_style": "chat"}})
+    # Interrupted after chunk 1 was re-sealed (the manifest still holds the old key).
+    Store(store.root, {**store.meta, "key": extended, "key_hash": hash_key(extended)})._write_sealed(
+        1, store.read_chunk(1), origin="extend_key")
+    with pytest.raises(StoreError, match="written for another store key"):
+        Store.open(tmp_path / "s").load()
+    again = Store.open(tmp_path / "s")
+    assert again.extend_key({"setup": {"prompt_style": "chat"}}) == {"resealed": N_CHUNKS - 1, "already": 1}
+    reopened = Store.open(tmp_path / "s", extended, n_chunks=N_CHUNKS)  # the extended key, on disk
+    assert_same(reopened.load(), reference())
+    with pytest.raises(StoreKeyMismatch):
+        Store.open(tmp_path / "s", KEY)
+    with pytest.raises(ValueError, match="already has"):
+        reopened.extend_key({"setup": {}})
+    # A tampered chunk is refused before anything is rewritten.
+    other = Store.open(tmp_path / "t", KEY, n_chunks=N_CHUNKS)
+    for i in range(N_CHUNKS):
+        other.write_chunk(i, chunk_arrays(i))
+    with np.load(other.chunk_path(2), allow_pickle=False) as z:
+        entries = {name: z[name] for name in z.files}
+    entries["logprobs"] = entries["logprobs"] + 1.0
+    _rewrite_npz(other.chunk_path(2), entries)
+    manifest = (other.root / "manifest.json").read_bytes()
+    first = other.chunk_path(0).read_bytes()
+    with pytest.raises(StoreError, match=r"000002\.npz: chunk 2 content does not match"):
+        other.extend_key({"setup": {}})
+    assert (other.root / "manifest.json").read_bytes() == manifest and other.chunk_path(0).read_bytes() == first
+
+
 def test_chunk_copied_from_another_store_or_index_is_refused(tmp_path):
     a = Store.open(tmp_path / "a", KEY, n_chunks=N_CHUNKS)
     b = Store.open(tmp_path / "b", {**KEY, "scale": {"lo": 2, "hi": 6, "step": 1}}, n_chunks=N_CHUNKS)

@@ -137,6 +137,9 @@ class Extraction:
         generated_lengths: ``[N]`` int32, the tokens of each reply (up to and including the
             first end-of-sequence token); -1 for rows this call read from the store instead
             of computing them (the store keeps the scores, not the replies).
+        truncated_tokens: ``[N]`` int32, how many tokens of each prompt's source text were cut
+            to fit the context (by `render_all` or by the engine; 0 where nothing was cut), or
+            None when unknown (rows rebuilt from arrays that do not carry the count).
     """
 
     example_ids: list[str]
@@ -154,6 +157,7 @@ class Extraction:
     prompt_nll: np.ndarray | None = None
     generated_ids: np.ndarray | None = None
     generated_lengths: np.ndarray | None = None
+    truncated_tokens: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.example_ids)
@@ -174,8 +178,9 @@ class Extraction:
         """All per-example arrays, ``example_ids`` as a unicode array (the store's format)."""
         out = {"example_ids": np.asarray(self.example_ids, dtype=str)}
         out.update({name: getattr(self, name) for name in ARRAY_FIELDS})
-        if self.prompt_nll is not None:
-            out["prompt_nll"] = self.prompt_nll
+        for name in ("prompt_nll", "truncated_tokens"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
         return out
 
     @classmethod
@@ -185,17 +190,16 @@ class Extraction:
         missing = [f for f in ("example_ids", *ARRAY_FIELDS) if f not in arrays]
         if missing:
             raise KeyError(f"arrays lack {missing}")
-        nll = arrays.get("prompt_nll")
+        opt = {f: None if arrays.get(f) is None else np.asarray(arrays[f]) for f in ("prompt_nll", "truncated_tokens")}
         return cls(example_ids=[str(x) for x in arrays["example_ids"]],
                    **{f: np.asarray(arrays[f]) for f in ARRAY_FIELDS},
-                   candidates=candidates, computed_chunks=tuple(computed_chunks),
-                   prompt_nll=None if nll is None else np.asarray(nll))
+                   candidates=candidates, computed_chunks=tuple(computed_chunks), **opt)
 
     def take(self, index: Sequence[int] | np.ndarray) -> "Extraction":
         """The rows ``index`` (in that order)."""
         index = np.asarray(index, np.int64)
         opt = {f: None if getattr(self, f) is None else getattr(self, f)[index]
-               for f in ("prompt_nll", "generated_ids", "generated_lengths")}
+               for f in ("prompt_nll", "generated_ids", "generated_lengths", "truncated_tokens")}
         return dataclasses.replace(self, example_ids=[self.example_ids[i] for i in index],
                                    **{f: getattr(self, f)[index] for f in ARRAY_FIELDS}, **opt)
 
@@ -554,6 +558,7 @@ class _Runner:
         arrays = {k: np.stack([results[int(i)][k] for i in members]) for k in results[int(members[0])]}
         arrays["n_prompt_tokens"] = np.asarray([len(tk.ids[i]) for i in members], np.int32)
         arrays["truncated"] = tk.truncated[members]
+        arrays["truncated_tokens"] = np.asarray([tk.prompts[i].truncated_tokens for i in members], np.int32)
         arrays["example_ids"] = np.asarray([tk.prompts[i].example_id for i in members], dtype=str)
         if self.nll:
             tail = arrays.pop("tail_nll")
@@ -822,12 +827,18 @@ def extract(
     in_memory: dict[int, dict[str, np.ndarray]] = {}
     replies: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     computed: list[int] = []
+    # A store keeps the array names of its first chunks: one written before chunks carried
+    # ``truncated_tokens`` is resumed without it (its load would refuse mixed chunks).
+    done = [] if st is None else st.completed_chunks()
+    legacy = bool(done) and "truncated_tokens" not in st.read_chunk(done[0])
     with Progress(sum(len(chunks[c]) for c in todo), enabled=progress) as bar:
 
         def compute(c: int) -> None:
             arrays = runner.run_chunk(chunks[c], tk, bar)
             if generate_tokens:
                 replies[c] = (arrays.pop("generated_ids"), arrays.pop("generated_lengths"))
+            if legacy:
+                arrays.pop("truncated_tokens")
             if st is not None:
                 st.write_chunk(c, arrays)
             else:
@@ -928,6 +939,8 @@ def _assemble(chunks: list[Chunk], tk: Tokenised, st: Store | None, in_memory: d
         full[rows] = stacked
         out[name] = full
     keep = np.sort(rows) if missing else np.arange(n)
+    # The tokenised prompts know every row's cut, whether its chunk was computed or read.
+    cut = np.asarray([p.truncated_tokens for p in tk.prompts], np.int32)
     ext = Extraction(example_ids=[p.example_id for p in tk.prompts], **out, candidates=cands,
-                     computed_chunks=tuple(computed))
+                     computed_chunks=tuple(computed), truncated_tokens=cut)
     return ext.take(keep) if missing else ext

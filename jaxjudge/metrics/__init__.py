@@ -31,6 +31,10 @@ Metrics:
 * `validity_rate(valid)`: fraction of valid judge outputs.
 * `bootstrap_ci`, `metric_ci`, `paired_difference_ci`: percentile intervals from a bootstrap
   that resamples whole groups, paired across methods.
+* `ppi_mean`, `ppi_difference`, `ppi_ranking` (`jaxjudge.metrics.inference`): prediction-powered
+  estimates of mean human scores from judge scores on all items and human scores on a few,
+  classical, PPI and power-tuned PPI++, optionally cluster-robust; `system_kendall_ci`
+  (`jaxjudge.metrics.system_level`): system-level Kendall tau with a document bootstrap.
 """
 
 from jaxjudge.metrics.bootstrap import (
@@ -61,6 +65,17 @@ from jaxjudge.metrics.correlation import (
     spearman,
 )
 from jaxjudge.metrics.distribution import SDD_EPS, score_targets, sdd, sdd_from_logprobs, validity_rate
+from jaxjudge.metrics.inference import (
+    PPI_METHODS,
+    PPIInterval,
+    Ranking,
+    effective_labels,
+    ppi_core,
+    ppi_difference,
+    ppi_mean,
+    ppi_ranking,
+)
+from jaxjudge.metrics.system_level import system_kendall, system_kendall_ci, system_means
 
 __all__ = [
     "HIGHER_IS_BETTER",
@@ -91,4 +106,16 @@ __all__ = [
     "sdd_from_logprobs",
     "spearman",
     "validity_rate",
+    # prediction-powered inference and system-level agreement
+    "PPI_METHODS",
+    "PPIInterval",
+    "Ranking",
+    "effective_labels",
+    "ppi_core",
+    "ppi_difference",
+    "ppi_mean",
+    "ppi_ranking",
+    "system_kendall",
+    "system_kendall_ci",
+    "system_means",
 ]

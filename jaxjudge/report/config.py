@@ -69,6 +69,7 @@ __all__ = [
     "CPU_SUMMEVAL_SUBSET",
     "CPU_STSB_SUBSET",
     "STSB_SELECTION",
+    "SEMREL_SELECTION",
     "CPU_RUN_CHANGES",
     "LAMBDA_GRID",
     "LAMBDA_GRID_EXTENDED",
@@ -714,6 +715,14 @@ STSB_SELECTION = SubsetSpec(
     reason="selection on a seeded random sample (seed 0) of 300 of the 1,500 STS-B dev pairs, "
     "to bound extraction cost; the report covers the whole test split (1,379 pairs)",
     max_per_split={"dev": 300},
+    seed=0,
+)
+
+SEMREL_SELECTION = SubsetSpec(
+    reason="SemRel2024 has no distributed test labels: lambda is chosen on a seeded sample of "
+    "whole groups of the train split (at most 1,000 of its 5,500 pairs, to bound extraction "
+    "cost) and reported on the official dev split (all 250 pairs)",
+    max_per_split={"train": 1000},
     seed=0,
 )
 

@@ -42,13 +42,10 @@ from typing import Any
 import numpy as np
 
 from jaxjudge.report import config as C
-from jaxjudge.report.pipeline import load_task_data, store_match
+from jaxjudge.report.pipeline import CONTENT_FREE, content_free_examples, job_setup, load_task_data, store_match
 
-__all__ = ["CONTENT_FREE", "JobResult", "chat_format", "load_tokenizer", "job_store_path", "run_extractions"]
-
-# Content-free fillers for contextual calibration (Zhao et al. use "N/A", "[MASK]" and "").
-# An empty text is refused by the data layer, so a lone space stands in for it.
-CONTENT_FREE = ("N/A", "[MASK]", " ")
+__all__ = ["CONTENT_FREE", "JobResult", "chat_format", "load_tokenizer", "job_store_path", "run_extractions",
+           "upgrade_stores"]
 
 
 @dataclass(frozen=True)
@@ -91,14 +88,6 @@ def chat_format(judge: Any):
     special = judge.special_tokens or {}
     return ChatFormat(judge.chat_template, bos_token=special.get("bos_token") or "",
                       eos_token=special.get("eos_token") or "")
-
-
-def _content_free_examples(template: Any, task: str) -> list:
-    from jaxjudge.data import Example  # noqa: PLC0415
-
-    names = template.placeholders("all")
-    return [Example(id=f"content_free/{i}", group=f"content_free/{i}", fields={n: text for n in names}, scores={})
-            for i, text in enumerate(CONTENT_FREE)]
 
 
 def _one_chunk(root: Path, key: dict[str, Any], make: Callable[[], dict[str, np.ndarray]]) -> tuple[bool, int]:
@@ -202,8 +191,11 @@ def run_extractions(
     results: list[JobResult] = []
     g_new = cfg.generation_max_new_tokens
 
+    def job_key(job):  # what the report recomputes from the config: store_match and the setup
+        return {**store_match(job), "setup": job_setup(cfg, job, data[job.task].examples if job.task else ())}
+
     def gen_key(job, judge):
-        return {**store_match(job), "model_sha256": judge.sha256, "max_new_tokens": g_new}
+        return {**job_key(job), "model_sha256": judge.sha256, "max_new_tokens": g_new}
 
     def gen_prompts(job, judge, template, scale, ctx):
         return render_all(template, data[job.task].examples, scale, chat=chat, tokenizer=judge.tokenizer,
@@ -222,7 +214,7 @@ def run_extractions(
         replies: dict[Path, dict[str, np.ndarray]] = {}
         for job in model_jobs:
             scale = ScoreScale.parse(job.scale)
-            key = store_match(job)
+            key = job_key(job)
             where = job_store_path(root, job)
             template = get_template(job.task, job.aspect) if job.task else None
             if job.role == "score":
@@ -299,7 +291,7 @@ def run_extractions(
 
                 computed, n_rows = _one_chunk(where, {**key, "model_sha256": judge.sha256}, make)
             elif job.role == "content_free":
-                rendered = render_all(template, _content_free_examples(template, job.task), scale, chat=chat)
+                rendered = render_all(template, content_free_examples(template), scale, chat=chat)
 
                 def make(prompts=rendered.prompts, scale=scale):
                     ex = extract(judge, prompts, scale, progress=False, overflow=overflow, **engine_opts)
@@ -312,3 +304,94 @@ def run_extractions(
             results.append(JobResult(job, where, computed, n_rows))
         del judge, assistant
     return results
+
+
+def _default_context_length(path: Path) -> int | None:
+    """The model file's own context length, read from its metadata (no weights)."""
+    if path.suffix == ".gguf":
+        from jaxjudge.models.gguf import gguf_metadata  # noqa: PLC0415
+
+        meta = gguf_metadata(path)
+        value = meta.get(f"{meta.get('general.architecture')}.context_length")
+    else:
+        from jaxjudge.models.hf import read_config, resolve_source  # noqa: PLC0415
+
+        value = read_config(resolve_source(path)).get("max_position_embeddings")
+    return None if value is None else int(value)
+
+
+def upgrade_stores(
+    cfg: C.ExperimentConfig,
+    *,
+    store_root: str | os.PathLike | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[str, int]:
+    """Add the setup entry (`jaxjudge.report.pipeline.job_setup`) to the keys of a config's
+    stores written before keys carried it: a one-time migration, ``jaxjudge store upgrade``.
+
+    Each store of the config's plan that lacks a setup is checked against the config on every
+    field its key does hold: the `store_match` entries (and the contrastive generation
+    settings), the model's sha256, and for score stores the engine's overflow policy, top-k,
+    chunk size and context length (the model file's own when the config sets none; the file
+    must be present for that). It then gets the config's setup, its chunks verified and
+    re-sealed (`jaxjudge.store.Store.extend_key`). What no old key recorded (the template
+    text, the data, the prompt style) cannot be checked: like ``store seal``, run it only with
+    the config that wrote the stores.
+
+    Returns:
+      ``{"upgraded": n, "current": m, "absent": k}`` store counts.
+
+    Raises:
+      ConfigError: a store whose key contradicts the config (the fields named), or a model
+        file needed for the context length that is missing; then no store is changed.
+    """
+    from jaxjudge.report.pipeline import check_store_model, contrastive_generate_match, key_differences  # noqa: PLC0415
+    from jaxjudge.store import Store  # noqa: PLC0415
+
+    C.validate_config(cfg)
+    root = Path(store_root or cfg.store_root)
+    data = {t.task: load_task_data(t) for t in cfg.tasks}
+    defaults = C.engine_options()
+    counts = {"upgraded": 0, "current": 0, "absent": 0}
+    contexts: dict[str, int | None] = {}
+    todo = []
+    for job in C.extraction_plan(cfg):
+        where = job_store_path(root, job)
+        if not (where / "manifest.json").is_file():
+            counts["absent"] += 1
+            continue
+        store = Store.open(where)
+        setup = job_setup(cfg, job, data[job.task].examples if job.task else ())
+        want = {**store_match(job)}
+        if job.role == "contrastive_generate":
+            want.update(contrastive_generate_match(cfg, job.model))
+        if "setup" in store.key:
+            diff = key_differences(store.key, {**want, "setup": setup})
+            if diff:
+                raise C.ConfigError(f"store {where}: its key differs from this config: {'; '.join(diff)}")
+            counts["current"] += 1
+            continue
+        if "prompts_sha256" in store.key:  # an engine key: check the options it recorded
+            for k in ("overflow", "topk", "chunk_size"):
+                want[k] = cfg.engine.get(k, defaults[k]) if cfg.engine.get(k) is not None else defaults[k]
+            ctx = cfg.engine.get("context_length")
+            if ctx is None:
+                if job.model not in contexts:
+                    path = C.resolve_model_path(cfg.model(job.model))
+                    if not path.is_file():
+                        raise C.ConfigError(f"store {where}: the model file {path} is needed to check its context "
+                                            "length (the config sets none)")
+                    contexts[job.model] = _default_context_length(path)
+                ctx = contexts[job.model]
+            want["context_length"] = ctx
+        diff = key_differences(store.key, want)
+        if diff:
+            raise C.ConfigError(f"store {where}: its key differs from this config: {'; '.join(diff)}")
+        check_store_model(store.key, cfg.model(job.model), where)
+        todo.append((store, setup))
+    # Every store checked first: a config that contradicts one store upgrades none.
+    for store, setup in todo:
+        done = store.extend_key({"setup": setup})
+        log(f"upgraded {store.root.relative_to(root)} ({done['resealed']} chunks re-sealed)")
+        counts["upgraded"] += 1
+    return counts

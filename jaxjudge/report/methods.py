@@ -144,6 +144,8 @@ class CellArrays:
       example_ids: `[N]` example ids.
       valid: `[N]` bool, the greedy next token starts a score; None: all valid.
       truncated: `[N]` bool, the prompt's source text was cut to fit the context; None: unknown.
+      truncated_tokens: `[N]` int, source tokens cut from each prompt; None: unknown (stores
+        written before the engine recorded it).
       generated: `[N]` scores parsed from greedy generation (NaN: parse failure), or None.
       random: variant (``"R"``, ``"T"``) -> `RandomPrior` of the judge.
       content_free: `[M, K]` log-probabilities on content-free inputs, or None.
@@ -160,6 +162,7 @@ class CellArrays:
     example_ids: np.ndarray | None = None
     valid: np.ndarray | None = None
     truncated: np.ndarray | None = None
+    truncated_tokens: np.ndarray | None = None
     generated: np.ndarray | None = None
     contrastive_generated: np.ndarray | None = None  # [N] parsed contrastive generations (NaN: parse failure)
     random: Mapping[str, RandomPrior] = field(default_factory=dict)
@@ -181,8 +184,8 @@ class CellArrays:
         self.logprobs = lp
         self.human = np.asarray(self.human, np.float64)
         self.groups = np.asarray(self.groups)
-        for name in ("human", "groups", "example_ids", "valid", "truncated", "generated", "contrastive_generated",
-                     "split_labels"):
+        for name in ("human", "groups", "example_ids", "valid", "truncated", "truncated_tokens", "generated",
+                     "contrastive_generated", "split_labels"):
             a = getattr(self, name)
             if a is not None and np.shape(a) != (n,):
                 raise ValueError(f"{name} must be [N]=[{n}] like logprobs, got shape {np.shape(a)}")
@@ -694,6 +697,8 @@ def evaluate_cell(
     splits: Splits,
     options: MethodOptions,
     labels: Mapping[str, Any] | None = None,
+    *,
+    predictions: dict | None = None,
 ) -> CellReport:
     """Run every configured method on one cell.
 
@@ -702,6 +707,8 @@ def evaluate_cell(
       splits: dev/test masks `[F, N]` (see `make_splits`).
       options: methods, grids, metrics, bootstrap settings.
       labels: identifying fields copied into every row (judge, task, aspect, ...).
+      predictions: if a dict, filled with ``(method, score kind) -> [F, N]`` predictions of
+        every row (what `jaxjudge.report.few_labels` builds on).
 
     Returns:
       `CellReport`. Each row holds the labels and ``scale``, ``method`` (variant name),
@@ -738,10 +745,13 @@ def evaluate_cell(
     }
 
     n_truncated = None if arrays.truncated is None else int(np.asarray(arrays.truncated, bool).sum())
+    # Where prompts were cut, how many source tokens in all (None: the store predates the count).
+    cut = {} if not n_truncated else {
+        "n_tokens_cut": None if arrays.truncated_tokens is None else int(np.asarray(arrays.truncated_tokens).sum())}
 
     def base_row(method: str, kind: str) -> dict[str, Any]:
         return {**labels, "scale": scale.name, "method": method, "score": kind, "n": n, "n_folds": f,
-                "n_test": int(test.any(0).sum()), "n_truncated": n_truncated}
+                "n_test": int(test.any(0).sum()), "n_truncated": n_truncated, **cut}
 
     kinds = score_kinds(options)
 
@@ -795,6 +805,8 @@ def evaluate_cell(
     def emit(method: str, adj_fnk, kind_t, hparams=None, dev_metric=None, test_metric=None):
         kind = kind_t[0]
         pred, probs = read(adj_fnk, kind_t)
+        if predictions is not None:
+            predictions[(method, kind)] = pred
         mets, deltas = _score_stats(pred, None if method == "vanilla" else base_pred[kind], probs, ones, ctx, options)
         row = base_row(method, kind)
         row.update(

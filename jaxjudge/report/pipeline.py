@@ -36,6 +36,7 @@ content_free          ``cand_logprobs`` [M, K]
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -58,6 +59,12 @@ __all__ = [
     "task_dev_docs",
     "store_match",
     "contrastive_generate_match",
+    "CONTENT_FREE",
+    "KEYED_ENGINE_OPTIONS",
+    "content_free_examples",
+    "job_prompts",
+    "job_setup",
+    "key_differences",
     "load_cells",
     "report_from_arrays",
     "report_from_store",
@@ -196,6 +203,79 @@ def store_match(job: C.ExtractionJob) -> dict[str, Any]:
     return out
 
 
+# Content-free fillers for contextual calibration (Zhao et al. use "N/A", "[MASK]" and "").
+# An empty text is refused by the data layer, so a lone space stands in for it.
+CONTENT_FREE = ("N/A", "[MASK]", " ")
+
+# Engine options that change what a store holds (`jaxjudge.engine.extraction_key` leaves out
+# the ones that only change rounding or speed: batch size, buckets, the prefix cache).
+KEYED_ENGINE_OPTIONS = ("chunk_size", "topk", "overflow", "context_length")
+
+
+def content_free_examples(template: Any) -> list:
+    """One example per `CONTENT_FREE` filler, every placeholder of ``template`` filled with it."""
+    from jaxjudge.data import Example  # noqa: PLC0415
+
+    names = template.placeholders("all")
+    return [Example(id=f"content_free/{i}", group=f"content_free/{i}", fields={n: text for n in names}, scores={})
+            for i, text in enumerate(CONTENT_FREE)]
+
+
+def job_prompts(cfg: C.ExperimentConfig, job: C.ExtractionJob, examples: Any, *, chat: Any = None) -> list:
+    """The prompts a job renders (before any truncation), with ``chat`` or raw.
+
+    ``examples``: the task's examples (ignored by the random-number and content-free roles).
+    """
+    from jaxjudge.prompts import ScoreScale, get_template, random_number_prompts, render_all  # noqa: PLC0415
+
+    scale = ScoreScale.parse(job.scale)
+    template = get_template(job.task, job.aspect) if job.task else None
+    if job.role in ("random_r", "random_t"):
+        return random_number_prompts(scale, chat=chat, task_template=template if job.role == "random_t" else None)
+    if job.role == "content_free":
+        return list(render_all(template, content_free_examples(template), scale, chat=chat).prompts)
+    return list(render_all(template, examples, scale, chat=chat).prompts)
+
+
+def job_setup(cfg: C.ExperimentConfig, job: C.ExtractionJob, examples: Any) -> dict[str, Any]:
+    """What a job's store depends on beyond `store_match` and the model file, from the config alone.
+
+    Every store key carries it as ``"setup"``; the report recomputes it and refuses a store
+    whose setup differs. The prompts the engine reads are a function of this setup (template,
+    data, scale, prompt style, context and overflow policy) and of the model file (its chat
+    template and tokenizer), which ``model_sha256`` pins, so matching both matches the prompts.
+
+    Returns:
+      ``{"prompt_style", "engine", "inputs_sha256"}`` (JSON-able); ``engine`` holds the config's
+      `KEYED_ENGINE_OPTIONS` (unset ones left out: the engine's defaults), ``inputs_sha256`` a
+      digest of the job's prompts rendered without a chat template.
+    """
+    h = hashlib.sha256()
+    for p in job_prompts(cfg, job, examples):
+        h.update(json.dumps([p.example_id, p.prefix, p.suffix, p.answer_separator], ensure_ascii=False).encode())
+        h.update(b"\n")
+    return {
+        "prompt_style": cfg.prompt_style,
+        "engine": {k: cfg.engine[k] for k in KEYED_ENGINE_OPTIONS if cfg.engine.get(k) is not None},
+        "inputs_sha256": h.hexdigest(),
+    }
+
+
+def key_differences(stored: Mapping[str, Any], wanted: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """``"field: stored X, wanted Y"`` for each entry of ``wanted`` the stored key differs on
+    (nested mappings compared field by field, named with dots)."""
+    out = []
+    for k, v in wanted.items():
+        got = stored.get(k) if isinstance(stored, Mapping) else None
+        if isinstance(v, Mapping) and isinstance(got, Mapping):
+            # Within a nested mapping an entry on either side counts (an option set at
+            # extraction and unset now differs too).
+            out += key_differences(got, {**{e: None for e in got}, **v}, f"{prefix}{k}.")
+        elif got != v:
+            out.append(f"{prefix}{k}: stored {got!r}, wanted {v!r}")
+    return out
+
+
 def contrastive_generate_match(cfg: C.ExperimentConfig, judge: str) -> dict[str, Any]:
     """The key entries, beyond `store_match`, of a judge's ``contrastive_generate`` store: the
     assistant's name and the config's fixed lambda, temperatures and plausibility alpha."""
@@ -224,6 +304,7 @@ class StoreIndex:
         if not self.root.is_dir():
             raise StoreLookupError(f"store root {self.root} does not exist (run `jaxjudge extract` first)")
         self.match = match
+        self.read: dict[str, dict[str, Any]] = {}  # store folder -> its key and key hash, as loaded
         self.stores = []
         for manifest in sorted(self.root.rglob("manifest.json")):
             try:
@@ -246,12 +327,24 @@ class StoreIndex:
                 f"{len(hits)} stores under {self.root} match {want}: {[str(s.root) for s in hits[:5]]}; "
                 "remove the stale ones or use separate store roots"
             )
-        msg = f"no store under {self.root} holds {want} (run `jaxjudge extract` for this config)"
-        if self.stores:
-            best = max(self.stores, key=lambda s: sum(s.key.get(k) == v for k, v in want.items()))
-            diff = [f"{k}: stored {best.key.get(k)!r}, wanted {v!r}" for k, v in want.items() if best.key.get(k) != v]
-            msg += f"; closest is {best.root} ({'; '.join(diff)})"
-        raise StoreLookupError(msg)
+        shown = {k: v for k, v in want.items() if k != "setup"}
+        msg = f"no store under {self.root} holds {shown}"
+        if not self.stores:
+            raise StoreLookupError(msg + " (run `jaxjudge extract` for this config)")
+        best = max(self.stores, key=lambda s: (sum(s.key.get(k) == v for k, v in want.items() if k != "setup"),
+                                               s.key.get("setup") == want.get("setup")))
+        diff = key_differences(best.key, want)
+        if "setup" in want and "setup" not in best.key and len(diff) == 1:
+            raise StoreLookupError(
+                f"store {best.root} was written before stores recorded their setup (prompt style, keyed engine "
+                "options, inputs digest): run `jaxjudge store upgrade CONFIG` once with the config that wrote it, "
+                "or delete it and run `jaxjudge extract`")
+        if all(d.startswith("setup.") for d in diff):
+            raise StoreLookupError(
+                f"store {best.root} was extracted under another config ({'; '.join(diff)}): extract again "
+                "with this config (into another store root), or report with the config that wrote it")
+        raise StoreLookupError(msg + f" (run `jaxjudge extract` for this config); closest is {best.root} "
+                               f"({'; '.join(diff)})")
 
     def load(self, job: C.ExtractionJob, cfg: C.ExperimentConfig, *, check_model: bool = True,
              extra: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
@@ -261,6 +354,7 @@ class StoreIndex:
         ``assistant`` with an ``assistant_sha256`` has that model checked too.
         """
         store = self.find(job, extra)
+        self.read[str(store.root)] = {"key_hash": store.key_hash, "key": store.key}
         if check_model:
             check_store_model(store.key, cfg.model(job.model), store.root)
             asst = store.key.get("assistant")
@@ -325,14 +419,18 @@ def load_cells(
     task_data = dict(task_data or {t.task: load_task_data(t) for t in cfg.tasks})
     methods = set(cfg.methods)
     out: dict[C.Cell, CellArrays] = {}
+    setups: dict[tuple, dict[str, Any]] = {}  # a job's setup does not depend on its model
     for cell in C.cells(cfg):
         td = task_data[cell.task]
         ids = td.ids()
         scale = ScoreScale.parse(cell.scale)
 
-        def get(role: str, model: str, task=cell.task, aspect=cell.aspect, extra=None):
-            return index.load(C.ExtractionJob(role, model, task, aspect, cell.scale), cfg, check_model=check_model,
-                              extra=extra)
+        def get(role: str, model: str, task=cell.task, aspect=cell.aspect, extra=None, td=td):
+            job = C.ExtractionJob(role, model, task, aspect, cell.scale)
+            where = (role, task, aspect, cell.scale)
+            if where not in setups:
+                setups[where] = job_setup(cfg, job, td.examples)
+            return index.load(job, cfg, check_model=check_model, extra={**(extra or {}), "setup": setups[where]})
 
         job = C.ExtractionJob("score", cell.judge, cell.task, cell.aspect, cell.scale)
         score = get("score", cell.judge)
@@ -341,6 +439,7 @@ def load_cells(
             "logprobs": _need(score, "cand_logprobs", job)[rows],
             "valid": score["valid"][rows] if "valid" in score else None,
             "truncated": score["truncated"][rows] if "truncated" in score else None,
+            "truncated_tokens": score["truncated_tokens"][rows] if "truncated_tokens" in score else None,
         }
         if "generate" in methods:
             gjob = replace(job, role="generate")
@@ -438,8 +537,13 @@ def report_from_store(
     match: Callable[[C.ExtractionJob], dict[str, Any]] = store_match,
     check_model: bool = True,
     progress: Callable[[str], None] | None = None,
+    stores_read: dict[str, Any] | None = None,
 ) -> Results:
     """Recompute every table of an experiment from an existing store, without a forward pass.
+
+    Each store must hold its job's `store_match` entries and the setup `job_setup` computes
+    from ``cfg`` (prompt style, keyed engine options, inputs digest): a store extracted under
+    another config is refused, naming the fields that differ.
 
     Args:
       store_root: folder holding the experiment's stores (see the module docstring).
@@ -447,6 +551,8 @@ def report_from_store(
       match: job -> key entries of its store (default `store_match`).
       check_model: verify each store's ``model_sha256`` against the configured model.
       progress: called with each cell's label.
+      stores_read: if given, filled with store folder -> ``{key_hash, key}`` of every store
+        read (for the run's metadata).
 
     Returns:
       `Results`.
@@ -460,4 +566,6 @@ def report_from_store(
     notes = [n for td in task_data.values() for n in td.notes]
     notes += [f"changed since the previous version: {c}" for c in cfg.changes]
     arrays = load_cells(cfg, index, task_data, check_model=check_model)
+    if stores_read is not None:
+        stores_read.update(index.read)
     return report_from_arrays(arrays, cfg, notes=notes, progress=progress)

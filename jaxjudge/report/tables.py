@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 LABELS = ("experiment", "judge", "task", "aspect", "scale", "method", "score")
-_COUNTS = ("n", "n_folds", "n_test", "n_truncated", "parse_failures", "n_distinct_parsed", "n_distinct_parsed_test")
+_COUNTS = ("n", "n_folds", "n_test", "n_truncated", "n_tokens_cut", "parse_failures", "n_distinct_parsed", "n_distinct_parsed_test")
 _JSON_FIELDS = ("hparams", "dev_metric", "test_metric")
 _GENERATED = ("generate", "contrastive_generate")  # parsed replies: one row per cell, shown with each reading
 
@@ -250,11 +250,14 @@ def markdown_report(results: Results, metadata: dict[str, Any] | None = None, *,
     cut = {}
     for r in results.rows:
         if r.get("n_truncated"):
-            cut[(r.get("judge"), r.get("task"), r.get("aspect"), r["scale"])] = (r["n_truncated"], r["n"])
+            cut[(r.get("judge"), r.get("task"), r.get("aspect"), r["scale"])] = (
+                r["n_truncated"], r["n"], r.get("n_tokens_cut"))
     if cut:
         parts += ["**Warning: prompts were truncated to fit the context** (their source text was cut; "
                   "the judge did not read all of it):", ""]
-        parts += [f"- {' '.join(str(x) for x in k if x)}: {c} of {n} prompts" for k, (c, n) in cut.items()] + [""]
+        parts += [f"- {' '.join(str(x) for x in k if x)}: {c} of {n} prompts, "
+                  + (f"{t:,} source tokens cut" if t is not None else "tokens cut unknown (store predates the count)")
+                  for k, (c, n, t) in cut.items()] + [""]
     metrics, _ = _metric_names(results.rows)
     for m in [metric, f"{metric}_doc"]:
         # A headline with no defined cell (per-document metrics of a task without documents)

@@ -635,6 +635,51 @@ class Store:
             self._write_sealed(i, arrays, origin="seal")
         return {"sealed": len(unsealed), "already": len(done) - len(unsealed)}
 
+    def extend_key(self, entries: Mapping[str, Any]) -> dict[str, int]:
+        """Add new entries to this store's key, keeping its arrays (a one-time migration).
+
+        Every chunk is verified against the current key first (a store that fails is left as
+        it was), then re-sealed for the extended key, and the manifest is rewritten last. A
+        crash part-way leaves chunks sealed for either key; calling again with the same
+        entries finishes the job.
+
+        Args:
+          entries: new key entries; one the key already holds raises.
+
+        Returns:
+          ``{"resealed": n, "already": m}`` chunk counts.
+
+        Raises:
+          ValueError: an entry the key already has.
+          StoreError: a chunk fails its seal under both the current and the extended key.
+        """
+        clash = sorted(set(entries) & set(self.key))
+        if clash:
+            raise ValueError(f"store at {self.root}: its key already has {clash}")
+        new_key = canonical_key({**self.key, **entries})
+        new_hash = hash_key(new_key)
+        new = Store(self.root, {**self.meta, "key": new_key, "key_hash": new_hash})
+        todo, already = [], 0
+        for i in self.completed_chunks():
+            arrays, seal = self._read_raw(i)
+            if seal is not None and seal.get("key_hash") == new_hash:
+                new._check_seal(i, arrays, seal)  # finished by an earlier, interrupted call
+                already += 1
+            else:
+                self._check_seal(i, arrays, seal)
+                todo.append(i)
+        for i in todo:
+            arrays, _ = self._read_raw(i)
+            new._write_sealed(i, arrays, origin="extend_key")
+        manifest = {**self.meta, "key": new_key, "key_hash": new_hash}
+        target = self.root / _MANIFEST
+        tmp = _tmp_name(target)
+        tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(tmp, target)
+        _fsync_dir(self.root)
+        self.meta, self.key, self.key_hash = manifest, new_key, new_hash
+        return {"resealed": len(todo), "already": already}
+
     def load(self, n_chunks: int | None = None) -> dict[str, np.ndarray]:
         """All chunks concatenated in chunk order along the leading axis.
 
