@@ -711,8 +711,9 @@ class Gemma2Config(GemmaConfig):
                     sliding_layers=(True, False))
 
     @classmethod
-    def _default_pattern(cls) -> int:
-        return 2
+    def _default_layer_types(cls, r: _Reader, n_layers: int) -> list[str]:
+        # Transformers' Gemma 2 rule when `layer_types` is absent: local and global alternate.
+        return ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n_layers)]
 
     @classmethod
     def _read_family(cls, r: _Reader, common: dict[str, Any]) -> dict[str, Any]:
@@ -725,12 +726,8 @@ class Gemma2Config(GemmaConfig):
                 f"{r.family} config: 'sliding_window_size'={older} disagrees with "
                 f"'sliding_window'={window}")
         layer_types = r.get("layer_types")
-        pattern = int(r.get("sliding_window_pattern", r.get("_sliding_window_pattern",
-                                                              cls._default_pattern())))
         if layer_types is None:
-            # Transformers' default: every pattern-th layer (1-based) is global.
-            layer_types = ["sliding_attention" if (i + 1) % pattern else "full_attention"
-                           for i in range(n_layers)]
+            layer_types = cls._default_layer_types(r, n_layers)
         out = dict(
             hidden_act=_gemma_act(r),
             attention_bias=bias,
@@ -777,8 +774,10 @@ class Gemma3TextConfig(Gemma2Config):
                     sliding_rope_theta=10000.0)
 
     @classmethod
-    def _default_pattern(cls) -> int:
-        return 6
+    def _default_layer_types(cls, r: _Reader, n_layers: int) -> list[str]:
+        # Transformers' Gemma 3 rule: every pattern-th layer (1-based) is global, pattern 6.
+        pattern = int(r.get("sliding_window_pattern", r.get("_sliding_window_pattern", 6)))
+        return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n_layers)]
 
     @classmethod
     def _read_common(cls, r: _Reader) -> dict[str, Any]:
@@ -814,6 +813,9 @@ class Gemma3TextConfig(Gemma2Config):
 
     @classmethod
     def _read_family(cls, r: _Reader, common: dict[str, Any]) -> dict[str, Any]:
+        # Read (hence allowed) either way; an explicit `layer_types` wins, as in transformers.
+        r.get("sliding_window_pattern")
+        r.get("_sliding_window_pattern")
         out = super()._read_family(r, common)
         out.update(qk_norm=True,
                    attn_logit_softcapping=cls._cap(r, "attn_logit_softcapping", None),
@@ -842,8 +844,8 @@ def config_from_hf(hf: Mapping[str, Any]) -> DecoderConfig:
         hf: the parsed ``config.json`` (or the dict the GGUF reader builds from metadata).
 
     Returns:
-        A :class:`LlamaConfig`, :class:`Qwen2Config`, :class:`MistralConfig` or
-        :class:`GemmaConfig`.
+        The family's config (one of :data:`CONFIG_CLASSES`: Llama, Qwen2, Qwen3, Mistral, Phi-3,
+        Gemma, Gemma 2, Gemma 3 text).
 
     Raises:
         UnsupportedConfigError: unknown or refused model type / architecture, or a field outside
