@@ -24,6 +24,7 @@ Run (extract once, then report from the store as often as needed, no forward pas
     jaxjudge sweep experiments/score_range_bias.py:stsb       # committed: STS-B, whole test split
     jaxjudge sweep experiments/score_range_bias.py:semrel     # committed: SemRel2024 English dev
     jaxjudge sweep experiments/score_range_bias.py:summeval   # committed: SummEval coherence, 90 test documents
+    jaxjudge sweep experiments/score_range_bias.py:gemma3     # Gemma-3-270M (base), raw prompts
 
 Arguments of ``get_config``: None (Qwen2.5-Coder 0.5B), ``"qwen15"`` (0.5B and 1.5B),
 ``"smollm2"`` (the embedded default judge on the full data), ``"quick"`` (SmolLM2 on the
@@ -39,7 +40,9 @@ split, 1,379 pairs, read from the score distribution; it shares its committed st
 judge on SemRel2024 English, reported on its dev split, 250 pairs; stores shared with
 ``random_number_debias.py:semrel``), ``"summeval"`` (the same judge on SummEval coherence, all
 100 documents extracted, reported on the 90 test documents, with the greedy generation parsed;
-stores in ``results/stores/summeval_qwen05``, shared with ``random_number_debias.py:summeval``).
+stores in ``results/stores/summeval_qwen05``, shared with ``random_number_debias.py:summeval``),
+``"gemma3"`` (Gemma-3-270M, a base model without a chat template, prompted completion-style on
+the full data; not run yet).
 """
 
 from jaxjudge.report.config import (
@@ -47,6 +50,7 @@ from jaxjudge.report.config import (
     CPU_STSB_SUBSET,
     CPU_SUMMEVAL_DEV_DOCS,
     CPU_SUMMEVAL_SUBSET,
+    GEMMA3_270M,
     QWEN_05B,
     QWEN_15B,
     SEMREL_SELECTION,
@@ -59,7 +63,8 @@ from jaxjudge.report.config import (
 
 def get_config(arg: str | None = None) -> ExperimentConfig:
     models = {None: (QWEN_05B,), "qwen15": (QWEN_05B, QWEN_15B), "smollm2": (SMOLLM2,), "quick": (SMOLLM2,),
-              "cpu": (QWEN_05B,), "cpu_stsb": (QWEN_05B,), "stsb": (QWEN_05B,), "semrel": (QWEN_05B,), "summeval": (QWEN_05B,)}
+              "cpu": (QWEN_05B,), "cpu_stsb": (QWEN_05B,), "stsb": (QWEN_05B,), "semrel": (QWEN_05B,), "summeval": (QWEN_05B,),
+              "gemma3": (GEMMA3_270M,)}
     if arg not in models:
         raise ValueError(f"score_range_bias: unknown argument {arg!r}; use one of {sorted(k for k in models if k)}")
     if arg == "quick":
@@ -94,6 +99,8 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         ci_metrics=("pearson", "spearman", "mse", "sdd", "validity") if arg in ("stsb", "semrel") else None,
         run=arg if arg in ("cpu", "cpu_stsb", "stsb", "semrel", "summeval") else None,
         changes=CPU_RUN_CHANGES if arg in ("cpu", "cpu_stsb") else (),
+        # A base model: the prompt is the completion's beginning, no chat template.
+        prompt_style="raw" if arg == "gemma3" else "chat",
         store_root={"stsb": "results/stores/stsb_qwen05", "semrel": "results/stores/semrel_qwen05",
                     "summeval": "results/stores/summeval_qwen05", "cpu": "results/stores/cpu_qwen",
                     "cpu_stsb": "results/stores/cpu_qwen"}.get(arg, "stores"),

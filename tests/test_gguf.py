@@ -205,11 +205,17 @@ def _write_gguf(path: Path, arch: str, hf_cfg, state: dict[str, np.ndarray],
     w.add_head_count(hf_cfg.num_attention_heads)
     w.add_head_count_kv(hf_cfg.num_key_value_heads)
     w.add_layer_norm_rms_eps(hf_cfg.rms_norm_eps)
-    w.add_rope_freq_base(hf_cfg.rope_theta if hasattr(hf_cfg, "rope_theta") else
-                         hf_cfg.rope_parameters["rope_theta"])
+    rope = hf_cfg.rope_parameters if hasattr(hf_cfg, "rope_parameters") else {}
+    rope = rope.get("full_attention", rope)  # Gemma 3: the global layers' base
+    w.add_rope_freq_base(hf_cfg.rope_theta if hasattr(hf_cfg, "rope_theta") else rope["rope_theta"])
     head_dim = getattr(hf_cfg, "head_dim", None) or hf_cfg.hidden_size // hf_cfg.num_attention_heads
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
+    if arch in ("gemma2", "gemma3", "phi3"):
+        w.add_sliding_window(hf_cfg.sliding_window)
+    if arch == "gemma2":
+        w.add_attn_logit_softcapping(hf_cfg.attn_logit_softcapping)
+        w.add_final_logit_softcapping(hf_cfg.final_logit_softcapping)
     if tokenizer:
         tokens, types, merges = _byte_level_vocab(hf_cfg.vocab_size)
         w.add_tokenizer_model("gpt2")
@@ -231,12 +237,13 @@ def _write_gguf(path: Path, arch: str, hf_cfg, state: dict[str, np.ndarray],
             name = names[hf_name]
         else:
             layer = hf_name.split(".")[2]
-            leaf = {v: k for k, v in jg._BLOCK_TENSORS.items()}[".".join(hf_name.split(".")[3:])]
+            block = jg._ARCH_BLOCK_TENSORS.get(arch, jg._BLOCK_TENSORS)
+            leaf = {v: k for k, v in block.items()}[".".join(hf_name.split(".")[3:])]
             name = f"blk.{layer}.{leaf}"
         if arch == "llama" and (".attn_q." in name or ".attn_k." in name):
             heads = hf_cfg.num_attention_heads if ".attn_q." in name else hf_cfg.num_key_value_heads
             arr = _permute(arr, heads)
-        if arch == "gemma" and name.endswith("norm.weight"):
+        if arch.startswith("gemma") and name.endswith("norm.weight"):
             arr = arr + 1.0
         qtype = qtypes.get(name, Q.F32)
         if qtype == Q.F32:
@@ -269,6 +276,28 @@ def _tiny_torch(family: str, tied: bool):
     elif family == "qwen2":
         cfg = transformers.Qwen2Config(rope_theta=1e6, **common)
         model = transformers.Qwen2ForCausalLM(cfg)
+    elif family == "qwen3":
+        cfg = transformers.Qwen3Config(rope_theta=1e6, **common)
+        model = transformers.Qwen3ForCausalLM(cfg)
+    elif family == "phi3":
+        cfg = transformers.Phi3Config(sliding_window=5, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                      **common)
+        model = transformers.Phi3ForCausalLM(cfg)
+    elif family == "gemma2":
+        # What llama.cpp assumes of a non-27B Gemma 2: scores scaled by head_dim ** -0.5.
+        cfg = transformers.Gemma2Config(rope_theta=10000.0, query_pre_attn_scalar=64, sliding_window=4,
+                                        attn_logit_softcapping=3.0, final_logit_softcapping=5.0,
+                                        **common)
+        model = transformers.Gemma2ForCausalLM(cfg)
+    elif family == "gemma3":
+        # llama.cpp's fixed Gemma 3 settings: local base 10k, one global layer in six (here
+        # layer 5 of 6), scores scaled by head_dim ** -0.5.
+        cfg = transformers.Gemma3TextConfig(
+            query_pre_attn_scalar=64, sliding_window=4,
+            rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+            **{**common, "num_hidden_layers": 6})
+        model = transformers.Gemma3ForCausalLM(cfg)
     else:
         cfg = transformers.GemmaConfig(rope_theta=10000.0, hidden_activation="gelu_pytorch_tanh",
                                        **common)
@@ -277,7 +306,7 @@ def _tiny_torch(family: str, tied: bool):
         for name, p in model.named_parameters():
             if "norm" not in name:
                 p.copy_(0.08 * torch.randn_like(p))
-            elif family == "gemma":  # Gemma's norm weight w acts as (1 + w)
+            elif family.startswith("gemma"):  # Gemma's norm weight w acts as (1 + w)
                 p.copy_(0.1 * torch.randn_like(p))
             else:
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))
@@ -340,7 +369,9 @@ def test_every_encoding_matches_transformers_gguf_loader(tmp_path):
     assert {kinds[n] for n in TINY_QTYPES} == {t.name for t in TINY_QTYPES.values()}
 
 
-@pytest.mark.parametrize("family,tied", [("llama", False), ("qwen2", False), ("gemma", True)])
+@pytest.mark.parametrize("family,tied", [("llama", False), ("qwen2", False), ("gemma", True),
+                                         ("qwen3", False), ("gemma2", True), ("gemma3", True),
+                                         ("phi3", False)])
 def test_tiny_gguf_logits_match_torch_model(tmp_path, family, tied):
     """The loaded judge computes the original torch model's logits (float32 file)."""
     torch = pytest.importorskip("torch")
@@ -557,3 +588,13 @@ def test_config_mapping_cases():
     # "none" means no scaling.
     assert "rope_scaling" not in jg.hf_config_from_gguf(
         _meta(**{"llama.rope.scaling.type": "none"}), SHAPES)
+
+
+def test_phi3_longrope_factors_are_refused_by_name():
+    meta = {k.replace("llama.", "phi3."): v for k, v in _meta(**{"general.architecture": "phi3"}).items()}
+    meta["general.architecture"] = "phi3"
+    hf = jg.hf_config_from_gguf(meta, SHAPES)
+    assert hf["model_type"] == "phi3" and "sliding_window" not in hf
+    with pytest.raises(jg.UnsupportedGGUFError, match=r"rope_factors_long.*longrope"):
+        jg.hf_config_from_gguf(meta, {**SHAPES, "rope_factors_long.weight": (8,),
+                                      "rope_factors_short.weight": (8,)})

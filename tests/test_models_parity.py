@@ -8,9 +8,11 @@ compares logits on the same tokens: max |difference| <= 1e-4.
 import json
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 torch = pytest.importorskip("torch")
 tf = pytest.importorskip("transformers")
@@ -52,6 +54,26 @@ CASES = {
     # 1 + w norms, GeGLU, sqrt(D) embedding scale, tied head.
     "gemma": ("gemma", {}),
     "gemma_untied": ("gemma", dict(tie_word_embeddings=False)),
+    # Per-head q/k norms, explicit head_dim, no biases; its window on the layers from
+    # max_window_layers on, shorter than the prompt.
+    "qwen3_window": ("qwen3", dict(use_sliding_window=True, sliding_window=5, max_window_layers=1)),
+    # Fused qkv_proj and gate_up_proj, split by the conversion table; window on every layer.
+    "phi3": ("phi3", dict(sliding_window=6)),
+    # Soft-capping small enough to bend the scores and logits; sandwich norms; local layer 0
+    # with a window of 3 then a global layer; scores scaled by query_pre_attn_scalar.
+    "gemma2": ("gemma2", dict(query_pre_attn_scalar=7, attn_logit_softcapping=1.5,
+                              final_logit_softcapping=3.0, sliding_window=3)),
+    # q/k norms, local (base 10k, window 4) and global (base 1M) layers with their own rotary
+    # tables, no soft-capping.
+    "gemma3": ("gemma3_text", dict(query_pre_attn_scalar=13, sliding_window=4,
+                                   layer_types=["sliding_attention", "full_attention"])),
+    # Linear rotary scaling on the global layers only (Gemma-3 4B-27B), global layer first.
+    "gemma3_linear": ("gemma3_text", dict(
+        query_pre_attn_scalar=13, sliding_window=5, tie_word_embeddings=False,
+        layer_types=["full_attention", "sliding_attention"],
+        rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0,
+                                            "rope_theta": 100.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})),
 }
 
 _CLASSES = {
@@ -59,6 +81,10 @@ _CLASSES = {
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
     "mistral": ("MistralConfig", "MistralForCausalLM"),
     "gemma": ("GemmaConfig", "GemmaForCausalLM"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM"),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
+    "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
 }
 
 
@@ -205,6 +231,30 @@ def test_bfloat16_close_to_float32_reference(subset_case):
     assert (ours.argmax(-1) == ref.argmax(-1)).mean() > 0.9
 
 
+@pytest.mark.parametrize("name", ["qwen3_window", "phi3", "gemma2", "gemma3_linear"])
+def test_bfloat16_error_is_that_of_torch_bfloat16(built, name):
+    """bfloat16 parameters and activations (float32 softmax, logits, log-probabilities) are as
+    far from the float32 reference as transformers' own bfloat16 forward is.
+
+    Measured on these tiny models (40 tokens, logits up to 2.5-4.7 in size): max |ours - ref|
+    0.035-0.14 where torch's bfloat16 gives 0.04-0.17; argmax agreement >= 98%.
+    """
+    import copy
+
+    _, model, judge = built(name)
+    j16 = Judge(judge.config, convert.build_model(judge.config, hf.read_safetensors(
+        Path(judge.source)), "bfloat16"), judge.tokenizer)
+    assert {x.dtype for x in jax.tree.leaves(nnx.state(j16.model, nnx.Param))} == {jnp.dtype(jnp.bfloat16)}
+    tokens = np.random.default_rng(3).integers(0, VOCAB, (4, 40)).astype(np.int32)
+    ref = torch_logits(model, tokens)
+    ours = np.asarray(j16.forward(tokens, np.ones_like(tokens, bool), np.tile(np.arange(40), (4, 1))))
+    assert ours.dtype == np.float32
+    torch16 = torch_logits(copy.deepcopy(model).to(torch.bfloat16), tokens)
+    ours_err, torch_err = np.abs(ours - ref).max(), np.abs(torch16 - ref).max()
+    assert ours_err <= 1.25 * torch_err, (ours_err, torch_err)
+    assert (ours.argmax(-1) == ref.argmax(-1)).mean() >= 0.98
+
+
 def test_chat_template_matches_transformers(built):
     _, _, judge = built("llama")
     fast = tf.PreTrainedTokenizerFast(tokenizer_file=str(Path(judge.source) / "tokenizer.json"),
@@ -266,6 +316,24 @@ def test_tied_head_written_out(llama_folder):
         convert.build_model(cfg, tensors)  # differs from the embedding
     tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].copy()
     assert convert.build_model(cfg, tensors).lm_head is None
+
+
+def test_fused_phi3_tensors_are_split_and_checked(built):
+    _, _, judge = built("phi3")
+    folder = Path(judge.source)
+    cfg = C.config_from_hf(hf.read_config(folder))
+    tensors = hf.read_safetensors(folder)
+    qkv = tensors["model.layers.0.self_attn.qkv_proj.weight"]
+    assert qkv.shape == ((6 + 2 * 2) * 10, 18)
+    split = convert.unfuse(cfg, tensors)
+    np.testing.assert_array_equal(split["model.layers.0.self_attn.k_proj.weight"], qkv[60:80])
+    assert "model.layers.0.self_attn.qkv_proj.weight" not in split
+    bad = dict(tensors, **{"model.layers.1.mlp.gate_up_proj.weight": np.zeros((27, 18), np.float32)})
+    with pytest.raises(convert.ConversionError, match=r"gate_up_proj.*27 rows.*13 \+ 13 = 26"):
+        convert.build_model(cfg, bad)
+    both = dict(tensors, **{"model.layers.0.self_attn.q_proj.weight": qkv[:60]})
+    with pytest.raises(convert.ConversionError, match=r"q_proj\.weight.*both alone and inside"):
+        convert.build_model(cfg, both)
 
 
 def test_sharded_checkpoint_and_file_errors(tmp_path):

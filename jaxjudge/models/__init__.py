@@ -1,4 +1,5 @@
-"""Judge models: NNX decoders (Llama, Qwen2, Mistral, Gemma) from GGUF files or HF folders.
+"""Judge models: NNX decoders (Llama, Qwen2/3, Mistral, Phi-3, Gemma 1/2/3) from GGUF files or HF
+folders.
 
 The entry point is :func:`load`::
 
@@ -37,8 +38,12 @@ __all__ = [
     "DecoderConfig",
     "LlamaConfig",
     "Qwen2Config",
+    "Qwen3Config",
     "MistralConfig",
+    "Phi3Config",
     "GemmaConfig",
+    "Gemma2Config",
+    "Gemma3TextConfig",
     "UnsupportedConfigError",
     "config_from_hf",
     "GGUFFormatError",
@@ -61,8 +66,12 @@ _LAZY = {
     "DecoderConfig": "config",
     "LlamaConfig": "config",
     "Qwen2Config": "config",
+    "Qwen3Config": "config",
     "MistralConfig": "config",
+    "Phi3Config": "config",
     "GemmaConfig": "config",
+    "Gemma2Config": "config",
+    "Gemma3TextConfig": "config",
     "UnsupportedConfigError": "config",
     "config_from_hf": "config",
     "make_mesh": "sharding",

@@ -1,6 +1,7 @@
 """Configurations of the judge decoders: one frozen dataclass per model family.
 
-Every family (Llama, Qwen2, Mistral, Gemma) shares :class:`DecoderConfig`; the subclasses fix
+Every family (Llama, Qwen2, Qwen3, Mistral, Phi-3, Gemma, Gemma 2, Gemma 3 text) shares
+:class:`DecoderConfig`; the subclasses fix
 the family's switches (biases, norm form, activation, embedding scaling) and defaults, provide a
 ``tiny()`` size for tests and a ``from_hf_config()`` reader for a Hugging Face ``config.json``
 dict (the GGUF reader produces the same dict, so both sources share this path).
@@ -23,11 +24,16 @@ import numpy as np
 __all__ = [
     "UnsupportedConfigError",
     "Llama3RopeScaling",
+    "LinearRopeScaling",
     "DecoderConfig",
     "LlamaConfig",
     "Qwen2Config",
+    "Qwen3Config",
     "MistralConfig",
+    "Phi3Config",
     "GemmaConfig",
+    "Gemma2Config",
+    "Gemma3TextConfig",
     "CONFIG_CLASSES",
     "config_from_hf",
     "rope_inverse_frequencies",
@@ -51,6 +57,16 @@ class Llama3RopeScaling:
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position_embeddings: int = 8192
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearRopeScaling:
+    """Position interpolation (``rope_type: "linear"``): every inverse frequency divided by ``factor``.
+
+    Gemma 3 (4B and up) uses it on its global layers only.
+    """
+
+    factor: float = 1.0
 
 
 # Fields that do not change the forward pass: dtype hints, bookkeeping, token ids, training-only
@@ -87,6 +103,8 @@ _BENIGN_FIELDS = frozenset(
         "hidden_dropout",
         "mlp_dropout",
         "tie_encoder_decoder",
+        # Generation settings (Gemma 2's "hybrid" cache): no effect on one forward pass.
+        "cache_implementation",
         # Settings for other runtimes shipped in some repos' config.json (e.g. SmolLM2).
         "transformers.js_config",
     }
@@ -142,7 +160,10 @@ class _Reader:
             )
 
 
-def _parse_rope(r: _Reader) -> tuple[float, Llama3RopeScaling | None]:
+RopeScaling = Llama3RopeScaling | LinearRopeScaling
+
+
+def _parse_rope(r: _Reader) -> tuple[float, RopeScaling | None]:
     """Reads ``rope_theta`` and the rotary scaling from the 4.x or 5.x field layout.
 
     Transformers 4.x writes ``rope_theta`` and ``rope_scaling``; 5.x folds both into
@@ -155,6 +176,11 @@ def _parse_rope(r: _Reader) -> tuple[float, Llama3RopeScaling | None]:
         raise UnsupportedConfigError(
             f"{r.family} config: per-layer 'rope_parameters' / 'rope_scaling' is not supported"
         )
+    if any(isinstance(v, Mapping) for v in params.values()):
+        raise UnsupportedConfigError(
+            f"{r.family} config: per-layer-type 'rope_parameters' {sorted(params)} is not "
+            "supported for this family"
+        )
     merged = {**scaling, **params}
     if theta is None:
         theta = merged.get("rope_theta", 10000.0)
@@ -163,25 +189,56 @@ def _parse_rope(r: _Reader) -> tuple[float, Llama3RopeScaling | None]:
             f"{r.family} config: 'rope_theta'={theta} disagrees with rope_parameters' "
             f"{merged['rope_theta']}"
         )
+    return float(theta), _rope_scaling(r.family, merged)
+
+
+def _rope_scaling(family: str, merged: Mapping[str, Any],
+                  allowed: tuple[str, ...] = ("llama3",)) -> RopeScaling | None:
+    """The rotary scaling a merged ``rope_scaling``/``rope_parameters`` dict asks for.
+
+    Args:
+        family: for error messages.
+        merged: the dict (``rope_type``, ``rope_theta``, ``factor``, ...).
+        allowed: the scaled schemes this family accepts, among ``"llama3"`` and ``"linear"``
+            (each reproduced exactly).
+
+    Returns:
+        The scaling, or None for plain rotary embeddings.
+
+    Raises:
+        UnsupportedConfigError: any other scheme (``"longrope"``/``"su"`` of Phi-3.5,
+            ``"yarn"``, ``"dynamic"``, ...), named.
+    """
     rope_type = merged.get("rope_type", merged.get("type", "default"))
     if merged.get("partial_rotary_factor", 1.0) != 1.0:
         raise UnsupportedConfigError(
-            f"{r.family} config: 'partial_rotary_factor'={merged['partial_rotary_factor']} is "
+            f"{family} config: 'partial_rotary_factor'={merged['partial_rotary_factor']} is "
             "not supported"
         )
     if rope_type in ("default", None):
-        return float(theta), None
-    if rope_type != "llama3":
+        return None
+    if rope_type not in allowed:
         raise UnsupportedConfigError(
-            f"{r.family} config: rope_scaling type {rope_type!r} is not supported "
-            "(only 'llama3' and unscaled rotary embeddings are)"
+            f"{family} config: rope_scaling type {rope_type!r} is not supported "
+            f"(only {' and '.join(repr(a) for a in allowed)} and unscaled rotary embeddings are)"
         )
+    if rope_type == "linear":
+        extra = sorted(set(merged) - {"rope_type", "type", "rope_theta", "factor",
+                                      "partial_rotary_factor"})
+        if extra:
+            raise UnsupportedConfigError(f"{family} config: unknown linear rope_scaling field(s) {extra}")
+        if "factor" not in merged:
+            raise UnsupportedConfigError(f"{family} config: linear rope_scaling lacks field 'factor'")
+        factor = float(merged["factor"])
+        if factor <= 0:
+            raise UnsupportedConfigError(f"{family} config: linear rope_scaling factor={factor} <= 0")
+        return None if factor == 1.0 else LinearRopeScaling(factor=factor)
     known = {"rope_type", "type", "rope_theta", "factor", "low_freq_factor", "high_freq_factor",
              "original_max_position_embeddings", "partial_rotary_factor"}
     extra = sorted(set(merged) - known)
     if extra:
         raise UnsupportedConfigError(
-            f"{r.family} config: unknown llama3 rope_scaling field(s) {extra}"
+            f"{family} config: unknown llama3 rope_scaling field(s) {extra}"
         )
     try:
         scale = Llama3RopeScaling(
@@ -192,13 +249,26 @@ def _parse_rope(r: _Reader) -> tuple[float, Llama3RopeScaling | None]:
         )
     except KeyError as e:
         raise UnsupportedConfigError(
-            f"{r.family} config: llama3 rope_scaling lacks field {e.args[0]!r}"
+            f"{family} config: llama3 rope_scaling lacks field {e.args[0]!r}"
         ) from None
     if scale.high_freq_factor <= scale.low_freq_factor:
         raise UnsupportedConfigError(
-            f"{r.family} config: llama3 rope_scaling needs high_freq_factor > low_freq_factor"
+            f"{family} config: llama3 rope_scaling needs high_freq_factor > low_freq_factor"
         )
-    return float(theta), scale
+    return scale
+
+
+def _layer_types(family: str, layer_types: Any, n_layers: int) -> tuple[bool, ...]:
+    """``layer_types`` (``"sliding_attention"`` / ``"full_attention"`` per layer) as booleans."""
+    if not isinstance(layer_types, (list, tuple)) or len(layer_types) != n_layers:
+        raise UnsupportedConfigError(
+            f"{family} config: 'layer_types' must list one entry per layer ({n_layers}), got "
+            f"{layer_types!r}"
+        )
+    bad = sorted(set(layer_types) - {"sliding_attention", "full_attention"})
+    if bad:
+        raise UnsupportedConfigError(f"{family} config: unsupported 'layer_types' entries {bad}")
+    return tuple(t == "sliding_attention" for t in layer_types)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,7 +285,8 @@ class DecoderConfig:
         head_dim: H, width of one head (N * H need not equal D).
         rms_norm_eps: epsilon inside the RMS normalisation.
         rope_theta: rotary base wavelength.
-        rope_scaling: Llama-3.1 rotary scaling, or None for plain rotary embeddings.
+        rope_scaling: Llama-3.1 or linear rotary scaling, or None for plain rotary embeddings
+            (with ``sliding_rope_theta`` set, it applies to the full-attention layers only).
         max_position_embeddings: trained context length (informational, not enforced).
         tie_word_embeddings: whether the output head reuses the input embedding matrix.
         attention_bias: bias on the q/k/v projections.
@@ -226,6 +297,17 @@ class DecoderConfig:
             W - 1 of its own), or None.
         sliding_layers: per layer, whether it uses the sliding window; None means all layers do
             when ``sliding_window`` is set.
+        sliding_rope_theta: rotary base of the sliding-window layers, unscaled (Gemma 3's local
+            layers); None: every layer uses ``rope_theta`` and ``rope_scaling``.
+        qk_norm: an RMSNorm over each head's H channels of the queries and keys, before the
+            rotary embedding (Qwen3, Gemma 3); same norm form as the others.
+        sandwich_norms: Gemma 2/3 blocks: the attention and MLP outputs are normed too
+            (``post_attention_layernorm``, ``post_feedforward_layernorm``) and the MLP input by
+            ``pre_feedforward_layernorm``.
+        query_pre_attn_scalar: scores are scaled by ``query_pre_attn_scalar ** -0.5`` instead of
+            ``head_dim ** -0.5`` (Gemma 2/3).
+        attn_logit_softcapping: scores become ``c * tanh(scores / c)`` before the mask (Gemma 2).
+        final_logit_softcapping: logits become ``c * tanh(logits / c)`` (Gemma 2).
         bos_token_id, eos_token_ids, pad_token_id: special tokens (not used by the math).
     """
 
@@ -243,7 +325,7 @@ class DecoderConfig:
     head_dim: int
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
-    rope_scaling: Llama3RopeScaling | None = None
+    rope_scaling: RopeScaling | None = None
     max_position_embeddings: int = 8192
     tie_word_embeddings: bool = False
     attention_bias: bool = False
@@ -252,6 +334,12 @@ class DecoderConfig:
     hidden_act: str = "silu"
     sliding_window: int | None = None
     sliding_layers: tuple[bool, ...] | None = None
+    sliding_rope_theta: float | None = None
+    qk_norm: bool = False
+    sandwich_norms: bool = False
+    query_pre_attn_scalar: float | None = None
+    attn_logit_softcapping: float | None = None
+    final_logit_softcapping: float | None = None
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     pad_token_id: int | None = None
@@ -278,6 +366,11 @@ class DecoderConfig:
             )
         if self.sliding_window is not None and self.sliding_window <= 0:
             raise ValueError(f"{type(self).__name__}.sliding_window must be positive")
+        for name in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
+                     "sliding_rope_theta"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{type(self).__name__}.{name} must be positive or None, got {value!r}")
 
     # ------------------------------------------------------------------ derived sizes
 
@@ -298,6 +391,13 @@ class DecoderConfig:
             return self.sliding_window
         return None
 
+    def layer_rope(self, layer: int) -> tuple[float, RopeScaling | None]:
+        """(rotary base, scaling) of layer ``layer``: the local base on sliding-window layers
+        when ``sliding_rope_theta`` is set, else ``(rope_theta, rope_scaling)``."""
+        if self.sliding_rope_theta is not None and self.layer_window(layer) is not None:
+            return self.sliding_rope_theta, None
+        return self.rope_theta, self.rope_scaling
+
     def num_params(self) -> int:
         """Number of parameters (counting a tied head once)."""
         d, f, n, k, h = (self.hidden_size, self.intermediate_size, self.num_attention_heads,
@@ -308,7 +408,9 @@ class DecoderConfig:
         if self.attention_out_bias:
             attn += d
         mlp = 3 * d * f + ((2 * f + d) if self.mlp_bias else 0)
-        per_layer = attn + mlp + 2 * d
+        per_layer = attn + mlp + (4 if self.sandwich_norms else 2) * d
+        if self.qk_norm:
+            per_layer += 2 * h
         head = 0 if self.tie_word_embeddings else self.vocab_size * d
         return self.vocab_size * d + self.num_hidden_layers * per_layer + d + head
 
@@ -457,33 +559,8 @@ class Qwen2Config(DecoderConfig):
 
     @classmethod
     def _read_family(cls, r: _Reader, common: dict[str, Any]) -> dict[str, Any]:
-        n_layers = common["num_hidden_layers"]
-        use_sw = bool(r.get("use_sliding_window", False))
-        window = r.get("sliding_window")
-        max_window_layers = r.get("max_window_layers", 28)
-        layer_types = r.get("layer_types")
-        if not use_sw:
-            window = None
-        if window is None:
-            if layer_types and any(t != "full_attention" for t in layer_types):
-                raise UnsupportedConfigError(
-                    f"qwen2 config: 'layer_types' asks for {sorted(set(layer_types))} but no "
-                    "sliding window is enabled"
-                )
-            return dict(hidden_act=cls._silu(r), attention_bias=True)
-        if layer_types is None:
-            # Transformers' rule: layers from max_window_layers on use the window.
-            layer_types = ["sliding_attention" if i >= max_window_layers else "full_attention"
-                           for i in range(n_layers)]
-        bad = sorted(set(layer_types) - {"sliding_attention", "full_attention"})
-        if bad or len(layer_types) != n_layers:
-            raise UnsupportedConfigError(f"qwen2 config: unsupported 'layer_types' {layer_types!r}")
-        return dict(
-            hidden_act=cls._silu(r),
-            attention_bias=True,
-            sliding_window=int(window),
-            sliding_layers=tuple(t == "sliding_attention" for t in layer_types),
-        )
+        return dict(hidden_act=cls._silu(r), attention_bias=True,
+                    **_qwen_windows(r, common["num_hidden_layers"]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -524,31 +601,237 @@ class GemmaConfig(DecoderConfig):
 
     @classmethod
     def _read_family(cls, r: _Reader, common: dict[str, Any]) -> dict[str, Any]:
-        # Gemma releases write hidden_act="gelu" while meaning the tanh approximation;
-        # transformers maps it to gelu_pytorch_tanh, and so do we.
-        act = r.get("hidden_act", "gelu_pytorch_tanh")
-        act2 = r.get("hidden_activation")
-        for name, value in (("hidden_act", act), ("hidden_activation", act2)):
-            if value not in (None, "gelu", "gelu_pytorch_tanh"):
-                raise UnsupportedConfigError(
-                    f"gemma config: {name} {value!r} is not supported (only the tanh-approximated "
-                    "GELU is)"
-                )
         bias = bool(r.get("attention_bias", False))
-        return dict(hidden_act="gelu_tanh", attention_bias=bias, attention_out_bias=bias)
+        return dict(hidden_act=_gemma_act(r), attention_bias=bias, attention_out_bias=bias)
+
+
+def _qwen_windows(r: _Reader, n_layers: int) -> dict[str, Any]:
+    """Qwen2/Qwen3 sliding windows: off unless ``use_sliding_window``; then on the layers that
+    ``layer_types`` marks, or by default on layers from ``max_window_layers`` on."""
+    use_sw = bool(r.get("use_sliding_window", False))
+    window = r.get("sliding_window")
+    max_window_layers = r.get("max_window_layers", 28)
+    layer_types = r.get("layer_types")
+    if not use_sw:
+        window = None
+    if window is None:
+        if layer_types and any(t != "full_attention" for t in layer_types):
+            raise UnsupportedConfigError(
+                f"{r.family} config: 'layer_types' asks for {sorted(set(layer_types))} but no "
+                "sliding window is enabled"
+            )
+        return {}
+    if layer_types is None:
+        # Transformers' rule: layers from max_window_layers on use the window.
+        layer_types = ["sliding_attention" if i >= max_window_layers else "full_attention"
+                       for i in range(n_layers)]
+    return dict(sliding_window=int(window),
+                sliding_layers=_layer_types(r.family, layer_types, n_layers))
+
+
+@dataclasses.dataclass(frozen=True)
+class Qwen3Config(DecoderConfig):
+    """Qwen3: Llama with an RMSNorm on each query and key head, an explicit ``head_dim``, no
+    biases by default, Qwen2's optional per-layer sliding windows."""
+
+    model_type: ClassVar[str] = "qwen3"
+    architecture: ClassVar[str] = "Qwen3ForCausalLM"
+
+    rope_theta: float = 1000000.0
+    qk_norm: bool = True
+
+    @classmethod
+    def _tiny_family_defaults(cls) -> dict[str, Any]:
+        return dict(qk_norm=True)
+
+    @classmethod
+    def _read_family(cls, r: _Reader, common: dict[str, Any]) -> dict[str, Any]:
+        bias = bool(r.get("attention_bias", False))
+        return dict(hidden_act=cls._silu(r), qk_norm=True, attention_bias=bias,
+                    attention_out_bias=bias,
+                    **_qwen_windows(r, common["num_hidden_layers"]))
+
+
+@dataclasses.dataclass(frozen=True)
+class Phi3Config(DecoderConfig):
+    """Phi-3 / Phi-3.5 (mini, medium): Llama-shaped, with q/k/v and gate/up stored fused
+    (``qkv_proj``, ``gate_up_proj``; split by the conversion table) and an optional sliding
+    window on every layer.
+
+    The long-context rotary scaling of the 128k releases (``rope_type`` ``"longrope"``, written
+    ``"su"`` by older files) switches frequencies with the sequence length and is refused by
+    name; the 4k releases use plain rotary embeddings.
+    """
+
+    model_type: ClassVar[str] = "phi3"
+    architecture: ClassVar[str] = "Phi3ForCausalLM"
+
+    rms_norm_eps: float = 1e-5
+
+    @classmethod
+    def _read_family(cls, r: _Reader, common: dict[str, Any]) -> dict[str, Any]:
+        # Only used by the long-context scaling, which _parse_rope refuses.
+        r.get("original_max_position_embeddings")
+        r.get("embd_pdrop")
+        window = r.get("sliding_window")
+        return dict(hidden_act=cls._silu(r),
+                    sliding_window=None if window is None else int(window))
+
+
+def _gemma_act(r: _Reader) -> str:
+    # Gemma releases write hidden_act="gelu" while meaning the tanh approximation;
+    # transformers maps it to gelu_pytorch_tanh, and so do we.
+    act = r.get("hidden_act", "gelu_pytorch_tanh")
+    act2 = r.get("hidden_activation")
+    for name, value in (("hidden_act", act), ("hidden_activation", act2)):
+        if value not in (None, "gelu", "gelu_pytorch_tanh"):
+            raise UnsupportedConfigError(
+                f"{r.family} config: {name} {value!r} is not supported (only the tanh-approximated "
+                "GELU is)"
+            )
+    return "gelu_tanh"
+
+
+@dataclasses.dataclass(frozen=True)
+class Gemma2Config(GemmaConfig):
+    """Gemma 2: Gemma with extra norms on the attention and MLP outputs, scores scaled by
+    ``query_pre_attn_scalar``, attention and final logits soft-capped, and sliding-window layers
+    alternating with global ones (layer 0 local)."""
+
+    model_type: ClassVar[str] = "gemma2"
+    architecture: ClassVar[str] = "Gemma2ForCausalLM"
+
+    sandwich_norms: bool = True
+
+    @classmethod
+    def _tiny_family_defaults(cls) -> dict[str, Any]:
+        return dict(hidden_act="gelu_tanh", tie_word_embeddings=True, sandwich_norms=True,
+                    query_pre_attn_scalar=16.0, attn_logit_softcapping=50.0,
+                    final_logit_softcapping=30.0, sliding_window=4,
+                    sliding_layers=(True, False))
+
+    @classmethod
+    def _default_layer_types(cls, r: _Reader, n_layers: int) -> list[str]:
+        # Transformers' Gemma 2 rule when `layer_types` is absent: local and global alternate.
+        return ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n_layers)]
+
+    @classmethod
+    def _read_family(cls, r: _Reader, common: dict[str, Any]) -> dict[str, Any]:
+        n_layers = common["num_hidden_layers"]
+        bias = bool(r.get("attention_bias", False))
+        window = r.get("sliding_window", 4096)
+        older = r.get("sliding_window_size")  # the name early Gemma-2 configs used
+        if older is not None and int(older) != int(window):
+            raise UnsupportedConfigError(
+                f"{r.family} config: 'sliding_window_size'={older} disagrees with "
+                f"'sliding_window'={window}")
+        layer_types = r.get("layer_types")
+        if layer_types is None:
+            layer_types = cls._default_layer_types(r, n_layers)
+        out = dict(
+            hidden_act=_gemma_act(r),
+            attention_bias=bias,
+            attention_out_bias=bias,
+            sandwich_norms=True,
+            query_pre_attn_scalar=float(r.get("query_pre_attn_scalar", 256)),
+            attn_logit_softcapping=cls._cap(r, "attn_logit_softcapping", 50.0),
+            final_logit_softcapping=cls._cap(r, "final_logit_softcapping", 30.0),
+            sliding_window=int(window),
+            sliding_layers=_layer_types(r.family, layer_types, n_layers),
+        )
+        return out
+
+    @staticmethod
+    def _cap(r: _Reader, key: str, default: float | None) -> float | None:
+        # Present with null means "no soft-capping"; absent means the family's default.
+        r.read.add(key)
+        if key not in r.hf:
+            return default
+        value = r.hf[key]
+        return None if value is None else float(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Gemma3TextConfig(Gemma2Config):
+    """Gemma 3 (text): Gemma 2's block with an RMSNorm on each query and key head, no
+    soft-capping, five local layers per global one, and separate rotary bases for local
+    (10k, unscaled) and global (1M, linearly scaled on the 4B-27B releases) layers.
+
+    Reads ``model_type: "gemma3_text"`` (Gemma-3-270M, 1B and the text part of larger ones).
+    """
+
+    model_type: ClassVar[str] = "gemma3_text"
+    architecture: ClassVar[str] = "Gemma3ForCausalLM"
+
+    rope_theta: float = 1000000.0
+    qk_norm: bool = True
+
+    @classmethod
+    def _tiny_family_defaults(cls) -> dict[str, Any]:
+        return dict(hidden_act="gelu_tanh", tie_word_embeddings=True, sandwich_norms=True,
+                    qk_norm=True, query_pre_attn_scalar=16.0, sliding_window=4,
+                    sliding_layers=(True, False), rope_theta=1000000.0,
+                    sliding_rope_theta=10000.0)
+
+    @classmethod
+    def _default_layer_types(cls, r: _Reader, n_layers: int) -> list[str]:
+        # Transformers' Gemma 3 rule: every pattern-th layer (1-based) is global, pattern 6.
+        pattern = int(r.get("sliding_window_pattern", r.get("_sliding_window_pattern", 6)))
+        return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n_layers)]
+
+    @classmethod
+    def _read_common(cls, r: _Reader) -> dict[str, Any]:
+        # The rotary fields are per layer type here; hide them from the shared reader.
+        rope = {k: r.hf.pop(k) for k in ("rope_theta", "rope_parameters", "rope_scaling",
+                                          "rope_local_base_freq") if k in r.hf}
+        common = super()._read_common(r)
+        r.hf.update(rope)
+        params = r.get("rope_parameters") or {}
+        if params and not all(isinstance(v, Mapping) for v in params.values()):
+            # A flat rope_parameters dict applies to the global layers, as rope_scaling does.
+            params = {"full_attention": params}
+        unknown = sorted(set(params) - {"full_attention", "sliding_attention"})
+        if unknown:
+            raise UnsupportedConfigError(f"{r.family} config: rope_parameters for {unknown}")
+        full = {**(r.get("rope_scaling") or {}), **(params.get("full_attention") or {})}
+        local = dict(params.get("sliding_attention") or {})
+        theta = r.get("rope_theta", full.get("rope_theta", 1000000.0))
+        if "rope_theta" in full and float(full["rope_theta"]) != float(theta):
+            raise UnsupportedConfigError(
+                f"{r.family} config: 'rope_theta'={theta} disagrees with rope_parameters' "
+                f"{full['rope_theta']}")
+        local_theta = r.get("rope_local_base_freq", local.get("rope_theta", 10000.0))
+        if "rope_theta" in local and float(local["rope_theta"]) != float(local_theta):
+            raise UnsupportedConfigError(
+                f"{r.family} config: 'rope_local_base_freq'={local_theta} disagrees with "
+                f"rope_parameters' {local['rope_theta']}")
+        if _rope_scaling(r.family, local, allowed=()) is not None:
+            raise UnsupportedConfigError(f"{r.family} config: scaled local rotary embeddings")
+        common.update(rope_theta=float(theta), sliding_rope_theta=float(local_theta),
+                      rope_scaling=_rope_scaling(r.family, full, allowed=("linear",)))
+        return common
+
+    @classmethod
+    def _read_family(cls, r: _Reader, common: dict[str, Any]) -> dict[str, Any]:
+        # Read (hence allowed) either way; an explicit `layer_types` wins, as in transformers.
+        r.get("sliding_window_pattern")
+        r.get("_sliding_window_pattern")
+        out = super()._read_family(r, common)
+        out.update(qk_norm=True,
+                   attn_logit_softcapping=cls._cap(r, "attn_logit_softcapping", None),
+                   final_logit_softcapping=cls._cap(r, "final_logit_softcapping", None))
+        return out
 
 
 CONFIG_CLASSES: dict[str, type[DecoderConfig]] = {
-    c.model_type: c for c in (LlamaConfig, Qwen2Config, MistralConfig, GemmaConfig)
+    c.model_type: c for c in (LlamaConfig, Qwen2Config, Qwen3Config, MistralConfig, Phi3Config,
+                              GemmaConfig, Gemma2Config, Gemma3TextConfig)
 }
 
 _REFUSED_MODEL_TYPES = {
-    "gemma2": "Gemma-2 needs attention/final logit soft-capping, extra post-norms and alternating "
-              "local attention, which this decoder does not implement",
-    "gemma3": "Gemma-3 needs extra norms (q/k norm, post-norms) and local/global attention, which "
-              "this decoder does not implement",
-    "gemma3_text": "Gemma-3 needs extra norms (q/k norm, post-norms) and local/global attention, "
-                   "which this decoder does not implement",
+    "gemma3": "a Gemma-3 vision-language checkpoint (Gemma3ForConditionalGeneration, its weights "
+              "under 'language_model.'); only text-only Gemma-3 checkpoints ('gemma3_text': "
+              "270M, 1B) are supported",
 }
 
 
@@ -561,8 +844,8 @@ def config_from_hf(hf: Mapping[str, Any]) -> DecoderConfig:
         hf: the parsed ``config.json`` (or the dict the GGUF reader builds from metadata).
 
     Returns:
-        A :class:`LlamaConfig`, :class:`Qwen2Config`, :class:`MistralConfig` or
-        :class:`GemmaConfig`.
+        The family's config (one of :data:`CONFIG_CLASSES`: Llama, Qwen2, Qwen3, Mistral, Phi-3,
+        Gemma, Gemma 2, Gemma 3 text).
 
     Raises:
         UnsupportedConfigError: unknown or refused model type / architecture, or a field outside
@@ -592,21 +875,27 @@ def config_from_hf(hf: Mapping[str, Any]) -> DecoderConfig:
     return CONFIG_CLASSES[model_type].from_hf_config(hf)
 
 
-def rope_inverse_frequencies(cfg: DecoderConfig) -> np.ndarray:
-    """The H/2 rotary inverse frequencies, after Llama-3 scaling when configured.
+def rope_inverse_frequencies(cfg: DecoderConfig, layer: int = 0) -> np.ndarray:
+    """The H/2 rotary inverse frequencies of layer ``layer``, after its scaling if any.
 
     Computed in float32 like transformers does, so positions far into a long prompt rotate by
     the same angles as in the reference implementation.
 
+    Args:
+        cfg: the config.
+        layer: the layer (matters only when sliding-window layers have their own base).
+
     Returns:
         float32 array [H/2].
     """
+    theta, s = cfg.layer_rope(layer)
     h = cfg.head_dim
     exponent = np.arange(0, h, 2, dtype=np.float32) / np.float32(h)
-    inv = (np.float32(1.0) / (np.float32(cfg.rope_theta) ** exponent)).astype(np.float32)
-    s = cfg.rope_scaling
+    inv = (np.float32(1.0) / (np.float32(theta) ** exponent)).astype(np.float32)
     if s is None:
         return inv
+    if isinstance(s, LinearRopeScaling):
+        return (inv / np.float32(s.factor)).astype(np.float32)
     old_len = np.float32(s.original_max_position_embeddings)
     low_wavelen = old_len / np.float32(s.low_freq_factor)
     high_wavelen = old_len / np.float32(s.high_freq_factor)

@@ -24,10 +24,12 @@ from jaxjudge.models.decoder import Decoder, as_dtype
 __all__ = [
     "ConversionError",
     "KEY_TABLE",
+    "FUSED_TABLE",
     "IGNORED_KEYS",
     "abstract_model",
     "build_model",
     "expected_keys",
+    "unfuse",
 ]
 
 
@@ -51,8 +53,10 @@ def _reshape(w: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 KEY_TABLE: tuple[tuple[str, str, Callable[[np.ndarray, tuple[int, ...]], np.ndarray]], ...] = (
     (r"model\.embed_tokens\.weight", "embed_tokens.embedding", _reshape),
     (r"model\.layers\.(\d+)\.input_layernorm\.weight", "layers.{0}.input_layernorm.scale", _reshape),
-    (r"model\.layers\.(\d+)\.post_attention_layernorm\.weight",
-     "layers.{0}.post_attention_layernorm.scale", _reshape),
+    (r"model\.layers\.(\d+)\.(post_attention|pre_feedforward|post_feedforward)_layernorm\.weight",
+     "layers.{0}.{1}_layernorm.scale", _reshape),
+    (r"model\.layers\.(\d+)\.self_attn\.([qk])_norm\.weight", "layers.{0}.self_attn.{1}_norm.scale",
+     _reshape),
     (r"model\.layers\.(\d+)\.self_attn\.([qkvo])_proj\.weight",
      "layers.{0}.self_attn.{1}_proj.kernel", _transpose),
     (r"model\.layers\.(\d+)\.self_attn\.([qkvo])_proj\.bias",
@@ -65,10 +69,60 @@ KEY_TABLE: tuple[tuple[str, str, Callable[[np.ndarray, tuple[int, ...]], np.ndar
     (r"lm_head\.weight", "lm_head.kernel", _transpose),
 )
 
+def _split_qkv(cfg: DecoderConfig) -> tuple[int, ...]:
+    n, k, h = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    return (n * h, k * h, k * h)
+
+
+def _split_gate_up(cfg: DecoderConfig) -> tuple[int, ...]:
+    return (cfg.intermediate_size, cfg.intermediate_size)
+
+
+# Fused tensors (Phi-3) -> the unfused Hugging Face names they stand for, split along rows
+# (torch's output axis) into the sizes the config gives, in this order. Applied before KEY_TABLE.
+FUSED_TABLE: tuple[tuple[str, tuple[str, ...], Callable[[DecoderConfig], tuple[int, ...]]], ...] = (
+    (r"model\.layers\.(\d+)\.self_attn\.qkv_proj\.weight",
+     ("model.layers.{0}.self_attn.q_proj.weight", "model.layers.{0}.self_attn.k_proj.weight",
+      "model.layers.{0}.self_attn.v_proj.weight"), _split_qkv),
+    (r"model\.layers\.(\d+)\.mlp\.gate_up_proj\.weight",
+     ("model.layers.{0}.mlp.gate_proj.weight", "model.layers.{0}.mlp.up_proj.weight"), _split_gate_up),
+)
+
 # Buffers some exporters save that carry no parameters (recomputed from the config).
 IGNORED_KEYS: tuple[str, ...] = (r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq",)
 
 _COMPILED = tuple((re.compile(p), path, fn) for p, path, fn in KEY_TABLE)
+_FUSED = tuple((re.compile(p), names, sizes) for p, names, sizes in FUSED_TABLE)
+
+
+def unfuse(cfg: DecoderConfig, tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Splits fused tensors (:data:`FUSED_TABLE`) into the unfused names; others pass through.
+
+    Raises:
+        ConversionError: a fused tensor whose rows do not add up to the config's sizes, or whose
+            parts are also present unfused (both named).
+    """
+    out: dict[str, np.ndarray] = {}
+    for key, value in tensors.items():
+        for pattern, names, sizes_fn in _FUSED:
+            m = pattern.fullmatch(key)
+            if m is None:
+                continue
+            sizes = sizes_fn(cfg)
+            if np.shape(value)[0] != sum(sizes):
+                raise ConversionError(
+                    f"tensor {key!r} has {np.shape(value)[0]} rows; the config needs "
+                    f"{' + '.join(map(str, sizes))} = {sum(sizes)}")
+            bounds = np.cumsum((0,) + sizes)
+            for name, lo, hi in zip(names, bounds[:-1], bounds[1:]):
+                name = name.format(*m.groups())
+                if name in tensors:
+                    raise ConversionError(f"tensor {name!r} is present both alone and inside {key!r}")
+                out[name] = np.asarray(value)[lo:hi]
+            break
+        else:
+            out[key] = value
+    return out
 _IGNORED = tuple(re.compile(p) for p in IGNORED_KEYS)
 
 
@@ -153,6 +207,7 @@ def build_model(
 
         shardings = _flat(_sh.param_shardings(abstract, mesh, rules or _sh.LOGICAL_AXIS_RULES))
 
+    tensors = unfuse(cfg, tensors)
     filled: dict[str, Any] = {}
     for key in sorted(tensors):
         value = tensors[key]

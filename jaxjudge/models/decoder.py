@@ -1,4 +1,10 @@
-"""One Flax NNX decoder for the Llama, Qwen2, Mistral and Gemma families, with a KV cache.
+"""One Flax NNX decoder for the Llama, Qwen2/3, Mistral, Phi-3 and Gemma 1/2/3 families, with a
+KV cache.
+
+The families share one block; config switches add what a family has on top of Llama's: q/k
+head norms (Qwen3, Gemma 3), the extra output norms of Gemma 2/3 (``sandwich_norms``), score
+scaling by ``query_pre_attn_scalar``, attention and final logit soft-capping (Gemma 2),
+per-layer sliding windows and per-layer rotary bases (Gemma 3's local and global layers).
 
 Module and parameter names follow Hugging Face (``embed_tokens``, ``layers[i].self_attn.q_proj``,
 ``mlp.gate_proj``, ``input_layernorm``, ``post_attention_layernorm``, ``norm``, ``lm_head``) so
@@ -174,8 +180,16 @@ class Attention(nnx.Module):
                                  (k, h) if qkv_bias else None, ("kv_heads", "head_dim"), **kw)
         self.o_proj = Projection("BTNH,NHD->BTD", (n, h, d), ("q_heads", "head_dim", "embed"),
                                  (d,) if cfg.attention_out_bias else None, ("embed",), **kw)
+        if cfg.qk_norm:
+            norm = dict(eps=cfg.rms_norm_eps, plus_one=cfg.norm_plus_one, param_dtype=param_dtype)
+            self.q_norm = RMSNorm(h, **norm)
+            self.k_norm = RMSNorm(h, **norm)
+        else:
+            self.q_norm = self.k_norm = None
         self.num_groups = cfg.num_groups
-        self.scaling = cfg.head_dim ** -0.5
+        scalar = cfg.head_dim if cfg.query_pre_attn_scalar is None else cfg.query_pre_attn_scalar
+        self.scaling = scalar ** -0.5
+        self.softcap = cfg.attn_logit_softcapping
         self.window = cfg.layer_window(layer)
         self.dtype = dtype
 
@@ -206,8 +220,11 @@ class Attention(nnx.Module):
             the caller to write into the cache).
         """
         b, t, _ = x_btd.shape
-        q_btnh = _rotate(self.q_proj(x_btd), cos_bth, sin_bth)
-        k_btkh = _rotate(self.k_proj(x_btd), cos_bth, sin_bth)
+        q_btnh, k_btkh = self.q_proj(x_btd), self.k_proj(x_btd)
+        if self.q_norm is not None:  # per head, over its H channels, before the rotation
+            q_btnh, k_btkh = self.q_norm(q_btnh), self.k_norm(k_btkh)
+        q_btnh = _rotate(q_btnh, cos_bth, sin_bth)
+        k_btkh = _rotate(k_btkh, cos_bth, sin_bth)
         v_btkh = self.v_proj(x_btd)
         kv = k_btkh.shape[2]
         g = self.num_groups
@@ -237,7 +254,7 @@ class Attention(nnx.Module):
                                  prefix.positions_bs)[None, :, :, None, :]
             s_kbtgs = jnp.einsum("KMH,SKH->KMS", q_bktgh.transpose(1, 0, 2, 3, 4).reshape(kv, b * t * g, -1),
                                  prefix.k_pkh.astype(self.dtype), preferred_element_type=jnp.float32)
-            s_kbtgs = jnp.where(allowed, s_kbtgs.reshape(kv, b, t, g, p), _MASK_VALUE)
+            s_kbtgs = jnp.where(allowed, self._cap(s_kbtgs.reshape(kv, b, t, g, p)), _MASK_VALUE)
             segments.append((s_kbtgs, prefix.v_pkh, True))
 
         def rows(seg_k_bskh, allowed_bts):  # per-row keys: one matmul per (row, K/V head)
@@ -245,7 +262,7 @@ class Attention(nnx.Module):
             k_nsh = seg_k_bskh.astype(self.dtype).transpose(0, 2, 1, 3).reshape(b * kv, s, -1)
             s_bktgs = jnp.einsum("NMH,NSH->NMS", q_bktgh.reshape(b * kv, t * g, -1), k_nsh,
                                  preferred_element_type=jnp.float32).reshape(b, kv, t, g, s)
-            return jnp.where(allowed_bts[:, None, :, None, :], s_bktgs, _MASK_VALUE)
+            return jnp.where(allowed_bts[:, None, :, None, :], self._cap(s_bktgs), _MASK_VALUE)
 
         if past is not None:
             allowed = window(jnp.broadcast_to(past.valid_bs[:, None, :], (b, t, past.valid_bs.shape[1])),
@@ -280,6 +297,17 @@ class Attention(nnx.Module):
         out_bktgh = (out_bktgh / z_bktg[..., None]).astype(self.dtype)
         out_btnh = out_bktgh.transpose(0, 2, 1, 3, 4).reshape(b, t, kv * g, -1)
         return self.o_proj(out_btnh), k_btkh, v_btkh
+
+    def _cap(self, scores: jax.Array) -> jax.Array:
+        # Scores stay float32 through the cap; transformers caps the scaled product the same way.
+        return softcap(scores, self.softcap)
+
+
+def softcap(x: jax.Array, cap: float | None) -> jax.Array:
+    """``cap * tanh(x / cap)`` (identity for None): Gemma 2's bound on scores and logits."""
+    if cap is None:
+        return x
+    return jnp.tanh(x / cap) * cap
 
 
 class MLP(nnx.Module):
@@ -319,7 +347,13 @@ class MLP(nnx.Module):
 
 
 class DecoderLayer(nnx.Module):
-    """Pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``."""
+    """Pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``.
+
+    With ``cfg.sandwich_norms`` (Gemma 2/3) the outputs are normed as well:
+    ``x + post_attention_layernorm(attn(input_layernorm(x)))`` then
+    ``x + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(x)))``. Without it,
+    ``post_attention_layernorm`` is the MLP's input norm, as Hugging Face names it.
+    """
 
     def __init__(self, cfg: DecoderConfig, layer: int, *, dtype, param_dtype, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
@@ -327,7 +361,29 @@ class DecoderLayer(nnx.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, **norm)
         self.self_attn = Attention(cfg, layer, **kw)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, **norm)
+        if cfg.sandwich_norms:
+            self.pre_feedforward_layernorm = RMSNorm(cfg.hidden_size, **norm)
+            self.post_feedforward_layernorm = RMSNorm(cfg.hidden_size, **norm)
+        else:
+            self.pre_feedforward_layernorm = self.post_feedforward_layernorm = None
         self.mlp = MLP(cfg, **kw)
+
+    def __call__(self, x_btd: jax.Array, cos_bth: jax.Array, sin_bth: jax.Array, own: "_Segment",
+                 prefix: "_Segment | None", q_pos_bt: jax.Array, past: "_Segment | None" = None,
+                 ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """One block; arguments as :meth:`Attention.__call__` with the residual stream ``x_btd``.
+
+        Returns:
+            (new residual stream [B, T, D], keys [B, T, K, H], values [B, T, K, H]).
+        """
+        attn_btd, k_btkh, v_btkh = self.self_attn(self.input_layernorm(x_btd), cos_bth, sin_bth,
+                                                  own, prefix, q_pos_bt, past)
+        if self.pre_feedforward_layernorm is None:
+            x_btd = x_btd + attn_btd
+            return x_btd + self.mlp(self.post_attention_layernorm(x_btd)), k_btkh, v_btkh
+        x_btd = x_btd + self.post_attention_layernorm(attn_btd)
+        mlp_btd = self.mlp(self.pre_feedforward_layernorm(x_btd))
+        return x_btd + self.post_feedforward_layernorm(mlp_btd), k_btkh, v_btkh
 
 
 @flax.struct.dataclass
@@ -424,9 +480,10 @@ class Decoder(nnx.Module):
             x_btd = x_btd * jnp.asarray(math.sqrt(self.cfg.hidden_size), self.dtype)
         return x_btd
 
-    def rotary(self, positions_bt: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """cos, sin tables [B, T, H] (angles in float32, cast to the compute dtype)."""
-        inv_freq_f = jnp.asarray(rope_inverse_frequencies(self.cfg))  # [H/2], a jit constant
+    def rotary(self, positions_bt: jax.Array, layer: int = 0) -> tuple[jax.Array, jax.Array]:
+        """cos, sin tables [B, T, H] of layer ``layer``'s rotary base (angles in float32, cast
+        to the compute dtype)."""
+        inv_freq_f = jnp.asarray(rope_inverse_frequencies(self.cfg, layer))  # [H/2], a jit constant
         angles_btf = positions_bt.astype(jnp.float32)[..., None] * inv_freq_f
         angles_bth = jnp.concatenate([angles_btf, angles_btf], axis=-1)
         return jnp.cos(angles_bth).astype(self.dtype), jnp.sin(angles_bth).astype(self.dtype)
@@ -456,7 +513,13 @@ class Decoder(nnx.Module):
         mask_bt = mask_bt.astype(bool)
         positions_bt = positions_bt.astype(jnp.int32)
         x_btd = self.embed(tokens_bt)
-        cos_bth, sin_bth = self.rotary(positions_bt)
+        # One table per distinct rotary base (Gemma 3: local and global layers), shared by the
+        # layers that use it.
+        tables: dict[Any, tuple[jax.Array, jax.Array]] = {}
+        for i in range(len(self.layers)):
+            key = self.cfg.layer_rope(i)
+            if key not in tables:
+                tables[key] = self.rotary(positions_bt, i)
 
         pre = None
         if prefix is not None:
@@ -475,10 +538,8 @@ class Decoder(nnx.Module):
             if cache is not None:
                 past = _Segment(valid_bs=cache.valid, positions_bs=cache.positions, k_pkh=cache.k[i],
                                 v_pkh=cache.v[i])
-            h_btd = layer.input_layernorm(x_btd)
-            attn_btd, k_btkh, v_btkh = layer.self_attn(h_btd, cos_bth, sin_bth, own, seg_pre, positions_bt, past)
-            x_btd = x_btd + attn_btd
-            x_btd = x_btd + layer.mlp(layer.post_attention_layernorm(x_btd))
+            cos_bth, sin_bth = tables[self.cfg.layer_rope(i)]
+            x_btd, k_btkh, v_btkh = layer(x_btd, cos_bth, sin_bth, own, seg_pre, positions_bt, past)
             if cache is not None:
                 new_k.append(k_btkh.astype(cache.k.dtype))
                 new_v.append(v_btkh.astype(cache.v.dtype))
@@ -496,12 +557,15 @@ class Decoder(nnx.Module):
         return self.norm(x_btd), new_cache
 
     def head(self, h_brd: jax.Array) -> jax.Array:
-        """Output logits [B, R, V] in float32 from final-normed hidden states [B, R, D]."""
+        """Output logits [B, R, V] in float32 from final-normed hidden states [B, R, D]
+        (soft-capped in float32 when the family caps them)."""
         if self.lm_head is None:
-            return jnp.einsum("BRD,VD->BRV", h_brd, self.embed_tokens.embedding[...].astype(self.dtype),
-                              preferred_element_type=jnp.float32)
-        return jnp.einsum("BRD,DV->BRV", h_brd, self.lm_head.kernel[...].astype(self.dtype),
-                          preferred_element_type=jnp.float32)
+            logits_brv = jnp.einsum("BRD,VD->BRV", h_brd, self.embed_tokens.embedding[...].astype(self.dtype),
+                                    preferred_element_type=jnp.float32)
+        else:
+            logits_brv = jnp.einsum("BRD,DV->BRV", h_brd, self.lm_head.kernel[...].astype(self.dtype),
+                                    preferred_element_type=jnp.float32)
+        return softcap(logits_brv, self.cfg.final_logit_softcapping)
 
     def __call__(
         self,

@@ -14,7 +14,14 @@ path into the NNX decoder:
 Two rewrites undo what llama.cpp's converter does to Hugging Face weights: for the ``llama``
 architecture (Llama, Mistral, SmolLM, ...) the rows of ``q_proj`` / ``k_proj`` are reordered
 per head from the "first half / second half" rotary layout to an interleaved one, and for
-``gemma`` every RMSNorm weight is stored as ``1 + w``. Qwen2 files are written without either.
+``gemma``, ``gemma2`` and ``gemma3`` every RMSNorm weight (q/k head norms included) is stored as
+``1 + w``. Qwen2 and Qwen3 files are written without either.
+
+Some Gemma settings are not written to the file because llama.cpp fixes them in code; they are
+filled in here with llama.cpp's values, which are also those of every released config.json:
+Gemma 3's local layers use rotary base 10000 and one layer in six is global; Gemma 2 alternates
+local and global layers; both scale scores by ``head_dim ** -0.5`` except the 27B releases,
+which scale by ``(hidden_size / num_heads) ** -0.5``.
 
 Everything unexpected raises, naming the file and the field or tensor: an architecture, a
 quantisation type or a metadata key this reader does not know, a truncated or corrupted file.
@@ -80,7 +87,15 @@ SUPPORTED_ARCHITECTURES: dict[str, tuple[str, str, str]] = {
     "llama": ("llama", "LlamaForCausalLM", "silu"),
     "qwen2": ("qwen2", "Qwen2ForCausalLM", "silu"),
     "gemma": ("gemma", "GemmaForCausalLM", "gelu_pytorch_tanh"),
+    "gemma2": ("gemma2", "Gemma2ForCausalLM", "gelu_pytorch_tanh"),
+    "gemma3": ("gemma3_text", "Gemma3ForCausalLM", "gelu_pytorch_tanh"),
+    "qwen3": ("qwen3", "Qwen3ForCausalLM", "silu"),
+    "phi3": ("phi3", "Phi3ForCausalLM", "silu"),
 }
+# Architectures whose norm weights llama.cpp stores as `1 + w`.
+_NORM_PLUS_ONE = frozenset({"gemma", "gemma2", "gemma3"})
+# Block counts of the 27B Gemma releases, whose scores llama.cpp scales by (D / N) ** -0.5.
+_GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62}
 
 # `{arch}.*` metadata keys read into the config; any other `{arch}.*` key with a non-empty value
 # raises, since it might change the computation.
@@ -102,6 +117,9 @@ _KNOWN_ARCH_KEYS = frozenset(
         "rope.scaling.original_context_length",
         "rope.scaling.finetuned",
         "vocab_size",
+        "attention.sliding_window",
+        "attn_logit_softcapping",
+        "final_logit_softcapping",
     }
 )
 
@@ -123,6 +141,29 @@ _BLOCK_TENSORS = {
     "ffn_down.weight": "mlp.down_proj.weight",
     "ffn_down.bias": "mlp.down_proj.bias",
 }
+# Gemma 2/3 blocks: llama.cpp's `ffn_norm` is the MLP's input norm, which Hugging Face calls
+# `pre_feedforward_layernorm` there (and `post_attention_layernorm` in Llama-style blocks).
+_SANDWICH_BLOCK_TENSORS = {
+    **_BLOCK_TENSORS,
+    "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+    "post_attention_norm.weight": "post_attention_layernorm.weight",
+    "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
+}
+_QK_NORM_TENSORS = {
+    "attn_q_norm.weight": "self_attn.q_norm.weight",
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
+}
+# GGUF architecture -> block tensor names.
+_ARCH_BLOCK_TENSORS = {
+    "gemma2": _SANDWICH_BLOCK_TENSORS,
+    "gemma3": {**_SANDWICH_BLOCK_TENSORS, **_QK_NORM_TENSORS},
+    "qwen3": {**_BLOCK_TENSORS, **_QK_NORM_TENSORS},
+    # Phi-3 keeps Hugging Face's fused projections (split later by the conversion table).
+    "phi3": {**_BLOCK_TENSORS, "attn_qkv.weight": "self_attn.qkv_proj.weight",
+             "ffn_up.weight": "mlp.gate_up_proj.weight"},
+}
+# Per-frequency factors of Phi-3's long-context rotary scaling ("longrope"), which is refused.
+_LONGROPE_TENSORS = frozenset({"rope_factors_long.weight", "rope_factors_short.weight"})
 _GLOBAL_TENSORS = {
     "token_embd.weight": "model.embed_tokens.weight",
     "output_norm.weight": "model.norm.weight",
@@ -427,6 +468,38 @@ def hf_config_from_gguf(meta: Mapping[str, Any], tensor_shapes: Mapping[str, tup
     if arch == "llama":
         hf["attention_bias"] = "blk.0.attn_q.bias" in tensor_shapes
         hf["mlp_bias"] = "blk.0.ffn_gate.bias" in tensor_shapes
+    if arch == "qwen3":
+        hf["attention_bias"] = "blk.0.attn_q.bias" in tensor_shapes
+    if arch == "phi3":
+        longrope = sorted(_LONGROPE_TENSORS & set(tensor_shapes))
+        if longrope:
+            raise UnsupportedGGUFError(
+                f"{path}: tensors {longrope} hold Phi-3's long-context rotary scaling ('longrope'), "
+                "which is not supported")
+        window = meta.get(prefix + "attention.sliding_window")
+        if window:
+            hf["sliding_window"] = int(window)
+    if arch in ("gemma2", "gemma3"):
+        del hf["hidden_act"]
+        hf["hidden_activation"] = act
+        window = meta.get(prefix + "attention.sliding_window")
+        if window is None:
+            raise GGUFFormatError(f"{path}: required metadata {prefix + 'attention.sliding_window'!r} "
+                                  "is missing")
+        hf["sliding_window"] = int(window)
+        hf["attention_bias"] = False
+        # Not in the file: llama.cpp's rule (see the module docstring).
+        big = hf["num_hidden_layers"] == _GEMMA_27B_LAYERS[arch]
+        hf["query_pre_attn_scalar"] = hidden // heads if big else head_dim
+        if arch == "gemma2":
+            # llama.cpp's defaults when the file does not say: 50 and 30, as in every release.
+            for key, default in (("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0)):
+                hf[key] = float(meta.get(prefix + key, default))
+        else:
+            # Every layer type's rotary base, as transformers 5 writes them.
+            hf["rope_local_base_freq"] = 10000.0
+            hf["sliding_window_pattern"] = 6
+            hf["attn_logit_softcapping"] = hf["final_logit_softcapping"] = None
 
     scaling_type = meta.get(prefix + "rope.scaling.type")
     if rope_freqs is not None:
@@ -514,13 +587,19 @@ def unpermute_rotary(w: np.ndarray, num_heads: int) -> np.ndarray:
     return w.reshape(num_heads, half, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def hf_tensor_name(gguf_name: str) -> str | None:
-    """The Hugging Face parameter name of a GGUF tensor, or None if it has no counterpart."""
+def hf_tensor_name(gguf_name: str, arch: str = "llama") -> str | None:
+    """The Hugging Face parameter name of a GGUF tensor, or None if it has no counterpart.
+
+    Args:
+        gguf_name: llama.cpp's name (``blk.3.attn_q.weight``).
+        arch: the file's ``general.architecture`` (the names of the norms depend on it).
+    """
     if gguf_name in _GLOBAL_TENSORS:
         return _GLOBAL_TENSORS[gguf_name]
+    block = _ARCH_BLOCK_TENSORS.get(arch, _BLOCK_TENSORS)
     m = _BLOCK_RE.fullmatch(gguf_name)
-    if m and m.group(2) in _BLOCK_TENSORS:
-        return f"model.layers.{m.group(1)}.{_BLOCK_TENSORS[m.group(2)]}"
+    if m and m.group(2) in block:
+        return f"model.layers.{m.group(1)}.{block[m.group(2)]}"
     return None
 
 
@@ -569,7 +648,7 @@ def load_gguf(path: str | os.PathLike[str], dtype: Any = np.float32) -> Checkpoi
     for name, t in by_name.items():
         if name == _ROPE_FREQS:
             continue
-        hf_name = hf_tensor_name(name)
+        hf_name = hf_tensor_name(name, arch)
         if hf_name is None:
             raise UnsupportedGGUFError(f"{path}: tensor {name!r} has no Hugging Face counterpart")
         m = _BLOCK_RE.fullmatch(name)
@@ -579,7 +658,7 @@ def load_gguf(path: str | os.PathLike[str], dtype: Any = np.float32) -> Checkpoi
         if arch == "llama" and (".attn_q." in name or ".attn_k." in name):
             heads = hf["num_attention_heads"] if ".attn_q." in name else hf["num_key_value_heads"]
             w = unpermute_rotary(w, heads)
-        if arch == "gemma" and name.endswith("norm.weight"):
+        if arch in _NORM_PLUS_ONE and name.endswith("norm.weight"):
             # llama.cpp folds Gemma's `1 + w` into the stored weight; the decoder adds it back.
             w = w - np.float32(1.0)
         tensors[hf_name] = w.astype(dtype, copy=False)

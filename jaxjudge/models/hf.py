@@ -40,8 +40,9 @@ def resolve_source(source: str | os.PathLike) -> Path:
     """A local folder for ``source``: the path itself, or a Hub snapshot for a repo id.
 
     A string that is not an existing path but looks like ``owner/name`` is fetched with
-    ``huggingface_hub.snapshot_download`` (only configs, safetensors and tokenizer files). With
-    ``HF_HUB_OFFLINE=1`` only an already cached snapshot is used.
+    ``huggingface_hub.snapshot_download`` (only configs, safetensors and tokenizer files) into
+    the Hub cache. Offline (``HF_HUB_OFFLINE=1``, or the Hub unreachable) the snapshot already in
+    the Hub cache is used, found through ``refs/main``.
 
     Raises:
         FileNotFoundError: the path does not exist and cannot be fetched.

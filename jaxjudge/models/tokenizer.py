@@ -236,10 +236,6 @@ def _sentencepiece_model(meta: Mapping[str, Any], tokens: Sequence[str], archite
                          source: str) -> Tokenizer:
     gemma = architecture.startswith("gemma")
     tokens = list(tokens)
-    if gemma:
-        # Gemma files store runs of two or more spaces as real spaces; the vocabulary the model
-        # was trained with spells them with the SentencePiece space mark.
-        tokens = ["\u2581" * len(t) if len(t) > 1 and not t.strip(" ") else t for t in tokens]
     vocab: dict[str, int] = {}
     for index, token in enumerate(tokens):
         vocab[token] = index
@@ -359,6 +355,12 @@ def tokenizer_from_gguf_metadata(
         raise ValueError(f"{source}: no tokenizer.ggml.tokens in the metadata")
     kind = meta.get("tokenizer.ggml.model")
     architecture = str(meta.get("general.architecture", ""))
+    if kind == "llama" and architecture.startswith("gemma"):
+        # Gemma files store runs of two or more spaces as real spaces; the vocabulary the model
+        # was trained with spells them with the SentencePiece space mark. The same spelling is
+        # used for the vocabulary and for the user-defined tokens: matched whole in the raw text
+        # as runs of spaces, they would become new ids instead of the vocabulary's.
+        tokens = ["\u2581" * len(t) if len(t) > 1 and not t.strip(" ") else t for t in tokens]
     if kind == "gpt2":
         tok = _byte_level_model(meta, tokens, source)
         default_bos = False

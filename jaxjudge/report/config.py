@@ -61,6 +61,7 @@ __all__ = [
     "METHODS",
     "SMOLLM2",
     "QWEN_05B",
+    "GEMMA3_270M",
     "QWEN_15B",
     "KNOWN_MODELS",
     "CPU_SUMMEVAL_DEV_DOCS",
@@ -660,7 +661,13 @@ QWEN_15B = ModelSpec(
     "qwen2.5-coder-1.5b", "gguf:qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
     "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
 )
-KNOWN_MODELS = {m.name: m for m in (SMOLLM2, QWEN_05B, QWEN_15B)}
+# A base (not instruction-tuned) model: run it with ``prompt_style="raw"``, a completion-style
+# prompt, not a chat template.
+GEMMA3_270M = ModelSpec(
+    "gemma-3-270m", "gguf:gemma-3-270m-q4_k_m.gguf",
+    "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+)
+KNOWN_MODELS = {m.name: m for m in (SMOLLM2, QWEN_05B, QWEN_15B, GEMMA3_270M)}
 
 
 # -- the documented CPU subsets of the committed Qwen runs -----------------------------------

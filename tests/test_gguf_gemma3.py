@@ -1,0 +1,169 @@
+"""Gemma-3-270M (base, Q4_K_M GGUF) against transformers loading the same file.
+
+The file comes from ``../shared/models/get_models.sh DIR gemma3`` (about 250 MB); the tests skip
+when it is absent and are marked slow and large. One load of each side serves every test:
+transformers' GGUF loader (torch, float32, eager attention) is the reference for the tensors
+(dequantised Q4_K / Q5_0 / Q6_K / Q8_0, norms stored as ``1 + w``), the config, the tokenizer ids
+and the logits, on prompts both shorter and longer than the 512-token sliding window.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jaxjudge.models import gguf as jg
+
+FILE = "gemma-3-270m-q4_k_m.gguf"
+
+_WORDS = ("the judge reads a summary of the article and rates its coherence from one to five "
+          "while the annotators disagree about fluency relevance and consistency of facts").split()
+
+
+def _long_text(n_words: int, seed: int) -> str:
+    rng = np.random.default_rng(seed)
+    return " ".join(rng.choice(_WORDS, n_words))
+
+
+PROMPTS = [
+    "The capital of France is",
+    "Rate the coherence of this summary from 1 to 5.\nSummary: The cat sat on the mat.\nScore:",
+    "def square(x):\n    return x ** 2  # the square\n\n\nprint(square(",
+    # Longer than the 512-token window: the local layers no longer see the start.
+    "Article: " + _long_text(700, 0) + "\nRate the summary from 1 to 5.\nScore:",
+    "Document: " + _long_text(900, 1) + "\n\nQuestion: is the summary consistent? Answer:",
+]
+
+
+@pytest.fixture(scope="module")
+def gemma3():
+    path = jg.gguf_dir() / FILE
+    if not path.is_file():
+        pytest.skip(f"{path} is absent (../shared/models/get_models.sh DIR gemma3 fetches it)")
+    torch = pytest.importorskip("torch")
+    import transformers
+
+    from jaxjudge.models.judge import Judge
+
+    ck = jg.load_gguf(path)
+    ref = transformers.AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32, attn_implementation="eager")
+    ref.eval()
+    tok = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    judge = Judge.from_parts(*ck, source=str(path))
+    return path, ck, ref, tok, judge
+
+
+@pytest.mark.slow
+@pytest.mark.large
+def test_gemma3_tensors_and_config_equal_transformers(gemma3):
+    path, ck, ref, _, judge = gemma3
+    assert set(jg.tensor_summary(path).values()) == {"Q5_0", "Q4_K", "Q6_K", "Q8_0", "F32"}
+    ref_sd = {k: v.numpy() for k, v in ref.state_dict().items()}
+    assert set(ck.tensors) == set(ref_sd) - {"lm_head.weight"}  # tied head
+    for name, arr in ck.tensors.items():
+        np.testing.assert_array_equal(arr, ref_sd[name], err_msg=name)
+    cfg, rc = judge.config, ref.config
+    assert cfg.model_type == "gemma3_text" and cfg.tie_word_embeddings
+    for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                "num_attention_heads", "num_key_value_heads", "head_dim", "sliding_window",
+                "query_pre_attn_scalar"):
+        assert getattr(cfg, key) == getattr(rc, key), key
+    assert [cfg.layer_window(i) is not None for i in range(cfg.num_hidden_layers)] == [
+        t == "sliding_attention" for t in rc.layer_types]
+    assert cfg.rope_theta == rc.rope_parameters["full_attention"]["rope_theta"]
+    assert cfg.sliding_rope_theta == rc.rope_parameters["sliding_attention"]["rope_theta"]
+
+
+@pytest.mark.slow
+@pytest.mark.large
+def test_gemma3_token_ids_equal_transformers(gemma3):
+    _, _, _, tok, judge = gemma3
+    texts = PROMPTS + ["  two leading spaces", "tabs\tand   runs     of spaces\n\n\n",
+                       "Ünïcödé façade — “quotes” ✓ 日本語 😀",
+                       "<start_of_turn>user\nScore it.<end_of_turn>\n<start_of_turn>model\n"]
+    for text in texts:
+        assert judge.encode(text) == tok(text)["input_ids"], repr(text[:40])
+    assert judge.encode("x")[0] == 2  # <bos>, as the file asks
+
+
+@pytest.mark.slow
+@pytest.mark.large
+def test_gemma3_logits_match_transformers(gemma3):
+    torch = pytest.importorskip("torch")
+    _, _, ref, _, judge = gemma3
+    lengths, worst = [], 0.0
+    for text in PROMPTS:
+        ids = judge.encode(text)
+        lengths.append(len(ids))
+        # Read every 61st position and the last: far past the window on the long prompts.
+        read = sorted(set(range(0, len(ids), 61)) | {len(ids) - 1})
+        tokens = np.asarray([ids], np.int32)
+        ours = np.asarray(judge.forward(tokens, np.ones_like(tokens, bool), np.asarray([read])))[0]
+        with torch.no_grad():
+            hidden = ref.model(torch.tensor([ids])).last_hidden_state[0, read]
+            theirs = ref.lm_head(hidden).numpy()
+        diff = float(np.abs(ours - theirs).max())
+        worst = max(worst, diff)
+        assert diff <= 1e-3, (text[:30], diff)
+        top_ours = np.argsort(-ours, axis=-1, kind="stable")[:, :5]
+        top_ref = np.argsort(-theirs, axis=-1, kind="stable")[:, :5]
+        np.testing.assert_array_equal(top_ours, top_ref)
+    assert sum(n > 512 for n in lengths) >= 2, lengths
+    print(f"\nGemma-3-270M Q4_K_M vs transformers: max |logit diff| {worst:.2e} over prompts of "
+          f"{lengths} tokens")
+
+
+@pytest.mark.slow
+@pytest.mark.large
+def test_gemma3_models_load_bfloat16_bound(gemma3, tmp_path_factory):
+    """``models.load(file, dtype=jnp.bfloat16)`` (converted, then restored from the cache):
+    bfloat16 parameters, float32 logits, and the measured distance to transformers' float32."""
+    torch = pytest.importorskip("torch")
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from jaxjudge import models
+
+    path, _, ref, _, _ = gemma3
+    cache = tmp_path_factory.mktemp("converted")
+    first = models.load(path, dtype=jnp.bfloat16, cache_dir=cache)
+    judge = models.load(path, dtype="bfloat16", cache_dir=cache)  # from the cache
+    assert judge.config == first.config and judge.config.model_type == "gemma3_text"
+    assert {x.dtype for x in jax.tree.leaves(nnx.state(judge.model, nnx.Param))} == {jnp.dtype(jnp.bfloat16)}
+    worst, rel, agree = 0.0, 0.0, []
+    for text in PROMPTS:
+        ids = judge.encode(text)
+        read = sorted(set(range(0, len(ids), 61)) | {len(ids) - 1})
+        tokens = np.asarray([ids], np.int32)
+        ours = np.asarray(judge.forward(tokens, np.ones_like(tokens, bool), np.asarray([read])))[0]
+        assert ours.dtype == np.float32
+        with torch.no_grad():
+            theirs = ref.lm_head(ref.model(torch.tensor([ids])).last_hidden_state[0, read]).numpy()
+        worst = max(worst, float(np.abs(ours - theirs).max()))
+        rel = max(rel, float((np.abs(ours - theirs).max(-1) / np.abs(theirs).max(-1)).max()))
+        agree.extend(ours.argmax(-1) == theirs.argmax(-1))
+    print(f"\nGemma-3-270M bfloat16 vs transformers float32: max |logit diff| {worst:.3f} "
+          f"({rel:.3f} of the row's largest logit), argmax agreement {np.mean(agree):.3f}")
+    # Measured: 0.40 absolute, 0.019 relative, agreement 1.0 (37 read positions).
+    assert rel <= 0.05 and np.mean(agree) >= 0.95
+
+
+def test_gemma3_model_spec_and_experiment_variant():
+    import importlib.util
+    from pathlib import Path
+
+    from jaxjudge.report.config import GEMMA3_270M, file_sha256, resolve_model_path, validate_config
+
+    path = resolve_model_path(GEMMA3_270M)
+    assert path == jg.gguf_dir() / FILE
+    spec = importlib.util.spec_from_file_location(
+        "score_range_bias", Path(__file__).resolve().parents[1] / "experiments" / "score_range_bias.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cfg = module.get_config("gemma3")
+    assert cfg.models == (GEMMA3_270M,) and cfg.prompt_style == "raw"  # a base model: no chat template
+    validate_config(cfg, check_files=False)
+    if path.is_file():
+        assert file_sha256(path) == GEMMA3_270M.sha256
