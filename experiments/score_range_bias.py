@@ -25,6 +25,8 @@ Run (extract once, then report from the store as often as needed, no forward pas
     jaxjudge sweep experiments/score_range_bias.py:semrel     # committed: SemRel2024 English dev
     jaxjudge sweep experiments/score_range_bias.py:summeval   # committed: SummEval coherence, 90 test documents
     jaxjudge sweep experiments/score_range_bias.py:gemma3     # Gemma-3-270M (base), raw prompts
+    jaxjudge sweep experiments/score_range_bias.py:stsb_smollm2   # committed: SmolLM2 on the STS-B test split
+    jaxjudge sweep experiments/score_range_bias.py:stsb_gemma3    # committed: Gemma-3-270M on the STS-B test split
 
 Arguments of ``get_config``: None (Qwen2.5-Coder 0.5B), ``"qwen15"`` (0.5B and 1.5B),
 ``"smollm2"`` (the embedded default judge on the full data), ``"quick"`` (SmolLM2 on the
@@ -42,7 +44,9 @@ judge on SemRel2024 English, reported on its dev split, 250 pairs; stores shared
 100 documents extracted, reported on the 90 test documents, with the greedy generation parsed;
 stores in ``results/stores/summeval_qwen05``, shared with ``random_number_debias.py:summeval``),
 ``"gemma3"`` (Gemma-3-270M, a base model without a chat template, prompted completion-style on
-the full data; not run yet).
+the full data; not run yet), ``"stsb_smollm2"`` and ``"stsb_gemma3"`` (SmolLM2-135M-Instruct, and
+Gemma-3-270M with raw prompts, on the same STS-B data as ``"stsb"``: the judge families side by
+side; stores in ``results/stores/stsb_smollm2`` and ``results/stores/stsb_gemma3``).
 """
 
 from jaxjudge.report.config import (
@@ -64,7 +68,7 @@ from jaxjudge.report.config import (
 def get_config(arg: str | None = None) -> ExperimentConfig:
     models = {None: (QWEN_05B,), "qwen15": (QWEN_05B, QWEN_15B), "smollm2": (SMOLLM2,), "quick": (SMOLLM2,),
               "cpu": (QWEN_05B,), "cpu_stsb": (QWEN_05B,), "stsb": (QWEN_05B,), "semrel": (QWEN_05B,), "summeval": (QWEN_05B,),
-              "gemma3": (GEMMA3_270M,)}
+              "gemma3": (GEMMA3_270M,), "stsb_smollm2": (SMOLLM2,), "stsb_gemma3": (GEMMA3_270M,)}
     if arg not in models:
         raise ValueError(f"score_range_bias: unknown argument {arg!r}; use one of {sorted(k for k in models if k)}")
     if arg == "quick":
@@ -74,7 +78,7 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
                           subset=CPU_SUMMEVAL_SUBSET),)
     elif arg == "cpu_stsb":
         tasks = (TaskSpec("stsb", ("similarity",), split="original", subset=CPU_STSB_SUBSET),)
-    elif arg == "stsb":
+    elif arg in ("stsb", "stsb_smollm2", "stsb_gemma3"):
         tasks = (TaskSpec("stsb", ("similarity",), split="original", subset=STSB_SELECTION),)
     elif arg == "semrel":
         tasks = (TaskSpec("semrel", ("relatedness",), split="original", subset=SEMREL_SELECTION),)
@@ -91,17 +95,18 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         models=models[arg],
         tasks=tasks,
         scales=("0-4", "1-5", "2-6", "3-7"),
-        methods=("vanilla",) if arg in ("cpu_stsb", "stsb", "semrel") else ("vanilla", "generate"),
+        methods=("vanilla",) if arg in ("cpu_stsb", "stsb", "semrel", "stsb_smollm2", "stsb_gemma3") else ("vanilla", "generate"),
         temperatures=(1.0, 0.2),
         greedy=True,
         generation_max_new_tokens=24,
         # Kendall's tau costs O(N^2) per resample: on 1,379 STS-B pairs its point estimate only.
-        ci_metrics=("pearson", "spearman", "mse", "sdd", "validity") if arg in ("stsb", "semrel") else None,
-        run=arg if arg in ("cpu", "cpu_stsb", "stsb", "semrel", "summeval") else None,
+        ci_metrics=("pearson", "spearman", "mse", "sdd", "validity") if arg in ("stsb", "semrel", "stsb_smollm2", "stsb_gemma3") else None,
+        run=arg if arg in ("cpu", "cpu_stsb", "stsb", "semrel", "summeval", "stsb_smollm2", "stsb_gemma3") else None,
         changes=CPU_RUN_CHANGES if arg in ("cpu", "cpu_stsb") else (),
         # A base model: the prompt is the completion's beginning, no chat template.
-        prompt_style="raw" if arg == "gemma3" else "chat",
+        prompt_style="raw" if arg in ("gemma3", "stsb_gemma3") else "chat",
         store_root={"stsb": "results/stores/stsb_qwen05", "semrel": "results/stores/semrel_qwen05",
+                    "stsb_smollm2": "results/stores/stsb_smollm2", "stsb_gemma3": "results/stores/stsb_gemma3",
                     "summeval": "results/stores/summeval_qwen05", "cpu": "results/stores/cpu_qwen",
                     "cpu_stsb": "results/stores/cpu_qwen"}.get(arg, "stores"),
     )
