@@ -14,6 +14,15 @@ from jaxjudge.cli import main
 from jaxjudge.report import ConfigError, ExperimentConfig, ModelSpec, TaskSpec, with_overrides
 from jaxjudge.report.run import run_dir
 
+
+@pytest.fixture(autouse=True)
+def _no_persistent_compile_cache(monkeypatch):
+    """`main` turns on JAX's on-disk compile cache, process-wide, for the rest of the pytest
+    process: every later test would then write its programs there (one such write crashed the
+    interpreter with a segmentation fault inside jax's cache writer). These in-process calls
+    leave it off."""
+    monkeypatch.setenv("JAXJUDGE_XLA_CACHE", "")
+
 REPO = Path(__file__).resolve().parents[1]
 
 
