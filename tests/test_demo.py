@@ -105,22 +105,8 @@ def test_ablation_notebook_reads_the_committed_stores_by_default():
 
 @pytest.mark.parametrize("name", ["quickstart.ipynb", "score_range_ablation.ipynb"])
 def test_notebook_runs_top_to_bottom(demo_run, name):
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
     work, _ = demo_run
-    env = {"JAXJUDGE_STORES": str(work / "stores"), "JAXJUDGE_CONFIG": str(REPO / "experiments" / "demo.py:ci"),
-           "JAXJUDGE_NB_EXAMPLES": "32"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        nb = nbformat.read(REPO / "notebooks" / name, as_version=4)
-        nbclient.NotebookClient(nb, timeout=900, kernel_name="python3",
-                                resources={"metadata": {"path": str(REPO / "notebooks")}}).execute()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    nb = _run_notebook(name, {"JAXJUDGE_STORES": str(work / "stores"),
+                              "JAXJUDGE_CONFIG": str(REPO / "experiments" / "demo.py:ci"), "JAXJUDGE_NB_EXAMPLES": "32"})
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "Spearman" in printed or "vanilla=" in printed
