@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(BIN)/jaxjudge demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python tests/run_by_file.py --durations=5
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
