@@ -1,8 +1,8 @@
 """Run the test suite one file per pytest process, then print the totals.
 
 `make test` uses this. One long process running every file crashed twice at the same place
-(XLA aborting inside a compile in `test_select.py`, after the torch-based parity and GGUF tests
-had run in the same process), while each file passes alone. A fresh interpreter per file keeps
+(inside an XLA compile in `test_select.py`, late in the run: a segmentation fault, then an
+abort), while that file passes alone. A fresh interpreter per file keeps
 one module's native state (XLA, torch, compiled programs) from reaching the next.
 
     python tests/run_by_file.py [pytest options...]
