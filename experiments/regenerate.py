@@ -1,0 +1,109 @@
+"""Regenerate every committed run from its committed stores and compare with its results.json.
+
+Usage (from the repository root; no model and no forward pass)::
+
+    python experiments/regenerate.py                 # every run that has stores
+    python experiments/regenerate.py score_range_bias/stsb few_labels/cpu
+
+A run qualifies when its ``metadata.json`` command is a ``jaxjudge report`` of an experiment
+config or a ``python experiments/few_labels.py`` run (the position-bias run reads a model and is
+left out). Each is recomputed in memory (nothing is written) and compared field by field with the
+committed ``results.json``: labels and counts exactly, numbers within ``--tol`` (default 1e-6:
+float32 reductions under XLA follow the CPU's vector width, see ``tests/test_regenerate.py``).
+Prints one line per run with its time, the total time, and exits 1 if any run differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from jaxjudge.report import load_config, report_from_store  # noqa: E402
+
+
+def compare(a: Any, b: Any, tol: float, where: str = "results") -> list[str]:
+    """Differences between two JSON trees: exact for labels and counts, ``tol`` for floats."""
+    if isinstance(a, dict):
+        if not isinstance(b, dict) or set(a) != set(b):
+            return [f"{where}: keys differ {sorted(set(a) ^ set(b)) if isinstance(b, dict) else type(b).__name__}"]
+        return [d for k in a for d in compare(a[k], b[k], tol, f"{where}.{k}")]
+    if isinstance(a, list):
+        if not isinstance(b, list) or len(a) != len(b):
+            return [f"{where}: lengths differ"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in compare(x, y, tol, f"{where}[{i}]")]
+    if isinstance(a, float) or isinstance(b, float):
+        if a is None or b is None or isinstance(a, str) or isinstance(b, str):
+            return [f"{where}: {a!r} vs {b!r}"]
+        if math.isnan(a) and math.isnan(b):
+            return []
+        return [] if math.isclose(a, b, rel_tol=0, abs_tol=tol) else [f"{where}: {a!r} vs {b!r}"]
+    return [] if a == b else [f"{where}: {a!r} vs {b!r}"]
+
+
+def _report_run(words: list[str]) -> dict[str, Any]:
+    spec = words[2]
+    overrides = [words[i + 1] for i, w in enumerate(words) if w == "--set"]
+    cfg = load_config(spec, overrides)
+    fresh = report_from_store(cfg.store_root, cfg).to_dict()
+    return {"rows": fresh["rows"], "notes": fresh["notes"]}
+
+
+def _few_labels_run(words: list[str]) -> dict[str, Any]:
+    sys.path.insert(0, str(REPO / "experiments"))
+    import few_labels  # noqa: PLC0415  (the experiment script, importable only from here)
+    from jaxjudge.report.few_labels import run_few_labels  # noqa: PLC0415
+
+    cfg = few_labels.get_config(words[2])
+    return json.loads(json.dumps(run_few_labels(cfg, cfg.base.store_root)))
+
+
+def runs(selected: list[str]) -> list[tuple[str, list[str]]]:
+    out = []
+    for meta in sorted((REPO / "results").glob("*/*/metadata.json")):
+        name = f"{meta.parent.parent.name}/{meta.parent.name}"
+        if selected and name not in selected:
+            continue
+        words = shlex.split(json.loads(meta.read_text())["command"])
+        if words[:2] == ["jaxjudge", "report"] or words[:2] == ["python", "experiments/few_labels.py"]:
+            out.append((name, words))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="*", help="experiment/run names (default: all)")
+    ap.add_argument("--tol", type=float, default=1e-6)
+    args = ap.parse_args(argv)
+    os.chdir(REPO)
+    todo = runs(args.runs)
+    if args.runs and len(todo) != len(args.runs):
+        print(f"regenerate: no such regenerable run among {sorted(set(args.runs) - {n for n, _ in todo})}", file=sys.stderr)
+        return 2
+    failed, t_all = 0, time.perf_counter()
+    for name, words in todo:
+        t0 = time.perf_counter()
+        fresh = _report_run(words) if words[0] == "jaxjudge" else _few_labels_run(words)
+        committed = json.loads((REPO / "results" / name / "results.json").read_text())
+        if words[0] == "jaxjudge":
+            committed = {"rows": committed["rows"], "notes": committed["notes"]}
+        diffs = compare(fresh, committed, args.tol)
+        failed += bool(diffs)
+        status = "identical" if not diffs else f"{len(diffs)} differences, first: {diffs[0]}"
+        print(f"{name}: {status} ({time.perf_counter() - t0:.1f} s)", flush=True)
+    print(f"regenerate: {len(todo) - failed} of {len(todo)} runs identical within {args.tol:g} "
+          f"({time.perf_counter() - t_all:.1f} s)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
