@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import scipy.stats as st
 
+from jaxjudge.data import to_prompt_range
 from jaxjudge import metrics as M
 from jaxjudge.debias import expected_score
 from jaxjudge.prompts import ScoreScale
@@ -28,13 +29,12 @@ from jaxjudge.report import (
     flat_rows,
     headline_table,
     make_splits,
-    map_human,
     markdown_report,
     read_csv,
     write_csv,
     write_run,
 )
-from jaxjudge.report.methods import _kendall_doc, _kendall_pooled, _signs
+from jaxjudge.metrics.tau_b import sign_matrix, tau_b_doc, tau_b_pooled
 
 SCALE = ScoreScale(1, 5)
 LAMS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -46,7 +46,7 @@ def simulated_judge(seed=0, n_docs=12, per_doc=16, bias=3.0, bias_at=2, scale=SC
     n = n_docs * per_doc
     groups = np.repeat([f"doc{i}" for i in range(n_docs)], per_doc)
     human = np.round(rng.uniform(1, 5, n) * 3) / 3  # SummEval-like: thirds in [1, 5]
-    quality = map_human(human, (1, 5), scale) + rng.normal(0, 0.5, n)
+    quality = to_prompt_range(human, scale.lo, scale.hi, src=(1, 5)) + rng.normal(0, 0.5, n)
     values = scale.values
     bonus = np.zeros(scale.size)
     bonus[bias_at] = bias
@@ -154,11 +154,11 @@ def test_kendall_quadratic_form_matches_metrics_and_scipy():
     y = np.round(rng.uniform(1, 5, n) * 3) / 3
     codes = M.encode_groups(np.repeat(np.arange(9), 10))
     w = rng.integers(0, 3, n).astype(np.float32)  # a bootstrap resample's multiplicities
-    sx, sy = jnp.asarray(_signs(x)), jnp.asarray(_signs(y))
-    pooled = jax.jit(_kendall_pooled)
+    sx, sy = jnp.asarray(sign_matrix(x)), jnp.asarray(sign_matrix(y))
+    pooled = jax.jit(tau_b_pooled)
     assert float(pooled(sx, sy, jnp.ones(n))) == pytest.approx(st.kendalltau(x, y).statistic, abs=1e-6)
     assert float(pooled(sx, sy, jnp.asarray(w))) == pytest.approx(float(M.kendall(x, y, weights=w)), abs=1e-6)
-    doc = float(jax.jit(_kendall_doc, static_argnums=4)(sx, sy, jnp.asarray(w), jnp.asarray(codes.codes), codes.num_groups))
+    doc = float(jax.jit(tau_b_doc, static_argnums=4)(sx, sy, jnp.asarray(w), jnp.asarray(codes.codes), codes.num_groups))
     assert doc == pytest.approx(float(M.grouped("kendall", x, y, codes.codes, weights=w)), abs=1e-6)
 
 

@@ -3,7 +3,7 @@
 Each replicate draws a clustered data set (`jaxjudge.metrics.synthetic.clustered_judges`) with
 two judges, splits it as the report would (a fixed dev/test split of whole groups, or grouped
 k-fold with dev:test = 1:(k-1)), and computes the report's intervals with the same function
-`evaluate_cell` uses (`jaxjudge.report.methods.test_side_intervals`): Spearman of judge A, and
+`evaluate_cell` uses (`jaxjudge.report.cell_stats.test_side_intervals`): Spearman of judge A, and
 the paired difference Spearman(A) - Spearman(B). An interval covers when it holds the
 population value. ``python experiments/coverage.py`` prints a table of coverage over designs.
 """
@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from jaxjudge.metrics.synthetic import clustered_judges
-from jaxjudge.report.methods import MethodOptions, test_side_intervals
+from jaxjudge.report.cell_inputs import MethodOptions
+from jaxjudge.report.cell_stats import test_side_intervals
 from jaxjudge.select import fixed_split, kfold_splits
 
 __all__ = ["Coverage", "interval_coverage"]

@@ -3,7 +3,7 @@
 The judge's predictions come from the report's own code path, with no forward pass: the
 stores a report config names are read by `jaxjudge.report.pipeline.load_cells`, and every
 configured method (vanilla, Deb-R, Deb-T, the calibration baselines) is run on each cell by
-`jaxjudge.report.methods.evaluate_cell`, hyper-parameters chosen on the dev side as in the
+`jaxjudge.report.cell.evaluate_cell`, hyper-parameters chosen on the dev side as in the
 report; its predictions of the configured reading (the expected score at T = 0.2 by default)
 are kept for every reported (test-side) item. Under k-fold, an item's prediction is the mean
 over the folds that test it, so it never comes from a lambda chosen on its own label. The
@@ -55,7 +55,8 @@ import numpy as np
 from jaxjudge import metrics as M
 from jaxjudge.report import config as C
 from jaxjudge.report import pipeline as P
-from jaxjudge.report.methods import MethodOptions, evaluate_cell, make_splits
+from jaxjudge.report.cell import evaluate_cell
+from jaxjudge.report.cell_inputs import MethodOptions, make_splits
 
 __all__ = [
     "FewLabelsConfig",
