@@ -66,8 +66,8 @@ from numbers import Real
 
 import numpy as np
 
-from jaxjudge.diagnostics._checks import as_float_vector, same_length
 from jaxjudge.diagnostics._stats import normal_quantile
+from jaxjudge.metrics._checks import as_float_vector, same_length
 
 
 def _is_scalar(*xs) -> bool:

@@ -51,9 +51,7 @@ from jaxjudge.metrics.bootstrap import (
 from jaxjudge.metrics.correlation import (
     HIGHER_IS_BETTER,
     METRICS,
-    GroupCodes,
     MetricFn,
-    encode_groups,
     get_metric,
     grouped,
     grouped_metric,
@@ -65,6 +63,7 @@ from jaxjudge.metrics.correlation import (
     spearman,
 )
 from jaxjudge.metrics.distribution import SDD_EPS, score_targets, sdd, sdd_from_logprobs, validity_rate
+from jaxjudge.metrics.groups import GroupCodes, encode_groups
 from jaxjudge.metrics.inference import (
     PPI_METHODS,
     PPIInterval,

@@ -28,6 +28,7 @@ import numpy as np
 
 from jaxjudge.metrics import _checks
 from jaxjudge.metrics import correlation as _corr
+from jaxjudge.metrics.groups import encode_groups
 
 
 class Interval(NamedTuple):
@@ -118,7 +119,7 @@ def _prepare(arrays, groups, mask):
         groups_np = groups_np[mask_np]
     if groups_np.shape[0] == 0:
         raise ValueError("arrays are empty")
-    codes = _corr.encode_groups(groups_np)
+    codes = encode_groups(groups_np)
     if codes.num_groups < 2:
         raise ValueError(
             f"the bootstrap needs at least 2 groups to resample, got {codes.num_groups}"
@@ -359,7 +360,7 @@ def _metric_inputs(preds, human, groups, mask, per_group):
         codes, num_groups = np.zeros(n, np.int32), 1
     else:
         _checks.check_vector(groups, "groups", n)
-        codes, num_groups, _ = _corr.encode_groups(groups)
+        codes, num_groups, _ = encode_groups(groups)
     return codes, num_groups
 
 

@@ -67,6 +67,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxjudge.metrics._checks import format_rows
+from jaxjudge.metrics.groups import encode_groups
 
 __all__ = [
     "PPI_METHODS",
@@ -292,11 +293,10 @@ def _codes(groups: Any, n_items: int) -> tuple[np.ndarray, int]:
     g = _as_vector(groups, "groups")
     if g.shape[0] != n_items:
         raise ValueError(f"mismatched lengths: groups has {g.shape[0]} entries, the items {n_items}")
-    _, codes = np.unique(g, return_inverse=True)
-    k = int(codes.max()) + 1 if codes.size else 0
+    codes, k = encode_groups(g, name="groups")[:2] if g.size else (np.zeros(0, np.int32), 0)
     if k < 2:
         raise ValueError(f"fewer than two clusters ({k}): a cluster-robust variance needs at least 2")
-    return codes.astype(np.int32), k
+    return codes, k
 
 
 def _interval(est, se, lam, n: int, m: int, level: float) -> PPIInterval:

@@ -269,14 +269,14 @@ class _Estimand:
 
 def _estimands(cp: CellPredictions, cfg: FewLabelsConfig) -> list[_Estimand]:
     out = []
-    codes, k = np.unique(cp.groups, return_inverse=True)[1], np.unique(cp.groups).size
+    codes, k, _ = M.encode_groups(cp.groups)
     clustered = k < cp.human.size and k >= cfg.min_clusters
     note = None
     if k < cp.human.size and not clustered:
         note = (f"items share {k} documents, fewer than min_clusters={cfg.min_clusters}: i.i.d. variance, "
                 "valid for the mean of these items only")
     out.append(_Estimand("all items", f"all {cp.human.size} items", cp.human, cp.preds,
-                         codes.astype(np.int32) if clustered else None, k if clustered else None, note))
+                         codes if clustered else None, k if clustered else None, note))
     if cp.systems is None:
         return out
     names = sorted(set(cp.systems.tolist()))
