@@ -38,6 +38,21 @@ def _shape_of(a: Any) -> tuple[int, ...]:
     return tuple(np.shape(a)) if not hasattr(a, "shape") else tuple(a.shape)
 
 
+def as_vector(a: Any, name: str) -> np.ndarray:
+    """`a` as a 1-D numpy array (any dtype); raises naming `name` otherwise."""
+    arr = np.asarray(a)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
+    return arr
+
+
+def check_all_finite(a: np.ndarray, name: str) -> None:
+    """Raise when any entry of `a` is NaN or inf."""
+    bad = np.flatnonzero(~np.isfinite(a))
+    if bad.size:
+        raise ValueError(f"{name} contains NaN or inf at rows {format_rows(bad)}")
+
+
 def check_vector(a: Any, name: str, n: int | None = None) -> int:
     """Check that `a` is 1-D (and of length `n` when given); return its length."""
     shape = _shape_of(a)

@@ -10,7 +10,7 @@ population value. ``python experiments/coverage.py`` prints a table of coverage 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -96,6 +96,4 @@ def interval_coverage(
 
 
 def _seeded(opts: MethodOptions, seed: int) -> MethodOptions:
-    import dataclasses  # noqa: PLC0415
-
-    return dataclasses.replace(opts, seed=seed)
+    return replace(opts, seed=seed)

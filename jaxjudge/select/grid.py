@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxjudge import metrics
 from jaxjudge.debias.scores import expected_score, greedy_score
 
 Array = jax.Array
@@ -128,9 +129,6 @@ def lambda_temperature_grid(lams, temperatures, name: str = "t_main") -> dict[st
 
 def _resolve_metric(metric, minimize: bool | None) -> tuple[Callable, bool]:
     """(metric callable, whether to minimise it); unknown names raise ValueError."""
-    # Imported late so that importing select does not pull in metrics before it is needed.
-    from jaxjudge import metrics
-
     if callable(metric):
         fn, name = metric, getattr(metric, "__name__", "")
     elif isinstance(metric, str):
