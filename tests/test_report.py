@@ -35,6 +35,8 @@ from jaxjudge.report import (
     write_run,
 )
 from jaxjudge.metrics.tau_b import sign_matrix, tau_b_doc, tau_b_pooled
+from jaxjudge.report import config as C
+from jaxjudge.report.methods import METHODS, ROLES
 
 SCALE = ScoreScale(1, 5)
 LAMS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -291,3 +293,16 @@ def test_command_line_names_the_module_run_with_python_m():
     cli = str(Path(jaxjudge.cli.__file__).resolve())
     assert command_line([cli, "report", "experiments/demo.py:ci"]) == "python -m jaxjudge.cli report experiments/demo.py:ci"
     assert command_line(["/usr/local/bin/jaxjudge", "demo", "--ci"]) == "jaxjudge demo --ci"
+
+
+def test_method_registry_covers_the_config_methods_and_names_missing_arrays():
+    assert set(METHODS) == set(C.METHODS)
+    assert all(role in ROLES for m in METHODS.values() for role in m.needs)
+    # The fine contrastive grids are the options' defaults (the config does not set them).
+    assert MethodOptions().contrastive_lams_fine == C.CONTRASTIVE_LAMS_FINE
+    assert MethodOptions().contrastive_temps_fine == C.CONTRASTIVE_TEMPS_FINE
+    arrays = simulated_judge(n_docs=4, per_doc=4)
+    splits = make_splits("kfold", arrays.groups, n_folds=2, seed=0)
+    opts = MethodOptions(methods=("vanilla", "deb_t"), temperatures=(1.0,), greedy=False, n_boot=10)
+    with pytest.raises(ValueError, match=r"method 'deb_t' needs random-number arrays \(role 'random_t'\)"):
+        evaluate_cell(arrays, splits, opts)
