@@ -96,7 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from jaxjudge.report import collect_metadata, run_dir  # noqa: PLC0415
     from jaxjudge.report.run import command_line  # noqa: PLC0415
     from jaxjudge.report.config import ConfigError  # noqa: PLC0415
-    from jaxjudge.report.few_labels import run_few_labels, write_few_labels  # noqa: PLC0415
+    from jaxjudge.report.few_labels import run_few_labels  # noqa: PLC0415
+    from jaxjudge.report.few_labels_write import write_few_labels  # noqa: PLC0415
     from jaxjudge.report.pipeline import StoreLookupError  # noqa: PLC0415
 
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")

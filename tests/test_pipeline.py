@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jaxjudge.data import to_prompt_range
 from jaxjudge.prompts import ScoreScale
 from jaxjudge.report import (
     CellArrays,
@@ -34,7 +35,6 @@ from jaxjudge.report import (
     load_config,
     load_task_data,
     make_splits,
-    map_human,
     read_csv,
     flat_rows,
     report_from_arrays,
@@ -200,7 +200,7 @@ def _synthetic_cells(cfg, seed=0):
         scale = ScoreScale.parse(s)
         bonus = np.zeros(scale.size)
         bonus[2] = 3.0
-        q = map_human(human, (1, 5), scale) + rng.normal(0, 0.5, len(human))
+        q = to_prompt_range(human, scale.lo, scale.hi, src=(1, 5)) + rng.normal(0, 0.5, len(human))
         lp = -((scale.values[None] - q[:, None]) ** 2) / 0.98 + bonus
         lp = lp - np.log(np.exp(lp).sum(1, keepdims=True)) - 0.5
         gen = np.where(rng.uniform(size=len(human)) < 0.1, np.nan, scale.values[np.argmax(lp, 1)])

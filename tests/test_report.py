@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import scipy.stats as st
 
+from jaxjudge.data import to_prompt_range
 from jaxjudge import metrics as M
 from jaxjudge.debias import expected_score
 from jaxjudge.prompts import ScoreScale
@@ -28,13 +29,14 @@ from jaxjudge.report import (
     flat_rows,
     headline_table,
     make_splits,
-    map_human,
     markdown_report,
     read_csv,
     write_csv,
     write_run,
 )
-from jaxjudge.report.methods import _kendall_doc, _kendall_pooled, _signs
+from jaxjudge.metrics.tau_b import sign_matrix, tau_b_doc, tau_b_pooled
+from jaxjudge.report import config as C
+from jaxjudge.report.methods import METHODS, ROLES
 
 SCALE = ScoreScale(1, 5)
 LAMS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -46,7 +48,7 @@ def simulated_judge(seed=0, n_docs=12, per_doc=16, bias=3.0, bias_at=2, scale=SC
     n = n_docs * per_doc
     groups = np.repeat([f"doc{i}" for i in range(n_docs)], per_doc)
     human = np.round(rng.uniform(1, 5, n) * 3) / 3  # SummEval-like: thirds in [1, 5]
-    quality = map_human(human, (1, 5), scale) + rng.normal(0, 0.5, n)
+    quality = to_prompt_range(human, scale.lo, scale.hi, src=(1, 5)) + rng.normal(0, 0.5, n)
     values = scale.values
     bonus = np.zeros(scale.size)
     bonus[bias_at] = bias
@@ -154,11 +156,11 @@ def test_kendall_quadratic_form_matches_metrics_and_scipy():
     y = np.round(rng.uniform(1, 5, n) * 3) / 3
     codes = M.encode_groups(np.repeat(np.arange(9), 10))
     w = rng.integers(0, 3, n).astype(np.float32)  # a bootstrap resample's multiplicities
-    sx, sy = jnp.asarray(_signs(x)), jnp.asarray(_signs(y))
-    pooled = jax.jit(_kendall_pooled)
+    sx, sy = jnp.asarray(sign_matrix(x)), jnp.asarray(sign_matrix(y))
+    pooled = jax.jit(tau_b_pooled)
     assert float(pooled(sx, sy, jnp.ones(n))) == pytest.approx(st.kendalltau(x, y).statistic, abs=1e-6)
     assert float(pooled(sx, sy, jnp.asarray(w))) == pytest.approx(float(M.kendall(x, y, weights=w)), abs=1e-6)
-    doc = float(jax.jit(_kendall_doc, static_argnums=4)(sx, sy, jnp.asarray(w), jnp.asarray(codes.codes), codes.num_groups))
+    doc = float(jax.jit(tau_b_doc, static_argnums=4)(sx, sy, jnp.asarray(w), jnp.asarray(codes.codes), codes.num_groups))
     assert doc == pytest.approx(float(M.grouped("kendall", x, y, codes.codes, weights=w)), abs=1e-6)
 
 
@@ -291,3 +293,16 @@ def test_command_line_names_the_module_run_with_python_m():
     cli = str(Path(jaxjudge.cli.__file__).resolve())
     assert command_line([cli, "report", "experiments/demo.py:ci"]) == "python -m jaxjudge.cli report experiments/demo.py:ci"
     assert command_line(["/usr/local/bin/jaxjudge", "demo", "--ci"]) == "jaxjudge demo --ci"
+
+
+def test_method_registry_covers_the_config_methods_and_names_missing_arrays():
+    assert set(METHODS) == set(C.METHODS)
+    assert all(role in ROLES for m in METHODS.values() for role in m.needs)
+    # The fine contrastive grids are the options' defaults (the config does not set them).
+    assert MethodOptions().contrastive_lams_fine == C.CONTRASTIVE_LAMS_FINE
+    assert MethodOptions().contrastive_temps_fine == C.CONTRASTIVE_TEMPS_FINE
+    arrays = simulated_judge(n_docs=4, per_doc=4)
+    splits = make_splits("kfold", arrays.groups, n_folds=2, seed=0)
+    opts = MethodOptions(methods=("vanilla", "deb_t"), temperatures=(1.0,), greedy=False, n_boot=10)
+    with pytest.raises(ValueError, match=r"method 'deb_t' needs random-number arrays \(role 'random_t'\)"):
+        evaluate_cell(arrays, splits, opts)

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 import scipy.stats as st
 
+from jaxjudge.data import to_prompt_range
 from jaxjudge.prompts import ScoreScale
-from jaxjudge.report import CellArrays, MethodOptions, RandomPrior, Results, evaluate_cell, make_splits, map_human
+from jaxjudge.report import CellArrays, MethodOptions, RandomPrior, Results, evaluate_cell, make_splits
 from jaxjudge.report.tables import flat_rows, format_interval, markdown_report
 
 SCALE = ScoreScale(1, 5)
@@ -133,7 +134,7 @@ T = 0.2
 def _reference_check(row, pred_ref, arrays, splits):
     """The row's pooled Pearson and MSE equal scipy's on the reference predictions (test side)."""
     test = np.asarray(splits.test[0])
-    human = map_human(arrays.human, arrays.human_range, SCALE)
+    human = to_prompt_range(arrays.human, SCALE.lo, SCALE.hi, src=arrays.human_range)
     want_r = st.pearsonr(pred_ref[test], human[test])[0]
     want_mse = np.mean((pred_ref[test] - human[test]) ** 2)
     assert row["metrics"]["pearson"]["estimate"] == pytest.approx(want_r, abs=2e-4)
@@ -191,7 +192,7 @@ def test_a_judge_whose_marginal_is_the_human_prior_is_unchanged_by_dc():
     groups, human, logits = _judge(rng, 12)
     dev_docs = sorted(set(groups))[:4]
     dev = np.isin(groups, dev_docs)
-    hmap = map_human(human, (1.0, 5.0), SCALE)
+    hmap = to_prompt_range(human, SCALE.lo, SCALE.hi, src=(1.0, 5.0))
     q = np.asarray(human_prior(hmap.astype(np.float32), SCALE.values, dev))
     for t in (0.2, 1.0, 2.0):
         lg = logits.copy()

@@ -6,6 +6,7 @@ prior) or an assistant model's log-probabilities (contrastive decoding). Strengt
 temperatures are traced arguments, so any of these functions can be vmapped over a grid.
 """
 
+from jaxjudge.debias.adjust import adjust_per_fold, combined_adjust, contrastive_adjust, rectify_adjust
 from jaxjudge.debias.calibration import (
     BetaFit,
     batch_calibration,
@@ -34,12 +35,15 @@ __all__ = [
     "BetaFit",
     "PRIOR_FLOOR",
     "adjust",
+    "adjust_per_fold",
     "batch_calibration",
     "batch_prior",
+    "combined_adjust",
     "beta_candidate_prior",
     "contextual_calibration",
     "contextual_prior",
     "contrastive",
+    "contrastive_adjust",
     "distribution_calibration",
     "distribution_correction",
     "expected_score",
@@ -50,6 +54,7 @@ __all__ = [
     "least_perplexity",
     "prior_correction",
     "rectify",
+    "rectify_adjust",
     "renormalize",
     "rescale_scores",
 ]

@@ -32,12 +32,9 @@ import optax
 from jax.scipy.special import betainc, betaln
 
 from jaxjudge.debias.prior import PRIOR_FLOOR, prior_correction, rectify
+from jaxjudge.metrics._checks import is_traced
 
 Array = jax.Array
-
-
-def _is_concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
 
 
 # --- contextual and batch calibration -----------------------------------------------------
@@ -153,7 +150,7 @@ def rescale_scores(scores: Array, values) -> Array:
     """
     lo, step, k = _scale_of(values)
     scores = jnp.asarray(scores, jnp.float32)
-    if _is_concrete(scores):
+    if not is_traced(scores):
         s = np.asarray(scores)
         hi = lo + (k - 1) * step
         bad = np.flatnonzero((s < lo - 1e-6) | (s > hi + 1e-6) | ~np.isfinite(s))
@@ -235,7 +232,7 @@ def fit_beta(u: Array, mask: Array | None = None, *, steps: int = 50) -> BetaFit
     w = jnp.ones_like(u) if mask is None else jnp.asarray(mask, jnp.float32)
     if w.shape != u.shape:
         raise ValueError(f"fit_beta: mask shape {w.shape} does not match u shape {u.shape}")
-    if _is_concrete(u) and _is_concrete(w):
+    if not is_traced(u, w):
         un, wn = np.asarray(u), np.asarray(w) > 0
         if wn.sum() < 2:
             raise ValueError(

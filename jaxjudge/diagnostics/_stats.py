@@ -1,5 +1,7 @@
-"""Small float64 statistics the diagnostics need, without scipy (a test-only dependency).
+"""Small float64 statistics the diagnostics need.
 
+The diagnostics report float64 values, so their correlations are computed here in numpy rather
+than with the float32 JAX metrics of `jaxjudge.metrics` (which differ in the eighth digit).
 Correlations here raise on constant input instead of returning NaN, so no undefined value can
 leak into a report.
 """
@@ -10,6 +12,7 @@ import math
 from statistics import NormalDist
 
 import numpy as np
+from scipy.stats import t as student_t
 
 
 def normal_quantile(q: float) -> float:
@@ -17,55 +20,18 @@ def normal_quantile(q: float) -> float:
     return NormalDist().inv_cdf(q)
 
 
-def _t_abs_cdf(t: float, df: int) -> float:
-    """P(|T| <= t) for Student's t with integer `df`, by the finite series of A&S 26.7.3-4.
-
-    With theta = atan(t / sqrt(df)) the probability is a finite trigonometric sum, exact for
-    every integer df (no continued fractions or special functions needed).
-    """
-    theta = math.atan(t / math.sqrt(df))
-    s, c2 = math.sin(theta), math.cos(theta) ** 2
-    if df % 2 == 1:
-        if df == 1:
-            return 2.0 * theta / math.pi
-        # sum over k = 0..(df-3)/2 of cos^(2k+1) theta * (2*4*..*2k) / (1*3*..*(2k+1))
-        term, acc = math.cos(theta), math.cos(theta)
-        for k in range(1, (df - 1) // 2):
-            term *= c2 * (2 * k) / (2 * k + 1)
-            acc += term
-        return 2.0 / math.pi * (theta + s * acc)
-    # even df: sum over k = 0..(df-2)/2 of cos^(2k) theta * (1*3*..*(2k-1)) / (2*4*..*2k)
-    term, acc = 1.0, 1.0
-    for k in range(1, df // 2):
-        term *= c2 * (2 * k - 1) / (2 * k)
-        acc += term
-    return s * acc
-
-
 def t_quantile(q: float, df: int) -> float:
-    """Quantile of Student's t with integer `df` >= 1, for q in (0.5, 1).
-
-    Beyond df = 10_000 the normal quantile is used (they differ by < 1e-4 there).
-    """
+    """Quantile of Student's t with integer `df` >= 1, for q in (0.5, 1) (`scipy.stats.t`)."""
     if not 0.5 < q < 1.0:
         raise ValueError(f"t_quantile needs q in (0.5, 1), got {q}")
     if df < 1:
         raise ValueError(f"t_quantile needs df >= 1, got {df}")
-    if df > 10_000:
-        return normal_quantile(q)
-    target = 2.0 * q - 1.0  # P(|T| <= t)
-    lo, hi = 0.0, 1.0
-    while _t_abs_cdf(hi, df) < target:
-        hi *= 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if _t_abs_cdf(mid, df) < target:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-12 * max(1.0, hi):
-            break
-    return 0.5 * (lo + hi)
+    return float(student_t.ppf(q, df))
+
+
+def t_two_sided_p(t: float, df: int) -> float:
+    """P(|T| >= |t|) for Student's t with `df` degrees of freedom (`scipy.stats.t`)."""
+    return float(2.0 * student_t.sf(abs(t), df))
 
 
 def average_ranks(x: np.ndarray) -> np.ndarray:

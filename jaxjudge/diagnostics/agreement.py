@@ -22,7 +22,7 @@ from typing import Literal
 
 import numpy as np
 
-from jaxjudge.diagnostics._checks import as_float_vector, same_length
+from jaxjudge.metrics._checks import as_float_vector, same_length
 
 Weights = Literal["unweighted", "linear", "quadratic"] | None
 

@@ -66,8 +66,8 @@ from numbers import Real
 
 import numpy as np
 
-from jaxjudge.diagnostics._checks import as_float_vector, same_length
 from jaxjudge.diagnostics._stats import normal_quantile
+from jaxjudge.metrics._checks import as_float_vector, same_length
 
 
 def _is_scalar(*xs) -> bool:
@@ -96,6 +96,18 @@ def _check_count(x, name: str, what: str) -> None:
     arr = np.asarray(x, dtype=np.float64)
     if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
         raise ValueError(f"{name} must be > 0 ({what}), got {x!r}")
+
+
+def _check_corrected_inputs(p, q0, q1, n, m0, m1) -> None:
+    """The checks of every corrected-rate entry point: rates in [0, 1], a better-than-chance
+    judge (q0 + q1 > 1) and positive counts."""
+    _check_rate(p, "p")
+    _check_rate(q0, "q0")
+    _check_rate(q1, "q1")
+    _check_better_than_chance(q0, q1)
+    _check_count(n, "n", "number of test items")
+    _check_count(m0, "m0", "human-negative calibration items; specificity q0 needs some")
+    _check_count(m1, "m1", "human-positive calibration items; sensitivity q1 needs some")
 
 
 def corrected_accuracy(p, q0, q1, *, clip: bool = True):
@@ -142,13 +154,7 @@ def corrected_accuracy_se(p, q0, q1, n, m0, m1):
     Returns:
       Standard error, float or array of the broadcast shape.
     """
-    _check_rate(p, "p")
-    _check_rate(q0, "q0")
-    _check_rate(q1, "q1")
-    _check_better_than_chance(q0, q1)
-    _check_count(n, "n", "number of test items")
-    _check_count(m0, "m0", "human-negative calibration items; specificity q0 needs some")
-    _check_count(m1, "m1", "human-positive calibration items; sensitivity q1 needs some")
+    _check_corrected_inputs(p, q0, q1, n, m0, m1)
     scalar = _is_scalar(p, q0, q1, n, m0, m1)
     p, q0, q1, n, m0, m1 = (np.asarray(v, dtype=np.float64) for v in (p, q0, q1, n, m0, m1))
     d = q0 + q1 - 1.0
@@ -218,13 +224,7 @@ def corrected_accuracy_ci(p, q0, q1, n, m0, m1, alpha: float = 0.05, *, method: 
         raise ValueError(f"method must be one of {CI_METHODS}, got {method!r}")
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    _check_rate(p, "p")
-    _check_rate(q0, "q0")
-    _check_rate(q1, "q1")
-    _check_better_than_chance(q0, q1)
-    _check_count(n, "n", "number of test items")
-    _check_count(m0, "m0", "human-negative calibration items; specificity q0 needs some")
-    _check_count(m1, "m1", "human-positive calibration items; sensitivity q1 needs some")
+    _check_corrected_inputs(p, q0, q1, n, m0, m1)
     scalar = _is_scalar(p, q0, q1, n, m0, m1)
     z = normal_quantile(1.0 - alpha / 2.0)
     p, q0, q1, n, m0, m1 = (np.asarray(v, dtype=np.float64) for v in (p, q0, q1, n, m0, m1))

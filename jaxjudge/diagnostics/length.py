@@ -40,8 +40,8 @@ from typing import Literal
 
 import numpy as np
 
-from jaxjudge.diagnostics._checks import as_float_vector, same_length
 from jaxjudge.diagnostics._stats import pearson, spearman
+from jaxjudge.metrics._checks import as_float_vector, same_length
 
 
 def _ols_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:

@@ -33,15 +33,16 @@ from typing import Literal
 
 import numpy as np
 
-from jaxjudge.diagnostics._checks import as_float_vector, as_groups, same_length
 from jaxjudge.diagnostics._stats import (
-    _t_abs_cdf,
     pearson,
     spearman,
     t_quantile,
+    t_two_sided_p,
     weighted_average_ranks,
     weighted_pearson,
 )
+from jaxjudge.metrics._checks import as_float_vector, same_length
+from jaxjudge.metrics.groups import encode_groups
 
 
 def clustered_mean_se(values, groups) -> tuple[float, float]:
@@ -59,7 +60,7 @@ def clustered_mean_se(values, groups) -> tuple[float, float]:
         mismatched lengths, non-finite values.
     """
     v = as_float_vector(values, "values")
-    codes, g = as_groups(groups, v.shape[0])
+    codes, g = encode_groups(groups, order="first", name="groups", n=v.shape[0])[:2]
     if g < 2:
         raise ValueError(f"clustered_mean_se needs at least 2 clusters (groups), got {g}")
     mean = float(v.mean())
@@ -122,13 +123,13 @@ def paired_difference(values_a, values_b, groups, *, alpha: float = 0.05) -> Pai
     n = same_length(values_a=a, values_b=b)
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    codes, g = as_groups(groups, n)
+    codes, g = encode_groups(groups, order="first", name="groups", n=n)[:2]
     diff, se = clustered_mean_se(a - b, codes)
     df = g - 1
     half = t_quantile(1.0 - alpha / 2.0, df) * se
     if se > 0:
         t_stat = diff / se
-        p_value = 1.0 - _t_abs_cdf(abs(t_stat), df)
+        p_value = t_two_sided_p(t_stat, df)
     else:
         # All per-item differences equal: no sampling spread at all.
         t_stat = 0.0 if diff == 0 else math.copysign(math.inf, diff)
@@ -202,7 +203,7 @@ def paired_correlation_difference(pred_a, pred_b, human, groups, *,
     xb = as_float_vector(pred_b, "pred_b", min_len=3)
     h = as_float_vector(human, "human", min_len=3)
     n = same_length(pred_a=xa, pred_b=xb, human=h)
-    codes, g = as_groups(groups, n)
+    codes, g = encode_groups(groups, order="first", name="groups", n=n)[:2]
     if g < 2:
         raise ValueError(f"the document bootstrap needs at least 2 groups, got {g}")
     corr = pearson if method == "pearson" else spearman

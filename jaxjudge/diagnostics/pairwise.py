@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from jaxjudge.diagnostics._checks import as_float_vector, as_groups, as_logprob_pairs, same_length
 from jaxjudge.diagnostics.paired import clustered_mean_se
+from jaxjudge.metrics._checks import as_float_vector, as_logprob_pairs, same_length
+from jaxjudge.metrics.groups import encode_groups
 
 # A slot placeholder as `str.format` reads it ({summary_a}, {summary_a!r}, {summary_b:>10}).
 _SLOT_FIELD_RE = re.compile(r"(?<!\{)\{summary_[ab][}!:]")
@@ -225,7 +226,7 @@ def build_pairs(groups: Sequence, item_ids: Sequence, human_scores, *, min_gap: 
     n = same_length(groups=groups, item_ids=item_ids, human_scores=scores)
     if not np.isfinite(min_gap) or min_gap < 0:
         raise ValueError(f"min_gap must be a finite number >= 0, got {min_gap}")
-    codes, n_groups = as_groups(groups, n)
+    codes, n_groups = encode_groups(groups, order="first", name="groups", n=n)[:2]
     group_list = list(groups)
     id_list = list(item_ids)
     seen: set = set()

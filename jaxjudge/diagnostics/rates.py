@@ -28,9 +28,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from jaxjudge.diagnostics._checks import as_float_vector, as_groups
 from jaxjudge.diagnostics._stats import normal_quantile, t_quantile
 from jaxjudge.diagnostics.paired import clustered_mean_se
+from jaxjudge.metrics._checks import as_float_vector
+from jaxjudge.metrics.groups import encode_groups
 
 
 def _wilson(p: float, n: float, z: float) -> tuple[float, float]:
@@ -109,7 +110,7 @@ def clustered_wilson_interval(values, groups, alpha: float = 0.05) -> RateInterv
     v = as_float_vector(values, "values")
     if ((v < 0.0) | (v > 1.0)).any():
         raise ValueError("values must lie in [0, 1] for a rate interval")
-    codes, g = as_groups(groups, v.shape[0])
+    codes, g = encode_groups(groups, order="first", name="groups", n=v.shape[0])[:2]
     m, se = clustered_mean_se(v, codes)
     df = g - 1
     z = t_quantile(1.0 - alpha / 2.0, df)

@@ -51,9 +51,7 @@ from jaxjudge.metrics.bootstrap import (
 from jaxjudge.metrics.correlation import (
     HIGHER_IS_BETTER,
     METRICS,
-    GroupCodes,
     MetricFn,
-    encode_groups,
     get_metric,
     grouped,
     grouped_metric,
@@ -65,17 +63,10 @@ from jaxjudge.metrics.correlation import (
     spearman,
 )
 from jaxjudge.metrics.distribution import SDD_EPS, score_targets, sdd, sdd_from_logprobs, validity_rate
-from jaxjudge.metrics.inference import (
-    PPI_METHODS,
-    PPIInterval,
-    Ranking,
-    effective_labels,
-    ppi_core,
-    ppi_difference,
-    ppi_mean,
-    ppi_ranking,
-)
-from jaxjudge.metrics.system_level import system_kendall, system_kendall_ci, system_means
+from jaxjudge.metrics.groups import GroupCodes, encode_groups
+from jaxjudge.metrics import inference, system_level
+from jaxjudge.metrics.inference import *  # noqa: F403  (its __all__: prediction-powered inference)
+from jaxjudge.metrics.system_level import *  # noqa: F403  (its __all__: system-level agreement)
 
 __all__ = [
     "HIGHER_IS_BETTER",
@@ -106,16 +97,6 @@ __all__ = [
     "sdd_from_logprobs",
     "spearman",
     "validity_rate",
-    # prediction-powered inference and system-level agreement
-    "PPI_METHODS",
-    "PPIInterval",
-    "Ranking",
-    "effective_labels",
-    "ppi_core",
-    "ppi_difference",
-    "ppi_mean",
-    "ppi_ranking",
-    "system_kendall",
-    "system_kendall_ci",
-    "system_means",
+    *inference.__all__,
+    *system_level.__all__,
 ]

@@ -1,4 +1,4 @@
-"""Eager input validation for the public metric entry points.
+"""Eager input validation for the public metric and diagnostic entry points.
 
 The jitted cores never look at values. The public wrappers call the functions here first:
 shape checks always run (shapes are static, so they work under `jit` and `vmap` too), value
@@ -10,6 +10,7 @@ because a traced value cannot be inspected without breaking compilation.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -35,6 +36,21 @@ def format_rows(rows: np.ndarray) -> str:
 
 def _shape_of(a: Any) -> tuple[int, ...]:
     return tuple(np.shape(a)) if not hasattr(a, "shape") else tuple(a.shape)
+
+
+def as_vector(a: Any, name: str) -> np.ndarray:
+    """`a` as a 1-D numpy array (any dtype); raises naming `name` otherwise."""
+    arr = np.asarray(a)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
+    return arr
+
+
+def check_all_finite(a: np.ndarray, name: str) -> None:
+    """Raise when any entry of `a` is NaN or inf."""
+    bad = np.flatnonzero(~np.isfinite(a))
+    if bad.size:
+        raise ValueError(f"{name} contains NaN or inf at rows {format_rows(bad)}")
 
 
 def check_vector(a: Any, name: str, n: int | None = None) -> int:
@@ -179,3 +195,66 @@ def check_groups(groups: Any, n: int, num_groups: int | None) -> tuple[jax.Array
             "0..num_groups-1 (use jaxjudge.metrics.encode_groups)"
         )
     return groups, num_groups
+
+
+# -- float64 inputs of the diagnostics (`jaxjudge.diagnostics`) -----------------------------------
+#
+# Every public diagnostic converts its inputs through these so that a wrong shape, a NaN or a
+# length mismatch is reported with the parameter's name instead of surfacing later as a NaN
+# statistic.
+
+
+def as_float_vector(x, name: str, *, min_len: int = 1) -> np.ndarray:
+    """Converts `x` to a finite float64 vector.
+
+    Args:
+      x: array-like of numbers, shape [N].
+      name: parameter name used in error messages.
+      min_len: smallest accepted N.
+
+    Returns:
+      float64 array of shape [N].
+    """
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name} must be an array of numbers: {err}") from None
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
+    if arr.shape[0] < min_len:
+        raise ValueError(f"{name} needs at least {min_len} values, got {arr.shape[0]}")
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        raise ValueError(f"{name} has a non-finite value at index {int(np.argmax(bad))}")
+    return arr
+
+
+def as_logprob_pairs(x, name: str) -> np.ndarray:
+    """Converts `x` to a float64 array of shape [P, 2] with no NaN or +inf.
+
+    -inf is allowed: a token the model gives zero probability has log-probability -inf.
+    """
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name} must be an array of log-probabilities: {err}") from None
+    if arr.ndim != 2 or arr.shape[1] != 2:
+        raise ValueError(f"{name} must have shape [P, 2] (columns: answer A, answer B), got {arr.shape}")
+    bad = np.isnan(arr) | (arr == np.inf)
+    if bad.any():
+        row = int(np.argmax(bad.any(axis=1)))
+        raise ValueError(f"{name} has NaN or +inf at row {row}")
+    both_neg_inf = np.all(arr == -np.inf, axis=1)
+    if both_neg_inf.any():
+        row = int(np.argmax(both_neg_inf))
+        raise ValueError(f"{name} row {row}: both answer tokens have log-probability -inf")
+    return arr
+
+
+def same_length(**arrays: Sequence | np.ndarray) -> int:
+    """Checks that all named arrays have the same first dimension; returns it."""
+    lengths = {name: len(a) for name, a in arrays.items()}
+    if len(set(lengths.values())) > 1:
+        desc = ", ".join(f"{k}={v}" for k, v in lengths.items())
+        raise ValueError(f"length mismatch: {desc}")
+    return next(iter(lengths.values()))

@@ -25,9 +25,12 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from scipy.special import ndtr, ndtri
+from scipy.stats import t as student_t
 
 from jaxjudge.metrics import _checks
 from jaxjudge.metrics import correlation as _corr
+from jaxjudge.metrics.groups import encode_groups
 
 
 class Interval(NamedTuple):
@@ -118,7 +121,7 @@ def _prepare(arrays, groups, mask):
         groups_np = groups_np[mask_np]
     if groups_np.shape[0] == 0:
         raise ValueError("arrays are empty")
-    codes = _corr.encode_groups(groups_np)
+    codes = encode_groups(groups_np)
     if codes.num_groups < 2:
         raise ValueError(
             f"the bootstrap needs at least 2 groups to resample, got {codes.num_groups}"
@@ -208,9 +211,6 @@ def expanded_levels(num_groups: int, alpha: float = 0.05) -> tuple[float, float]
     Returns:
       ``(low_level, high_level)``.
     """
-    from scipy.special import ndtr  # noqa: PLC0415
-    from scipy.stats import t as student_t  # noqa: PLC0415
-
     if num_groups < 2:
         raise ValueError(f"the expanded percentile interval needs >= 2 groups, got {num_groups}")
     z = math.sqrt(num_groups / (num_groups - 1)) * float(student_t.ppf(1 - alpha / 2, num_groups - 1))
@@ -242,8 +242,6 @@ def bca_quantiles(estimate: Any, reps: Any, jack: Any, alpha: float = 0.05) -> t
     Returns:
       ``(low, high)``; NaNs when there are no finite replicates.
     """
-    from scipy.special import ndtr, ndtri  # noqa: PLC0415
-
     reps = np.asarray(reps, np.float64)
     reps = reps[np.isfinite(reps)]
     est = float(estimate)
@@ -359,8 +357,18 @@ def _metric_inputs(preds, human, groups, mask, per_group):
         codes, num_groups = np.zeros(n, np.int32), 1
     else:
         _checks.check_vector(groups, "groups", n)
-        codes, num_groups, _ = _corr.encode_groups(groups)
+        codes, num_groups, _ = encode_groups(groups)
     return codes, num_groups
+
+
+def _grouped_metric_ci(make_stat, metric, preds, human, groups, mask, per_group, n_boot, alpha, seed) -> Interval:
+    """`bootstrap_ci` of ``make_stat(metric, per_group, num_groups)`` on the named `[N]`
+    prediction arrays ``preds``, the human scores and the group codes."""
+    fn = _resolve(metric)
+    codes, num_groups = _metric_inputs(preds, human, groups, mask, per_group)
+    stat = make_stat(fn, per_group, num_groups)
+    arrays = (*(jnp.asarray(p, jnp.float32) for _, p in preds), jnp.asarray(human, jnp.float32), jnp.asarray(codes))
+    return bootstrap_ci(stat, arrays, None if groups is None else codes, n_boot, alpha, seed, mask=mask)
 
 
 def metric_ci(
@@ -389,12 +397,8 @@ def metric_ci(
     Returns:
       `Interval(estimate, low, high)`.
     """
-    fn = _resolve(metric)
-    codes, num_groups = _metric_inputs([("predictions", pred)], human, groups, mask, per_group)
-    stat = _metric_stat(fn, per_group, num_groups)
-    arrays = (jnp.asarray(pred, jnp.float32), jnp.asarray(human, jnp.float32), jnp.asarray(codes))
-    return bootstrap_ci(
-        stat, arrays, None if groups is None else codes, n_boot, alpha, seed, mask=mask
+    return _grouped_metric_ci(
+        _metric_stat, metric, [("predictions", pred)], human, groups, mask, per_group, n_boot, alpha, seed
     )
 
 
@@ -422,17 +426,7 @@ def paired_difference_ci(
     Returns:
       `Interval(estimate, low, high)` of the difference.
     """
-    fn = _resolve(metric)
-    codes, num_groups = _metric_inputs(
-        [("pred_a", pred_a), ("pred_b", pred_b)], human, groups, mask, per_group
-    )
-    stat = _difference_stat(fn, per_group, num_groups)
-    arrays = (
-        jnp.asarray(pred_a, jnp.float32),
-        jnp.asarray(pred_b, jnp.float32),
-        jnp.asarray(human, jnp.float32),
-        jnp.asarray(codes),
-    )
-    return bootstrap_ci(
-        stat, arrays, None if groups is None else codes, n_boot, alpha, seed, mask=mask
+    return _grouped_metric_ci(
+        _difference_stat, metric, [("pred_a", pred_a), ("pred_b", pred_b)], human, groups, mask, per_group,
+        n_boot, alpha, seed,
     )

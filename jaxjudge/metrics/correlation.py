@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -454,32 +454,3 @@ def grouped_metric(
     # Selection reads the optimisation direction from this attribute for unregistered names.
     fn.higher_is_better = HIGHER_IS_BETTER.get(name) if name else None
     return fn
-
-
-class GroupCodes(NamedTuple):
-    """Result of `encode_groups`."""
-
-    codes: np.ndarray  # int32 [N] in 0..G-1
-    num_groups: int  # G, a Python int (usable as a static argument)
-    names: np.ndarray  # [G] distinct ids, sorted; names[codes] == ids
-
-
-def encode_groups(ids: Any) -> GroupCodes:
-    """Turn arbitrary group ids (strings, ints, ...) into contiguous int32 codes.
-
-    Args:
-      ids: `[N]` ids, e.g. SummEval source-document ids.
-
-    Returns:
-      `GroupCodes(codes [N] int32, num_groups, names [G])`, names in sorted order.
-    """
-    ids = np.asarray(ids)
-    if ids.ndim != 1:
-        raise ValueError(f"group ids must be 1-D [N], got shape {ids.shape}")
-    if ids.size == 0:
-        raise ValueError("group ids are empty")
-    if ids.dtype.kind == "f" and np.isnan(ids).any():
-        bad = _checks.format_rows(np.flatnonzero(np.isnan(ids)))
-        raise ValueError(f"group ids contain NaN at rows {bad}")
-    names, codes = np.unique(ids, return_inverse=True)
-    return GroupCodes(codes.astype(np.int32).ravel(), int(names.shape[0]), names)

@@ -65,8 +65,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from scipy.stats import norm
 
-from jaxjudge.metrics._checks import format_rows
+from jaxjudge.metrics._checks import as_vector, check_all_finite
+from jaxjudge.metrics.groups import encode_groups
 
 __all__ = [
     "PPI_METHODS",
@@ -221,30 +223,15 @@ def ppi_core(
 
 
 def _z(level: float) -> float:
-    from scipy.stats import norm  # noqa: PLC0415
-
     return float(norm.ppf(0.5 + level / 2))
 
 
 # -- input checks --------------------------------------------------------------------------------
 
 
-def _finite(a: np.ndarray, name: str) -> None:
-    bad = np.flatnonzero(~np.isfinite(a))
-    if bad.size:
-        raise ValueError(f"{name} contains NaN or inf at rows {format_rows(bad)}")
-
-
-def _as_vector(a: Any, name: str) -> np.ndarray:
-    arr = np.asarray(a)
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
-    return arr
-
-
 def _labelled_mask(labelled: Any, n_items: int, what: str = "items") -> np.ndarray:
     """Bool `[N]` from int indices (or a bool mask); raises naming the bad labels."""
-    lab = _as_vector(labelled, "labelled")
+    lab = as_vector(labelled, "labelled")
     if lab.dtype == bool:
         if lab.shape[0] != n_items:
             raise ValueError(f"mismatched lengths: the labelled mask has {lab.shape[0]} entries, the {what} {n_items}")
@@ -278,7 +265,7 @@ def _spread(labelled: Any, human: Any, mask: np.ndarray, name: str = "human") ->
         raise ValueError(
             f"mismatched lengths: {name} has shape {h.shape} but {n} items are labelled "
             "(one human score per labelled item, in the order of `labelled`)")
-    _finite(h, name)
+    check_all_finite(h, name)
     out = np.full(mask.shape[0], np.nan)
     lab = np.asarray(labelled)
     if lab.dtype == bool:
@@ -289,14 +276,13 @@ def _spread(labelled: Any, human: Any, mask: np.ndarray, name: str = "human") ->
 
 
 def _codes(groups: Any, n_items: int) -> tuple[np.ndarray, int]:
-    g = _as_vector(groups, "groups")
+    g = as_vector(groups, "groups")
     if g.shape[0] != n_items:
         raise ValueError(f"mismatched lengths: groups has {g.shape[0]} entries, the items {n_items}")
-    _, codes = np.unique(g, return_inverse=True)
-    k = int(codes.max()) + 1 if codes.size else 0
+    codes, k = encode_groups(g, name="groups")[:2] if g.size else (np.zeros(0, np.int32), 0)
     if k < 2:
         raise ValueError(f"fewer than two clusters ({k}): a cluster-robust variance needs at least 2")
-    return codes.astype(np.int32), k
+    return codes, k
 
 
 def _interval(est, se, lam, n: int, m: int, level: float) -> PPIInterval:
@@ -345,10 +331,10 @@ def ppi_mean(
     """
     _lam_mode(method)
     _check_level(alpha)
-    f = _as_vector(judge, "judge").astype(np.float64)
+    f = as_vector(judge, "judge").astype(np.float64)
     if f.shape[0] < 2:
         raise ValueError(f"{name} has {f.shape[0]} item(s): at least 2 are needed for an interval")
-    _finite(f, "judge")
+    check_all_finite(f, "judge")
     mask = _labelled_mask(labelled, f.shape[0], name)
     y = _spread(labelled, human, mask)
     codes, k = (None, None) if groups is None else _codes(groups, f.shape[0])
@@ -384,8 +370,8 @@ def ppi_difference(
     Returns:
       `PPIInterval` of mean_a - mean_b.
     """
-    fa = _as_vector(judge_a, f"judge of system {names[0]}")
-    fb = _as_vector(judge_b, f"judge of system {names[1]}")
+    fa = as_vector(judge_a, f"judge of system {names[0]}")
+    fb = as_vector(judge_b, f"judge of system {names[1]}")
     if fa.shape != fb.shape:
         raise ValueError(
             f"mismatched lengths: system {names[0]} has {fa.shape[0]} judged items, system {names[1]} "
@@ -394,8 +380,8 @@ def ppi_difference(
     if ha.shape != hb.shape:
         raise ValueError(
             f"mismatched lengths: system {names[0]} has {ha.shape} human scores, system {names[1]} {hb.shape}")
-    _finite(ha, f"human scores of system {names[0]}")
-    _finite(hb, f"human scores of system {names[1]}")
+    check_all_finite(ha, f"human scores of system {names[0]}")
+    check_all_finite(hb, f"human scores of system {names[1]}")
     return ppi_mean(fa.astype(np.float64) - fb.astype(np.float64), ha - hb, labelled, method=method, alpha=alpha,
                     groups=groups, clip=clip, name=f"inputs of systems {names[0]} and {names[1]}")
 
@@ -444,8 +430,8 @@ def ppi_ranking(
     if h.ndim != 2 or h.shape[0] != s_count:
         raise ValueError(f"mismatched lengths: human must be [S={s_count}, n], got shape {h.shape}")
     for i, nm in enumerate(names):
-        _finite(f[i], f"judge of system {nm!r}")
-        _finite(h[i], f"human scores of system {nm!r}")
+        check_all_finite(f[i], f"judge of system {nm!r}")
+        check_all_finite(h[i], f"human scores of system {nm!r}")
     pairs = list(itertools.combinations(range(s_count), 2))
     means = tuple(
         ppi_mean(f[i], h[i], labelled, method=method, alpha=alpha / s_count, groups=groups, clip=clip,

@@ -33,7 +33,8 @@ from jaxjudge.report.config import (
     with_overrides,
 )
 from jaxjudge.report.figures import plot_lambda_curves, plot_latent_priors, plot_score_distributions, write_figures
-from jaxjudge.report.methods import CellArrays, CellReport, MethodOptions, RandomPrior, evaluate_cell, make_splits, map_human
+from jaxjudge.report.cell import evaluate_cell
+from jaxjudge.report.cell_inputs import CellArrays, CellReport, MethodOptions, RandomPrior, make_splits
 from jaxjudge.report.pipeline import (
     StoreIndex,
     StoreLookupError,
@@ -82,7 +83,6 @@ __all__ = [
     "load_config",
     "load_task_data",
     "make_splits",
-    "map_human",
     "markdown_report",
     "method_variants",
     "plot_lambda_curves",

@@ -3,19 +3,20 @@
 Each replicate draws a clustered data set (`jaxjudge.metrics.synthetic.clustered_judges`) with
 two judges, splits it as the report would (a fixed dev/test split of whole groups, or grouped
 k-fold with dev:test = 1:(k-1)), and computes the report's intervals with the same function
-`evaluate_cell` uses (`jaxjudge.report.methods.test_side_intervals`): Spearman of judge A, and
+`evaluate_cell` uses (`jaxjudge.report.cell_stats.test_side_intervals`): Spearman of judge A, and
 the paired difference Spearman(A) - Spearman(B). An interval covers when it holds the
 population value. ``python experiments/coverage.py`` prints a table of coverage over designs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from jaxjudge.metrics.synthetic import clustered_judges
-from jaxjudge.report.methods import MethodOptions, test_side_intervals
+from jaxjudge.report.cell_inputs import MethodOptions
+from jaxjudge.report.cell_stats import test_side_intervals
 from jaxjudge.select import fixed_split, kfold_splits
 
 __all__ = ["Coverage", "interval_coverage"]
@@ -95,6 +96,4 @@ def interval_coverage(
 
 
 def _seeded(opts: MethodOptions, seed: int) -> MethodOptions:
-    import dataclasses  # noqa: PLC0415
-
-    return dataclasses.replace(opts, seed=seed)
+    return replace(opts, seed=seed)

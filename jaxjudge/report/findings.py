@@ -70,12 +70,17 @@ def range_rows(results: Results, metric: str = "spearman", scores: Sequence[str]
     return out
 
 
+def _range_panels(results: Results, metric: str, scores: Sequence[str] | None) -> dict[tuple, list[dict]]:
+    """`range_rows` by (judge, task, aspect, reading), in order of first appearance."""
+    panels: dict[tuple, list[dict]] = defaultdict(list)
+    for r in range_rows(results, metric, scores):
+        panels[(r["judge"], r["task"], r["aspect"], r["score"])].append(r)
+    return panels
+
+
 def range_markdown(results: Results, metric: str = "spearman", scores: Sequence[str] | None = None) -> str:
     """Markdown: per (judge, task, aspect, reading), a table of methods x ranges."""
-    rows = range_rows(results, metric, scores)
-    panels: dict[tuple, list[dict]] = defaultdict(list)
-    for r in rows:
-        panels[(r["judge"], r["task"], r["aspect"], r["score"])].append(r)
+    panels = _range_panels(results, metric, scores)
     parts = []
     for (judge, task, aspect, score), rs in panels.items():
         scales = sorted({s for r in rs for s in r["scales"]}, key=_scale_key)
@@ -96,10 +101,7 @@ def plot_range_curves(results: Results, out_dir: str | os.PathLike, metric: str 
     """One PNG per (judge, task, aspect, reading): the metric against the range per method."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = range_rows(results, metric, scores)
-    panels: dict[tuple, list[dict]] = defaultdict(list)
-    for r in rows:
-        panels[(r["judge"], r["task"], r["aspect"], r["score"])].append(r)
+    panels = _range_panels(results, metric, scores)
     paths = []
     for (judge, task, aspect, score), rs in panels.items():
         fig = Figure(figsize=(8.0, 4.0), layout="constrained")

@@ -46,7 +46,8 @@ from typing import Any
 import numpy as np
 
 from jaxjudge.report import config as C
-from jaxjudge.report.methods import CellArrays, MethodOptions, RandomPrior, evaluate_cell, make_splits
+from jaxjudge.report.cell import evaluate_cell
+from jaxjudge.report.cell_inputs import CellArrays, MethodOptions, RandomPrior, make_splits
 from jaxjudge.report.results import Results
 
 __all__ = [

@@ -20,7 +20,7 @@ class Results:
     Attributes:
       experiment: the experiment's name.
       rows: one dict per (judge, task, aspect, scale, method, score reading); see
-        `jaxjudge.report.methods.evaluate_cell` for the fields. Every value is JSON-native
+        `jaxjudge.report.cell.evaluate_cell` for the fields. Every value is JSON-native
         (undefined numbers are None), so rows survive a JSON round trip unchanged.
       aux: one dict per cell with the extras the figures draw (score distributions, the
         random-number priors, metric over each tuned grid).

@@ -1,15 +1,18 @@
-"""Hyper-parameter selection: grouped dev/test splits and a grid search in one compiled call."""
+"""Hyper-parameter selection: grouped dev/test splits and a grid search in one compiled call.
 
+`rectify_adjust` and `contrastive_adjust` live in `jaxjudge.debias.adjust`; they are exported
+here too because they are what `grid_search` is usually called with.
+"""
+
+from jaxjudge.debias.adjust import contrastive_adjust, rectify_adjust
 from jaxjudge.select.grid import (
     MINIMISED_METRICS,
     GridSearchResult,
-    contrastive_adjust,
     evaluate_point,
     grid_search,
     lambda_grid,
     lambda_temperature_grid,
     product_grid,
-    rectify_adjust,
 )
 from jaxjudge.select.splits import Splits, fixed_split, group_kfold, kfold_splits
 

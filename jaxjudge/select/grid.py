@@ -29,8 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxjudge.debias.contrastive import contrastive
-from jaxjudge.debias.prior import rectify
+from jaxjudge import metrics
 from jaxjudge.debias.scores import expected_score, greedy_score
 
 Array = jax.Array
@@ -125,56 +124,11 @@ def lambda_temperature_grid(lams, temperatures, name: str = "t_main") -> dict[st
     return product_grid(lam=lams, **{name: temperatures})
 
 
-# --- ready-made adjustment functions (module level, so their compilations are reused) -------
-
-
-def _lam(params) -> Array:
-    return params["lam"] if isinstance(params, dict) else params
-
-
-def rectify_adjust(params, data, fold=None) -> Array:
-    """`rectify(logits, correction, params["lam"])` for `grid_search`.
-
-    Args:
-        params: `{"lam": scalar}` (or the scalar itself).
-        data: `{"logits": [N, K]}` plus `"correction": [K]` when it is shared by all folds.
-        fold: optional per-fold `{"correction": [K]}` (from `fold_data`), e.g. a distribution
-            calibration correction fitted on that fold's dev labels; it overrides `data`'s.
-
-    Returns:
-        `[N, K]` adjusted log-probabilities.
-    """
-    correction = data["correction"] if fold is None else fold["correction"]
-    return rectify(data["logits"], correction, _lam(params))
-
-
-def contrastive_adjust(params, data) -> Array:
-    """`contrastive(data["main"], data["asst"], lam, t_main, t_asst, alpha)` for `grid_search`.
-
-    Args:
-        params: `{"lam": scalar}` with optional `"t_main"` and `"t_asst"` (default 1) and
-            `"alpha"` (a grid axis of the plausibility threshold).
-        data: `{"main": [N, K], "asst": [N, K]}`, optionally `"alpha"`: a fixed plausibility
-            threshold. Without either `alpha` the constraint is off (alpha = 0), as before.
-
-    Returns:
-        `[N, K]` adjusted log-probabilities.
-    """
-    p = params if isinstance(params, dict) else {"lam": params}
-    alpha = p.get("alpha", data.get("alpha", 0.0))
-    return contrastive(
-        data["main"], data["asst"], p["lam"], p.get("t_main", 1.0), p.get("t_asst", 1.0), alpha
-    )
-
-
 # --- the search ---------------------------------------------------------------------------
 
 
 def _resolve_metric(metric, minimize: bool | None) -> tuple[Callable, bool]:
     """(metric callable, whether to minimise it); unknown names raise ValueError."""
-    # Imported late so that importing select does not pull in metrics before it is needed.
-    from jaxjudge import metrics
-
     if callable(metric):
         fn, name = metric, getattr(metric, "__name__", "")
     elif isinstance(metric, str):

@@ -14,6 +14,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from jaxjudge.metrics.groups import encode_groups
+
 
 class Splits(NamedTuple):
     """Dev/test masks over N examples for F folds.
@@ -27,19 +29,6 @@ class Splits(NamedTuple):
     dev: np.ndarray
     test: np.ndarray
     fold_ids: np.ndarray | None
-
-
-def _group_codes(groups, name: str = "groups") -> tuple[np.ndarray, np.ndarray]:
-    """(unique groups, [N] integer code of each example's group); validates the input."""
-    g = np.asarray(groups)
-    if g.ndim != 1 or g.shape[0] == 0:
-        raise ValueError(f"{name} must be a non-empty [N] array, got shape {g.shape}")
-    if g.dtype.kind == "f" and np.isnan(g).any():
-        raise ValueError(f"{name} contains NaN at row {int(np.flatnonzero(np.isnan(g))[0])}")
-    if g.dtype == object and any(x is None for x in g):
-        raise ValueError(f"{name} contains None at row {[x is None for x in g].index(True)}")
-    uniq, codes = np.unique(g, return_inverse=True)
-    return uniq, codes.reshape(-1)
 
 
 def group_kfold(groups, n_folds: int = 5, seed: int = 0) -> np.ndarray:
@@ -58,7 +47,7 @@ def group_kfold(groups, n_folds: int = 5, seed: int = 0) -> np.ndarray:
     Returns:
         `[N]` int32 fold id in `[0, n_folds)` of each example.
     """
-    uniq, codes = _group_codes(groups)
+    codes, _, uniq = encode_groups(groups, name="groups")
     n_groups = uniq.shape[0]
     if not isinstance(n_folds, (int, np.integer)) or n_folds < 2:
         raise ValueError(f"n_folds must be an integer >= 2, got {n_folds!r}")
@@ -124,7 +113,7 @@ def fixed_split(groups=None, dev_groups=None, *, dev_mask=None) -> Splits:
     if dev_mask is None:
         if groups is None or dev_groups is None:
             raise ValueError("fixed_split: pass either dev_mask, or both groups and dev_groups")
-        uniq, codes = _group_codes(groups)
+        codes, _, uniq = encode_groups(groups, name="groups")
         wanted = np.asarray(dev_groups).reshape(-1)
         missing = wanted[~np.isin(wanted, uniq)]
         if missing.size:
@@ -141,7 +130,7 @@ def fixed_split(groups=None, dev_groups=None, *, dev_mask=None) -> Splits:
                 f"fixed_split: dev_mask must be a [N] bool array, got {dev.dtype} {dev.shape}"
             )
         if groups is not None:
-            uniq, codes = _group_codes(groups)
+            codes, _, uniq = encode_groups(groups, name="groups")
             if codes.shape != dev.shape:
                 raise ValueError(
                     f"fixed_split: groups has {codes.shape[0]} rows, dev_mask {dev.shape[0]}"

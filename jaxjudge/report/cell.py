@@ -1,0 +1,298 @@
+"""Every method of the two papers on one cell's cached arrays: select on dev, score on test.
+
+For each method of `jaxjudge.report.methods.METHODS` the configuration asks for, and each way
+of reading a score from the distribution (the expected score at each temperature, the greedy
+score, or the parsed greedy generation), `evaluate_cell`:
+
+1. builds the adjusted log-probabilities of every fold, `[F, N, K]`: fixed methods need no
+   choice; tuned ones choose their hyper-parameters on each fold's dev examples with
+   `jaxjudge.select.grid_search` (one compiled call over grid x folds);
+2. reads predictions `[F, N]` and, for the expected score, the scored distribution (for SDD),
+   under the temperature convention of `jaxjudge.report.methods`;
+3. scores the test side of every fold and averages over folds, with a grouped bootstrap 95%
+   interval for each metric and for the difference from the vanilla judge read the same way
+   (`jaxjudge.report.cell_stats`).
+
+Human scores are mapped linearly onto the prompt's range before anything is computed
+(`jaxjudge.data.to_prompt_range`); correlations are unchanged by that, MSE and SDD are on the
+prompt's scale. Correlations and MSE of the ``generate`` method are computed over the parsed
+rows only; its validity is the parse rate. The validity of the other methods is the
+extraction's ``valid`` flag (the greedy next token starts a score candidate), which no
+adjustment changes.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxjudge import metrics as M
+from jaxjudge.data import to_prompt_range
+from jaxjudge.debias import adjust_per_fold, expected_score, greedy_score
+from jaxjudge.report.cell_inputs import CellArrays, CellReport, MethodOptions, score_kinds
+from jaxjudge.report.cell_stats import score_stats, stats_context
+from jaxjudge.report.methods import METHODS, CellContext, Kind, Method, Variant, check_needs
+from jaxjudge.select import Splits, grid_search
+
+__all__ = ["evaluate_cell"]
+
+
+@functools.lru_cache(maxsize=32)
+def _grouped_selector(name: str, codes_bytes: bytes, n: int, num_groups: int):
+    # Cached so that repeated grid searches hand grid_search the same metric object and reuse
+    # its compilation.
+    codes = np.frombuffer(codes_bytes, np.int32).reshape(n)
+    return M.grouped_metric(name, codes, num_groups)
+
+
+def _selector(options: MethodOptions, codes: M.GroupCodes):
+    name = options.select_metric
+    minimize = name == "mse"
+    if options.select_per_group:
+        return _grouped_selector(name, codes.codes.astype(np.int32).tobytes(), codes.codes.shape[0], codes.num_groups), minimize
+    return name, minimize
+
+
+def _finite_or_none(a) -> list[float | None]:
+    return [None if not math.isfinite(v) else float(v) for v in np.asarray(a)]
+
+
+def _mean_over_folds(a: np.ndarray) -> list[float | None]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        m = np.nanmean(np.asarray(a, np.float64), axis=-1)
+    return [None if not np.isfinite(v) else float(v) for v in np.atleast_1d(m)]
+
+
+def _bin_counts(scores: np.ndarray, lo: float, step: float, k: int) -> np.ndarray:
+    """`[K]` counts of `scores` rounded to the nearest of the K candidates."""
+    return np.bincount(np.clip(np.rint((scores - lo) / step), 0, k - 1).astype(int), minlength=k)
+
+
+class _Cell:
+    """One `evaluate_cell` call: the cell's context, its rows and figure extras."""
+
+    def __init__(self, arrays: CellArrays, splits: Splits, options: MethodOptions, labels: dict[str, Any],
+                 predictions: dict | None):
+        scale = arrays.scale
+        k, n = scale.size, arrays.n
+        dev, test = np.asarray(splits.dev, bool), np.asarray(splits.test, bool)
+        if dev.ndim != 2 or dev.shape[1] != n or test.shape != dev.shape:
+            raise ValueError(f"splits must be [F, N] with N={n}, got dev {dev.shape}, test {test.shape}")
+        human = to_prompt_range(arrays.human, scale.lo, scale.hi, src=arrays.human_range)
+        self.codes = M.encode_groups(arrays.groups)
+        valid = np.ones(n, bool) if arrays.valid is None else arrays.valid
+        self.ctx = stats_context(human, arrays.groups, test, k, scale.lo, valid, labels)
+        self.selector, self.minimize = _selector(options, self.codes)
+        self.options, self.labels, self.predictions = options, labels, predictions
+        self.rows: list[dict[str, Any]] = []
+        self.aux: dict[str, Any] = {
+            **labels, "scale": scale.name, "values": scale.values.tolist(),
+            # Human scores on the prompt's range, rounded to the nearest candidate (for figures).
+            "human_counts": _bin_counts(human, scale.lo, scale.step, k).tolist(),
+            "priors": {}, "grids": {}, "distributions": {},
+        }
+        self.cx = CellContext(arrays, options, human, dev, test, self.aux)
+        n_truncated = None if arrays.truncated is None else int(np.asarray(arrays.truncated, bool).sum())
+        # Where prompts were cut, how many source tokens in all (None: the store predates the count).
+        cut = {} if not n_truncated else {
+            "n_tokens_cut": None if arrays.truncated_tokens is None else int(np.asarray(arrays.truncated_tokens).sum())}
+        self.scale_name = scale.name
+        self.counts = {"n": n, "n_folds": self.cx.f, "n_test": int(test.any(0).sum()), "n_truncated": n_truncated, **cut}
+        self.kinds = score_kinds(options)
+        self.base_pred = {kt[0]: self.read(self.cx.vanilla(kt), kt)[0] for kt in self.kinds}
+        self.dist_kind = "greedy" if options.greedy else self.kinds[0][0]
+        self.ones = np.ones(n, np.float32)
+
+    def base_row(self, method: str, kind: str) -> dict[str, Any]:
+        return {**self.labels, "scale": self.scale_name, "method": method, "score": kind, **self.counts}
+
+    def read(self, adj_fnk, kind_t: Kind):
+        """Predictions `[F, N]` and, for an expected score on a unit-step scale, the scored
+        log-probabilities `[F, N, K]` (SDD)."""
+        kind, t = kind_t
+        values = self.cx.values
+        if t is None:
+            return np.asarray(greedy_score(adj_fnk, values)), None
+        pred = np.asarray(expected_score(adj_fnk, values, 1.0))
+        # SDD compares with integer human-score neighbours: defined for unit-step scales only.
+        # (log-probabilities: SDD is computed from them, with no floor)
+        probs = np.asarray(jax.nn.log_softmax(adj_fnk, axis=-1)) if self.cx.arrays.scale.step == 1 else None
+        return pred, probs
+
+    def selection_per_fold(self, pred_fn: np.ndarray, mask: np.ndarray) -> list[float | None]:
+        """The selection metric of each fold on `mask`'s rows (None where undefined)."""
+        options, human = self.options, self.cx.human
+        out = []
+        for i in range(self.cx.f):
+            sel = mask[i] & np.isfinite(pred_fn[i])
+            x = np.nan_to_num(pred_fn[i])
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    if options.select_per_group:
+                        v = M.grouped(options.select_metric, x, human, self.codes.codes, sel,
+                                      num_groups=self.codes.num_groups)
+                    else:
+                        v = M.get_metric(options.select_metric)(x, human, sel)
+                v = float(v)
+            except ValueError:  # too few rows, or no document with a defined metric
+                v = float("nan")
+            out.append(v if math.isfinite(v) else None)
+        return out
+
+    def emit(self, method: str, adj_fnk, kind_t: Kind, hparams=None, dev_metric=None, test_metric=None) -> None:
+        """Score one variant read one way and append its row."""
+        kind = kind_t[0]
+        f, n, k = self.cx.f, self.cx.n, self.cx.k
+        pred, probs = self.read(adj_fnk, kind_t)
+        if self.predictions is not None:
+            self.predictions[(method, kind)] = pred
+        base = None if method == "vanilla" else self.base_pred[kind]
+        mets, deltas = score_stats(pred, base, probs, self.ones, self.ctx, self.options)
+        row = self.base_row(method, kind)
+        row.update(
+            metrics=mets, delta=deltas or None, hparams=hparams or [{} for _ in range(f)],
+            dev_metric=dev_metric if dev_metric is not None else self.selection_per_fold(pred, self.cx.dev),
+            test_metric=test_metric if test_metric is not None else self.selection_per_fold(pred, self.cx.test),
+        )
+        self.rows.append(row)
+        # Score distribution of this method: argmax over all examples, mean over folds, drawn
+        # with the hyper-parameters chosen for the greedy reading (what a judge would output).
+        if kind == self.dist_kind:
+            top = np.asarray(jnp.argmax(adj_fnk, -1))  # [F, N]
+            frac = np.mean([np.bincount(top[i], minlength=k) / n for i in range(f)], axis=0)
+            self.aux["distributions"][method] = {
+                "argmax_fraction": frac.tolist(),
+                "mean_probs": np.asarray(jnp.mean(jax.nn.softmax(adj_fnk, -1), axis=(0, 1))).tolist(),
+            }
+
+    def tuned(self, method: Method, variant: Variant, kind_t: Kind) -> None:
+        """Choose the variant's hyper-parameters on each fold's dev side, then `emit`."""
+        kind, t = kind_t
+        data, grid, param_names = variant.data(kind_t), variant.grid, method.params(self.options)
+        res = grid_search(
+            method.adjust, grid, self.cx.human, self.cx.dev, self.cx.test, self.selector, values=self.cx.values,
+            temperature=1.0, data=data, score="greedy" if t is None else "expected", minimize=self.minimize,
+        )
+        chosen = jax.tree.map(np.asarray, res.chosen)
+        # Grid values are float32: round so that 0.1 reads 0.1 in the tables.
+        hp = [{p: round(float(chosen[p][i]), 6) for p in param_names} for i in range(self.cx.f)]
+        adj = adjust_per_fold(res.chosen, data, adjust_fn=method.adjust)
+        self.aux["grids"][f"{variant.name}|{kind}"] = {
+            "params": {p: [round(v, 6) for v in np.asarray(grid[p]).tolist()] for p in param_names},
+            "dev": _mean_over_folds(res.dev), "test": _mean_over_folds(res.test),
+        }
+        self.emit(variant.name, adj, kind_t, hp, _finite_or_none(res.dev_metric), _finite_or_none(res.test_metric))
+
+    def parsed(self, method: Method) -> None:
+        """The row of a parsed-generation method: its validity is the parse rate."""
+        f, n, k = self.cx.f, self.cx.n, self.cx.k
+        arrays, scale = self.cx.arrays, self.cx.arrays.scale
+        generated = arrays.generated if method.name == "generate" else arrays.contrastive_generated
+        gen = np.broadcast_to(generated, (f, n))
+        ok = np.isfinite(generated).astype(np.float32)
+        mets, _ = score_stats(gen, None, None, ok, {**self.ctx, "valid": ok}, self.options)
+        row = self.base_row(method.name, "generate")
+        row.update(metrics=mets, delta=None, hparams=[{} for _ in range(f)],
+                   dev_metric=self.selection_per_fold(gen, self.cx.dev),
+                   test_metric=self.selection_per_fold(gen, self.cx.test),
+                   parse_failures=int((~np.isfinite(generated)).sum()),
+                   n_distinct_parsed=len({float(v) for v in generated[np.isfinite(generated)]}),
+                   # The fewest distinct parsed scores on any fold's test side: 1 there leaves
+                   # that fold's correlation (and so the mean over folds) undefined.
+                   n_distinct_parsed_test=min(
+                       len({float(v) for v in generated[t & np.isfinite(generated)]}) for t in self.cx.test))
+        self.rows.append(row)
+        counts = _bin_counts(generated[np.isfinite(generated)], scale.lo, scale.step, k)
+        self.aux["distributions"][method.name] = {"argmax_fraction": (counts / n).tolist(), "mean_probs": None}
+
+    def run(self, method: Method) -> None:
+        """Every variant of one method family, read every way."""
+        if method.kind == "parsed":
+            self.parsed(method)
+            return
+        for variant in method.variants(self.cx):
+            for kt in self.kinds:
+                if method.kind == "fixed":
+                    self.emit(variant.name, variant.fixed(kt), kt, hparams=variant.hparams)
+                else:
+                    self.tuned(method, variant, kt)
+
+
+def evaluate_cell(
+    arrays: CellArrays,
+    splits: Splits,
+    options: MethodOptions,
+    labels: Mapping[str, Any] | None = None,
+    *,
+    predictions: dict | None = None,
+) -> CellReport:
+    """Run every configured method on one cell.
+
+    Args:
+      arrays: the cell's arrays.
+      splits: dev/test masks `[F, N]` (see `make_splits`).
+      options: methods, grids, metrics, bootstrap settings.
+      labels: identifying fields copied into every row (judge, task, aspect, ...).
+      predictions: if a dict, filled with ``(method, score kind) -> [F, N]`` predictions of
+        every row (what `jaxjudge.report.few_labels` builds on).
+
+    Returns:
+      `CellReport`. Each row holds the labels and ``scale``, ``method`` (variant name),
+      ``score`` (``"expected@0.2"``, ``"greedy"``, ``"generate"``), ``metrics`` (name ->
+      ``{"estimate", "low", "high", "n_boot_nan"}``, None where undefined; ``*_doc`` are
+      per-document means; ``n_boot_nan`` counts resamples where the metric was undefined, which
+      the interval leaves out), ``delta`` (the
+      selection metric minus the vanilla judge's, same reading, paired interval),
+      ``hparams`` (the chosen values per fold), ``dev_metric`` / ``test_metric`` (selection
+      metric per fold), ``relative`` (relative improvement of the selection metric over the
+      vanilla judge and over the greedy generation), ``n``, ``n_folds``, ``n_test``.
+    """
+    labels = dict(labels or {})
+    cell = _Cell(arrays, splits, options, labels, predictions)
+    for method in METHODS.values():
+        if method.name in options.methods:
+            check_needs(method, arrays, labels)
+            cell.run(method)
+    rows = cell.rows
+
+    # Rows in the order the methods were configured (variants of a family together).
+    order = {m: i for i, m in enumerate(options.methods)}
+
+    def family(method: str) -> int:
+        for m in sorted(order, key=len, reverse=True):
+            if method == m or method.startswith(m + "_"):
+                return order[m]
+        return len(order)
+
+    rows.sort(key=lambda r: family(r["method"]))
+    _add_relative(rows, options)
+    return CellReport(rows=rows, aux=cell.aux)
+
+
+def _add_relative(rows: list[dict[str, Any]], options: MethodOptions) -> None:
+    """Relative improvement of the selection metric over the vanilla judge read the same way
+    and over the parsed greedy generation: ``(m - b) / |b|`` (point estimates; the paired
+    interval of the difference from vanilla is in ``delta``)."""
+    name = f"{options.select_metric}_doc" if options.select_per_group else options.select_metric
+
+    def est(r):
+        return None if r is None else (r["metrics"].get(name) or {}).get("estimate")
+
+    gen = next((r for r in rows if r["method"] == "generate"), None)
+    for r in rows:
+        van = next((v for v in rows if v["method"] == "vanilla" and v["score"] == r["score"]), None)
+        rel = {}
+        for key, base in (("vs_vanilla", van), ("vs_generate", gen)):
+            m, b = est(r), est(base)
+            ok = base is not None and base is not r and m is not None and b not in (None, 0.0)
+            rel[key] = (m - b) / abs(b) if ok else None
+        r["relative"] = {"metric": name, **rel}

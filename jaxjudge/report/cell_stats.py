@@ -1,0 +1,189 @@
+"""A method's metrics on the reported (test) side of a cell, with grouped bootstrap intervals.
+
+The bootstrap describes the reported side only: it resamples whole groups among those with a
+test row in some fold (a fixed split: the test groups; k-fold: every group, each fold's test
+metric recomputed on the resampled groups with the folds' hyper-parameters held as chosen), so
+an interval is conditional on the selection. Deltas from the vanilla judge use the same
+resamples (paired). Undefined resamples are counted (``n_boot_nan``, ``nan_share``); above
+`jaxjudge.metrics.fold_stat.NAN_SHARE_MAX` of them, or with fewer than ``min_ci_groups``
+reported groups, no interval is given and ``reason`` says why. Per-document means state how
+many test documents had a defined metric (``docs_defined`` of ``docs``, fewest over folds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from jaxjudge import metrics as M
+from jaxjudge.metrics.fold_stat import fold_mean_point, fold_mean_stat, interval_summary, needs_signs
+from jaxjudge.metrics.tau_b import sign_matrix
+from jaxjudge.report.cell_inputs import MethodOptions
+from jaxjudge.select import Splits
+
+__all__ = ["docs_defined", "score_stats", "stat_names", "stats_context", "test_side_intervals"]
+
+_GROUPABLE = ("pearson", "spearman", "kendall", "mse")
+
+
+def stat_names(options: MethodOptions, has_probs: bool, has_delta: bool, subset: Sequence[str]) -> tuple[str, ...]:
+    names = []
+    for m in subset:
+        if m == "sdd" and not has_probs:
+            continue
+        names.append(m)
+        if options.per_group and m in _GROUPABLE:
+            names.append(f"{m}_doc")
+    if has_delta:
+        sel = options.select_metric if options.select_metric in _GROUPABLE else "spearman"
+        names.append(f"delta_{sel}_doc" if options.select_per_group else f"delta_{sel}")
+    return tuple(names)
+
+
+def docs_defined(name: str, pred_fn: np.ndarray, ctx: dict[str, Any], ok: np.ndarray) -> dict[str, int]:
+    """How many test documents have a defined within-document metric (fewest over folds)."""
+    base = name[: -len("_doc")]
+    codes, g = ctx["codes"].codes, ctx["codes"].num_groups
+    best = None
+    for i in range(ctx["f"]):
+        sel = (ctx["test"][i] > 0) & (ok > 0)
+        if not sel.any():
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            vals = np.asarray(M.per_group(base, np.nan_to_num(pred_fn[i]), ctx["human"], codes, sel, num_groups=g))
+        n_docs = int(np.unique(codes[ctx["test"][i] > 0]).size)
+        cand = {"docs_defined": int(np.isfinite(vals).sum()), "docs": n_docs}
+        if best is None or cand["docs_defined"] - cand["docs"] < best["docs_defined"] - best["docs"]:
+            best = cand
+    return best or {"docs_defined": 0, "docs": 0}
+
+
+def stats_context(human, groups, test, k, lo, valid, labels=None) -> dict[str, Any]:
+    """What `score_stats` needs of a cell: human scores on the scale, groups, test masks."""
+    test = np.asarray(test, bool)
+    f, n = test.shape
+    report_rows = np.flatnonzero(test.any(0))
+    if report_rows.size == 0:
+        raise ValueError(f"no test example in any fold for {labels or 'this cell'}")
+    groups = np.asarray(groups)
+    return dict(
+        n=n, f=f, k=k, human=human, hrel=np.clip(human - lo, 0, k - 1),
+        test=test.astype(np.float32), codes=M.encode_groups(groups), valid=np.asarray(valid, np.float32),
+        report_rows=report_rows, report_codes=M.encode_groups(groups[report_rows]),
+    )
+
+
+
+def test_side_intervals(
+    pred: np.ndarray,
+    human: np.ndarray,
+    groups: np.ndarray,
+    splits: Splits,
+    options: MethodOptions,
+    *,
+    base: np.ndarray | None = None,
+) -> tuple[dict[str, dict], dict[str, dict]]:
+    """The report's metrics and intervals for predictions already made, as `evaluate_cell`
+    computes them for each method (the same code path).
+
+    Args:
+      pred: `[F, N]` (or `[N]`, shared by all folds) predictions, NaN where undefined.
+      human: `[N]` human scores (on the prediction's scale).
+      groups: `[N]` group ids.
+      splits: dev/test masks `[F, N]`; only the test side enters.
+      options: metrics, per_group, n_boot, alpha, seed, min_ci_groups (SDD is not computed).
+      base: `[F, N]` or `[N]` predictions of a baseline for the paired difference
+        ``delta_<select_metric>``, or None.
+
+    Returns:
+      ``(metrics, deltas)``: name -> ``{estimate, low, high, n_boot_nan, nan_share, reason?}``.
+    """
+    test = np.asarray(splits.test, bool)
+    f, n = test.shape
+    pred = np.broadcast_to(np.asarray(pred, np.float64), (f, n))
+    base = None if base is None else np.broadcast_to(np.asarray(base, np.float64), (f, n))
+    human = np.asarray(human, np.float64)
+    ok = np.isfinite(pred).all(0).astype(np.float32)
+    ctx = stats_context(human, groups, test, 1, float(np.min(human)), np.ones(n))
+    opts = dataclasses.replace(options, metrics=tuple(m for m in options.metrics if m not in ("sdd",)))
+    return score_stats(pred, base, None, ok, ctx, opts)
+
+
+def score_stats(
+    pred_fn: np.ndarray,
+    base_fn: np.ndarray | None,
+    probs_fnk: np.ndarray | None,
+    ok: np.ndarray,
+    ctx: dict[str, Any],
+    options: MethodOptions,
+) -> tuple[dict[str, dict], dict[str, dict]]:
+    """(metrics, deltas): name -> {estimate, low, high, ...} for one method read one way.
+
+    The bootstrap describes the reported side only: it resamples whole groups among those with
+    a test row in some fold (a fixed split: the test groups; k-fold: every group, each fold's
+    test metric recomputed on the resampled groups with the folds' hyper-parameters held as
+    chosen). Deltas use the same resamples as the metric (paired).
+    """
+    rows = ctx["report_rows"]
+    codes = ctx["report_codes"]
+    n, f, k = rows.size, ctx["f"], ctx["k"]
+    has_probs = probs_fnk is not None
+    has_delta = base_fn is not None
+    ci_set = set(options.ci_metrics if options.ci_metrics is not None else options.metrics)
+    # One statistic for every reading and method (SDD and the delta always computed, then
+    # dropped where undefined): a cell's shape then compiles the bootstrap once, not per method.
+    ci_names = stat_names(options, True, True, [m for m in options.metrics if m in ci_set])
+    point_names = stat_names(options, True, False, [m for m in options.metrics if m not in ci_set])
+    kendall = needs_signs(ci_names + point_names)
+    pred_r = pred_fn[:, rows]
+    pred_clean = np.nan_to_num(pred_r)  # NaN rows (parse failures) carry weight 0
+    human = ctx["human"][rows]
+    arrays = (
+        jnp.asarray(pred_clean.T, jnp.float32),  # [n, F]
+        jnp.asarray((pred_r if base_fn is None else base_fn[:, rows]).T, jnp.float32),
+        jnp.asarray(human, jnp.float32),
+        jnp.asarray(ctx["hrel"][rows], jnp.float32),
+        jnp.asarray(np.zeros((n, f, k), np.float32) if probs_fnk is None else np.transpose(probs_fnk[:, rows], (1, 0, 2)), jnp.float32),
+        jnp.asarray(ctx["test"][:, rows].T, jnp.float32),
+        jnp.asarray(ok[rows], jnp.float32),
+        jnp.asarray(ctx["valid"][rows], jnp.float32),
+        jnp.asarray(codes.codes, jnp.int32),
+        jnp.asarray(np.transpose(sign_matrix(pred_clean), (1, 0, 2)) if kendall else np.zeros((n, f, 1), np.int8)),
+        jnp.asarray(sign_matrix(human) if kendall else np.zeros((n, 1), np.int8)),
+    )
+    out: dict[str, dict] = {}
+    if ci_names:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            est, reps = M.bootstrap_distribution(
+                fold_mean_stat(ci_names, codes.num_groups), arrays, codes.codes,
+                n_boot=options.n_boot, seed=options.seed,
+            )
+            jack = None
+            if options.ci_method == "bca":
+                jack = np.asarray(M.jackknife_distribution(fold_mean_stat(ci_names, codes.num_groups), arrays, codes.codes))
+        est, reps = np.asarray(est), np.asarray(reps)
+        for i, name in enumerate(ci_names):
+            out[name] = interval_summary(est[i], reps[:, i], options.alpha, num_groups=codes.num_groups,
+                                       min_groups=options.min_ci_groups, jack=None if jack is None else jack[:, i],
+                                       method=options.ci_method)
+    if point_names:
+        est = np.asarray(fold_mean_point(point_names, codes.num_groups)(*arrays))
+        for i, name in enumerate(point_names):
+            out[name] = interval_summary(est[i], None, options.alpha)
+    for name, iv in out.items():
+        if name.endswith("_doc") and not name.startswith("delta_") and iv.get("estimate") is not None:
+            iv.update(docs_defined(name, pred_fn, ctx, ok))
+    if not has_probs:
+        out = {k_: v for k_, v in out.items() if k_ != "sdd"}
+    deltas = {k_[len("delta_"):]: v for k_, v in out.items() if k_.startswith("delta_") and has_delta}
+    metrics = {k_: v for k_, v in out.items() if not k_.startswith("delta_")}
+    for m in options.metrics:  # undefined for this reading (e.g. SDD of a greedy score)
+        metrics.setdefault(m, {"estimate": None, "low": None, "high": None})
+    return metrics, deltas
