@@ -54,7 +54,7 @@ def test_sharded_forward_matches_single_device(model_and_batch, data, model_axis
         assert emb.addressable_shards[0].data.shape == (CFG.vocab_size // 2, CFG.hidden_size)
         down = state["layers"][1]["mlp"]["down_proj"]["kernel"][...]
         assert down.sharding.spec == P("model", None)
-    logits = S.sharded_forward(graphdef, state, tokens, mask, read, mesh)
+    logits, _ = D.forward(graphdef, state, *S.shard_batch((tokens, mask, read), mesh))
     assert logits.sharding.spec[0] == "data"
     assert len(logits.sharding.device_set) == 8
     np.testing.assert_allclose(np.asarray(logits), ref, atol=ATOL, rtol=0)
@@ -98,10 +98,23 @@ def test_indivisible_dims_are_replicated():
     mask = np.ones_like(tokens, bool)
     read = np.full((4, 1), 4)
     ref, _ = D.forward(graphdef, state, tokens, mask, read)
-    got = S.sharded_forward(graphdef, sharded, tokens, mask, read, mesh)
+    got, _ = D.forward(graphdef, sharded, *S.shard_batch((tokens, mask, read), mesh))
     np.testing.assert_allclose(np.asarray(got), np.asarray(ref), atol=ATOL, rtol=0)
     with pytest.raises(ValueError, match="multiple of the mesh data axis"):
-        S.sharded_forward(graphdef, sharded, tokens[:3], mask[:3], read[:3], mesh)
+        S.shard_batch((tokens[:3], mask[:3], read[:3]), mesh)
+    assert S.shard_batch(tokens[:1], mesh, strict=False).sharding.spec == P()  # replicated
+
+
+def test_placement():
+    mesh = S.make_mesh(data=4, model=2)
+    place = S.Placement(mesh)
+    assert place.round_rows(5) == 8 and S.Placement(None).round_rows(5) == 5
+    rows = place.rows(np.zeros((8, 3), np.int32))
+    assert rows.sharding.spec == P("data", None)
+    assert place.replicated({"a": np.ones(3)})["a"].sharding.spec == P()
+    cache = place.empty_cache(Judge(CFG, random_model(CFG), None), 8, 5)
+    assert cache.k.sharding.spec == P(None, "data", None, "model", None)
+    assert cache.valid.sharding.spec == P("data", None)
 
 
 def test_build_model_places_parameters_on_the_mesh():

@@ -38,9 +38,11 @@ from flax import nnx
 from jax.sharding import SingleDeviceSharding
 from tokenizers import Tokenizer
 
+from jaxjudge.models import hf, sharding
 from jaxjudge.models.config import DecoderConfig, config_from_hf
 from jaxjudge.models.convert import abstract_model
-from jaxjudge.models.decoder import Decoder, as_dtype
+from jaxjudge.models.decoder import Decoder
+from jaxjudge.models.layers import as_dtype
 
 __all__ = [
     "FORMAT_VERSION",
@@ -140,9 +142,7 @@ def source_sha256(source: str | os.PathLike[str], memo_dir: str | os.PathLike[st
     path = Path(source)
     if path.is_file():
         return file_sha256(path, memo_dir, verify=verify)
-    from jaxjudge.models.hf import source_sha256 as folder_sha256
-
-    return folder_sha256(path)
+    return hf.source_sha256(path)
 
 
 @dataclass
@@ -235,10 +235,8 @@ def _restore_target(abstract_state: nnx.State, mesh: Any, rules: Mapping[str, st
     if mesh is None:
         device = SingleDeviceSharding(jax.devices()[0])
         return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device), pure)
-    from jaxjudge.models import sharding as _sh
-
     shardings = nnx.to_pure_dict(
-        _sh.param_shardings(abstract_state, mesh, rules or _sh.LOGICAL_AXIS_RULES)
+        sharding.param_shardings(abstract_state, mesh, rules or sharding.LOGICAL_AXIS_RULES)
     )
     return jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), pure, shardings

@@ -18,8 +18,10 @@ import jax
 import numpy as np
 from flax import nnx
 
-from jaxjudge.models.config import DecoderConfig
-from jaxjudge.models.decoder import Decoder, as_dtype
+from jaxjudge.models import sharding
+from jaxjudge.models.decoder import Decoder
+from jaxjudge.models.decoder_config import DecoderConfig
+from jaxjudge.models.layers import as_dtype
 
 __all__ = [
     "ConversionError",
@@ -28,7 +30,6 @@ __all__ = [
     "IGNORED_KEYS",
     "abstract_model",
     "build_model",
-    "expected_keys",
     "unfuse",
 ]
 
@@ -153,15 +154,6 @@ def _flat(state: nnx.State) -> dict[str, nnx.Variable]:
     return {".".join(str(p) for p in path): v for path, v in nnx.to_flat_state(state)}
 
 
-def expected_keys(cfg: DecoderConfig) -> dict[str, str]:
-    """Parameter path -> the Hugging Face tensor name that fills it, for this config."""
-    _, state = nnx.split(abstract_model(cfg))
-    out = {}
-    for path in _flat(state):
-        out[path] = _hf_name(path)
-    return out
-
-
 def _hf_name(path: str) -> str:
     """Inverse of the table for error messages (``layers.3.mlp.up_proj.kernel`` -> HF key)."""
     if path == "lm_head.kernel":
@@ -203,9 +195,7 @@ def build_model(
     slots = _flat(abstract)
     shardings = None
     if mesh is not None:
-        from jaxjudge.models import sharding as _sh
-
-        shardings = _flat(_sh.param_shardings(abstract, mesh, rules or _sh.LOGICAL_AXIS_RULES))
+        shardings = _flat(sharding.param_shardings(abstract, mesh, rules or sharding.LOGICAL_AXIS_RULES))
 
     tensors = unfuse(cfg, tensors)
     filled: dict[str, Any] = {}

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from safetensors import safe_open
+from tokenizers import Tokenizer
 
 __all__ = [
     "load_hf",
@@ -55,6 +57,7 @@ def resolve_source(source: str | os.PathLike) -> Path:
     text = str(source)
     if text.count("/") == 1 and not text.startswith((".", "/", "~")):
         try:
+            # Heavy to import (its HTTP stack) and needed only to fetch a Hub repo id.
             from huggingface_hub import snapshot_download
 
             return Path(snapshot_download(text, allow_patterns=_HUB_PATTERNS))
@@ -81,8 +84,6 @@ def read_safetensors(folder: Path) -> dict[str, np.ndarray]:
         FileNotFoundError: no checkpoint, or a shard named by the index is missing.
         ValueError: a file is truncated or corrupted (named), or a key appears twice.
     """
-    from safetensors import safe_open
-
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         try:
@@ -129,8 +130,6 @@ def _template_from_value(value: Any) -> str | None:
 
 def read_tokenizer(folder: Path):
     """(``tokenizers.Tokenizer``, chat template or None, tokenizer_config dict) of ``folder``."""
-    from tokenizers import Tokenizer
-
     path = folder / "tokenizer.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing (a fast tokenizer file is required)")

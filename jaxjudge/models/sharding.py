@@ -18,7 +18,6 @@ XLA's propagation inserts the collectives from the parameter and batch shardings
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Mapping
 
 import jax
@@ -27,7 +26,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from jaxjudge.models.decoder import KVCache, forward
+from jaxjudge.models.kvcache import KVCache, init_cache
 
 __all__ = [
     "LOGICAL_AXIS_RULES",
@@ -38,7 +37,7 @@ __all__ = [
     "batch_sharding",
     "shard_batch",
     "cache_sharding",
-    "sharded_forward",
+    "Placement",
 ]
 
 # The one rules table: logical axis name -> mesh axis (None: replicated).
@@ -173,20 +172,61 @@ def shard_batch(x: Any, mesh: Mesh, *, strict: bool = True) -> Any:
     Raises:
         ValueError: if ``strict`` and the batch size is not a multiple of the data axis.
     """
-    n = mesh.shape["data"]
+    place = Placement(mesh)
 
     def put(a):
         a = jnp.asarray(a) if not isinstance(a, (np.ndarray, jax.Array)) else a
-        if a.shape[0] % n and not strict:
-            return jax.device_put(a, NamedSharding(mesh, PartitionSpec()))
-        if a.shape[0] % n:
-            raise ValueError(
-                f"batch size {a.shape[0]} is not a multiple of the mesh data axis ({n}); pad the "
-                "batch"
-            )
-        return jax.device_put(a, batch_sharding(mesh, a.ndim))
+        if a.shape[0] % place.row_multiple and not strict:
+            return place.replicated(a)
+        return place.rows(a)
 
     return jax.tree.map(put, x)
+
+
+class Placement:
+    """Where a call's arrays go: one device, or rows split over a mesh's ``data`` axis with
+    shared arrays (a prefix cache) replicated.
+
+    Args:
+        mesh: a mesh with a ``data`` axis, or None (the default device).
+    """
+
+    def __init__(self, mesh: Mesh | None = None):
+        self.mesh = mesh
+        self.row_multiple = 1 if mesh is None else int(mesh.shape["data"])
+
+    def rows(self, x: Any) -> jax.Array:
+        """A batch-major array, split over ``data``.
+
+        Raises:
+            ValueError: the batch is not a multiple of the data axis.
+        """
+        if self.mesh is None:
+            return jnp.asarray(x)
+        if x.shape[0] % self.row_multiple:
+            raise ValueError(
+                f"batch size {x.shape[0]} is not a multiple of the mesh data axis "
+                f"({self.row_multiple}); pad the batch"
+            )
+        return jax.device_put(x, batch_sharding(self.mesh, x.ndim))
+
+    def replicated(self, tree: Any) -> Any:
+        """A pytree copied to every device of the mesh."""
+        if self.mesh is None:
+            return jax.tree.map(jnp.asarray, tree)
+        return jax.device_put(tree, NamedSharding(self.mesh, PartitionSpec()))
+
+    def round_rows(self, n: int) -> int:
+        """``n`` rounded up to a multiple of the data axis."""
+        return -(-n // self.row_multiple) * self.row_multiple
+
+    def empty_cache(self, judge: Any, batch: int, slots: int) -> KVCache:
+        """An empty KV cache for ``judge`` (anything with ``config`` and ``dtype``), its rows
+        split over ``data`` like the batch and its key/value heads over ``model``."""
+        cache = init_cache(judge.config, batch, slots, judge.dtype)
+        if self.mesh is None:
+            return cache
+        return jax.device_put(cache, cache_sharding(self.mesh, cache))
 
 
 def cache_sharding(mesh: Mesh, cache: KVCache, rules: Mapping[str, str | None] = LOGICAL_AXIS_RULES):
@@ -196,33 +236,3 @@ def cache_sharding(mesh: Mesh, cache: KVCache, rules: Mapping[str, str | None] =
     row = NamedSharding(mesh, logical_spec(("batch", "cache_slots"), tuple(cache.valid.shape),
                                            mesh, rules))
     return KVCache(k=kv, v=kv, positions=row, valid=row, length=NamedSharding(mesh, PartitionSpec()))
-
-
-@functools.partial(jax.jit, static_argnames=("graphdef", "mesh"))
-def _sharded_forward(graphdef, state, tokens_bt, mask_bt, read_idx_br, mesh):
-    logits, _ = forward(graphdef, state, tokens_bt, mask_bt, read_idx_br)
-    return jax.lax.with_sharding_constraint(logits, batch_sharding(mesh, 3))
-
-
-def sharded_forward(
-    graphdef: nnx.GraphDef,
-    state: nnx.State,
-    tokens_bt: Any,
-    mask_bt: Any,
-    read_idx_br: Any,
-    mesh: Mesh,
-) -> jax.Array:
-    """The cache-less fast path on a mesh: batch split over ``data``.
-
-    Args:
-        graphdef: ``nnx.split(decoder)[0]``.
-        state: the decoder state, already placed by :func:`shard_state`.
-        tokens_bt, mask_bt, read_idx_br: as for :func:`jaxjudge.models.decoder.forward`; B must
-            be a multiple of the data axis.
-        mesh: the mesh.
-
-    Returns:
-        logits [B, R, V] float32, sharded over ``data``.
-    """
-    tokens_bt, mask_bt, read_idx_br = shard_batch((tokens_bt, mask_bt, read_idx_br), mesh)
-    return _sharded_forward(graphdef, state, tokens_bt, mask_bt, read_idx_br, mesh=mesh)
