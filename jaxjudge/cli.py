@@ -66,7 +66,7 @@ def _load(spec: str, overrides: list[str]):
 
 
 def _extract(cfg, args) -> None:
-    from jaxjudge.report.jobs import run_extractions  # noqa: PLC0415
+    from jaxjudge.experiment.jobs import run_extractions  # noqa: PLC0415
 
     t0 = time.perf_counter()
     jobs = run_extractions(cfg, store_root=args.stores, models=args.models, progress=not args.quiet,
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"jaxjudge store seal: {e}", file=sys.stderr)
             return 2
     if args.command == "store":
-        from jaxjudge.report.jobs import upgrade_stores  # noqa: PLC0415
+        from jaxjudge.experiment.jobs import upgrade_stores  # noqa: PLC0415
 
         try:
             counts = upgrade_stores(_load(args.config, args.overrides), store_root=args.stores)

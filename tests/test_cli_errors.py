@@ -133,7 +133,7 @@ def test_cli_store_and_data_errors_are_one_line(tmp_path, capsys, monkeypatch):
         (lambda *a, **k: (_ for _ in ()).throw(ContextOverflowError("example 'd1/s0': prompt is 900 tokens")),
          "example 'd1/s0'"),
     ]
-    import jaxjudge.report.jobs as jobs
+    import jaxjudge.experiment.jobs as jobs
 
     for raise_it, expected in cases:
         monkeypatch.setattr(jobs, "run_extractions", raise_it)
@@ -159,7 +159,7 @@ def _flipped_copy_of_the_embedded_model(tmp_path) -> Path:
 def test_flipped_byte_model_is_refused_before_any_weights_load(tmp_path, monkeypatch):
     import jaxjudge.models as M
     from jaxjudge.report.config import SMOLLM2
-    from jaxjudge.report.jobs import run_extractions
+    from jaxjudge.experiment.jobs import run_extractions
 
     model = _flipped_copy_of_the_embedded_model(tmp_path)
     cfg = _cfg(tmp_path, models=(ModelSpec("smollm2-135m", str(model), SMOLLM2.sha256),), prompt_style="raw")

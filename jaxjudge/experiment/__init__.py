@@ -1,0 +1,1 @@
+"""Experiment: configs, their checks and plans, and the extraction jobs they run."""
