@@ -34,21 +34,15 @@ The committed ``results/contrastive/cpu`` run).
 """
 
 from jaxjudge.data import SUMMEVAL_SUBSET_DOC_IDS
-from jaxjudge.report.config import (
-    CPU_RUN_CHANGES,
-    CPU_SUMMEVAL_DEV_DOCS,
-    CPU_SUMMEVAL_SUBSET,
-    QWEN_05B,
-    QWEN_15B,
-    ExperimentConfig,
-    TaskSpec,
-)
+from jaxjudge.experiment import ExperimentConfig, TaskSpec
 
 # What changed in this experiment's committed CPU runs since their previous version.
 RUN_CHANGES = (
     "the temperature convention (every distribution tempered before the adjustment) leaves "
     "contrastive decoding's numbers as they were: the per-row normalisers cancel",
 )
+
+from registry import CPU_RUN_CHANGES, CPU_SUMMEVAL_DEV_DOCS, CPU_SUMMEVAL_SUBSET, QWEN_05B, QWEN_15B
 
 
 def get_config(arg: str | None = None) -> ExperimentConfig:

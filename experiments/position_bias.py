@@ -37,8 +37,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from jaxjudge.report.config import file_sha256
-from jaxjudge.report.run import git_commit, package_versions
+from jaxjudge.experiment.metadata import git_commit, package_versions, portable_path
+from jaxjudge.store import file_sha256
 
 REPO = Path(__file__).resolve().parents[1]
 RESCORE_CHANGES = (
@@ -118,7 +118,6 @@ def main(argv: Sequence[str] | None = None):
 
     from jaxjudge import models  # noqa: PLC0415
     from jaxjudge.diagnostics import run_position_bias, write_position_bias  # noqa: PLC0415
-    from jaxjudge.report.run import portable_path  # noqa: PLC0415
 
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
     started = datetime.now(timezone.utc)

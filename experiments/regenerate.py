@@ -28,7 +28,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from jaxjudge.report import load_config, report_from_store  # noqa: E402
+from jaxjudge.experiment import load_config  # noqa: E402
+from jaxjudge.report import report_from_store  # noqa: E402
 
 
 def compare(a: Any, b: Any, tol: float, where: str = "results") -> list[str]:

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from jaxjudge.cli import main
-from jaxjudge.report import ConfigError, ExperimentConfig, ModelSpec, TaskSpec, with_overrides
-from jaxjudge.report.run import run_dir
+from jaxjudge.experiment import ConfigError, ExperimentConfig, ModelSpec, TaskSpec, run_dir, with_overrides
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +41,7 @@ def _write_config(tmp_path, **kw) -> Path:
     """An experiment file whose get_config() builds `_cfg(tmp_path, **kw)`."""
     path = tmp_path / "exp.py"
     path.write_text(
-        "from jaxjudge.report import ExperimentConfig, ModelSpec, TaskSpec\n"
+        "from jaxjudge.experiment import ExperimentConfig, ModelSpec, TaskSpec\n"
         "def get_config(arg=None):\n"
         f"    return ExperimentConfig(name='cli', models=(ModelSpec('sim', {str(tmp_path / 'judge.gguf')!r}),),\n"
         "        tasks=(TaskSpec('summeval', ('coherence',), data='embedded', split='kfold', n_folds=4),),\n"
@@ -60,7 +59,7 @@ def _one_error_line(capsys) -> str:
 
 
 def test_engine_options_are_extracts_keywords():
-    from jaxjudge.report.config import engine_options
+    from jaxjudge.experiment import engine_options
 
     allowed = engine_options()
     assert {"batch_size", "chunk_size", "context_length", "overflow", "topk", "max_batch_tokens"} <= set(allowed)
@@ -133,14 +132,14 @@ def test_cli_store_and_data_errors_are_one_line(tmp_path, capsys, monkeypatch):
         (lambda *a, **k: (_ for _ in ()).throw(ContextOverflowError("example 'd1/s0': prompt is 900 tokens")),
          "example 'd1/s0'"),
     ]
-    import jaxjudge.experiment.jobs as jobs
+    import jaxjudge.cli as cli
 
     for raise_it, expected in cases:
-        monkeypatch.setattr(jobs, "run_extractions", raise_it)
+        monkeypatch.setattr(cli, "run_extractions", raise_it)
         assert main(["extract", str(spec), "--quiet"]) == 2
         assert expected in _one_error_line(capsys)
     # An unanticipated error still shows its traceback.
-    monkeypatch.setattr(jobs, "run_extractions", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(cli, "run_extractions", lambda *a, **k: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         main(["extract", str(spec), "--quiet"])
 
@@ -158,7 +157,7 @@ def _flipped_copy_of_the_embedded_model(tmp_path) -> Path:
 
 def test_flipped_byte_model_is_refused_before_any_weights_load(tmp_path, monkeypatch):
     import jaxjudge.models as M
-    from jaxjudge.report.config import SMOLLM2
+    from experiments.registry import SMOLLM2
     from jaxjudge.experiment.jobs import run_extractions
 
     model = _flipped_copy_of_the_embedded_model(tmp_path)

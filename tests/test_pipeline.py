@@ -15,36 +15,45 @@ import numpy as np
 import pytest
 
 from jaxjudge.prompts import ScoreScale
-from jaxjudge.report import (
-    CellArrays,
+from jaxjudge.data import load_task_data
+from jaxjudge.experiment import (
     ConfigError,
     ExperimentConfig,
     ModelSpec,
-    RandomPrior,
-    Results,
-    StoreLookupError,
-    StoreModelMismatch,
     SubsetSpec,
     TaskSpec,
-    cells,
     check_tokenizer,
     config_from_dict,
     config_to_dict,
     extraction_plan,
     load_config,
-    load_task_data,
+    validate_config,
+    with_overrides,
+)
+from jaxjudge.report import (
+    CellArrays,
+    RandomPrior,
+    Results,
+    StoreLookupError,
+    StoreModelMismatch,
+    cells,
     make_splits,
     map_human,
     read_csv,
     flat_rows,
     report_from_arrays,
     report_from_store,
-    validate_config,
-    with_overrides,
     write_run,
 )
-from jaxjudge.report.config import Cell, ExtractionJob
-from jaxjudge.report.pipeline import StoreIndex, contrastive_generate_match, job_setup, load_cells, store_match
+from jaxjudge.report.stores import (
+    Cell,
+    ExtractionJob,
+    StoreIndex,
+    contrastive_generate_match,
+    job_setup,
+    load_cells,
+    store_match,
+)
 from jaxjudge.store import Store
 
 REPO = Path(__file__).resolve().parents[1]

@@ -265,7 +265,7 @@ def test_headline_table_says_why_generation_has_no_correlation():
 
 
 def test_portable_path_keeps_machine_folders_out_of_metadata(tmp_path, monkeypatch):
-    from jaxjudge.report.run import portable_path
+    from jaxjudge.experiment import portable_path
 
     home = tmp_path / "home"
     repo = home / "work" / "projects" / "repo"
@@ -286,7 +286,7 @@ def test_command_line_names_the_module_run_with_python_m():
     from pathlib import Path
 
     import jaxjudge.cli
-    from jaxjudge.report.run import command_line
+    from jaxjudge.experiment import command_line
 
     cli = str(Path(jaxjudge.cli.__file__).resolve())
     assert command_line([cli, "report", "experiments/demo.py:ci"]) == "python -m jaxjudge.cli report experiments/demo.py:ci"

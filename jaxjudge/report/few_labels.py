@@ -47,14 +47,17 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+import typing
 from typing import Any
 
 import jax
 import numpy as np
 
 from jaxjudge import metrics as M
-from jaxjudge.report import config as C
-from jaxjudge.report import pipeline as P
+from jaxjudge.data.tasks import TASKS, load_task_data, task_dev_docs
+from jaxjudge.experiment import schema as C  # upward (report -> experiment): FewLabelsConfig belongs in experiment
+from jaxjudge.experiment.typed import parse_text
+from jaxjudge.report.stores import StoreIndex, cells, load_cells
 from jaxjudge.report.methods import MethodOptions, evaluate_cell, make_splits
 
 __all__ = [
@@ -153,7 +156,7 @@ class FewLabelsConfig:
             if k.startswith("base."):
                 base.append(f"{k[len('base.'):]}={v}")
             elif k in known:
-                val = C._parse_value(v)
+                val = parse_text(f"FewLabelsConfig.{k}", v, typing.get_type_hints(FewLabelsConfig)[k])
                 if k in ("n_labels", "figure_scales") and not isinstance(val, (tuple, list)):
                     val = (val,)
                 own[k] = val
@@ -213,12 +216,12 @@ def judge_predictions(cfg: FewLabelsConfig, store_root: str | os.PathLike | None
       subsets' notes.
     """
     base = cfg.base
-    index = P.StoreIndex(store_root or base.store_root)
-    task_data = {t.task: P.load_task_data(t) for t in base.tasks}
+    index = StoreIndex(store_root or base.store_root)
+    task_data = {t.task: load_task_data(t) for t in base.tasks}
     notes = [n for td in task_data.values() for n in td.notes]
-    arrays = P.load_cells(base, index, task_data, check_model=check_model)
+    arrays = load_cells(base, index, task_data, check_model=check_model)
     out = []
-    for cell in C.cells(base):
+    for cell in cells(base):
         task = base.task(cell.task)
         a = arrays[cell]
         # Only the predictions are used: the report's own statistics are reduced to one
@@ -226,8 +229,8 @@ def judge_predictions(cfg: FewLabelsConfig, store_root: str | os.PathLike | None
         options = dataclasses.replace(MethodOptions.from_config(base, task), metrics=("pearson",), ci_metrics=(),
                                       per_group=False, n_boot=2)
         splits = make_splits(task.split, a.groups, n_folds=task.n_folds, seed=task.fold_seed,
-                             dev_groups=P.task_dev_docs(task), split_labels=a.split_labels,
-                             original=C.TASKS[task.task]["original"])
+                             dev_groups=task_dev_docs(task), split_labels=a.split_labels,
+                             original=TASKS[task.task]["original"])
         preds: dict[tuple[str, str], np.ndarray] = {}
         rep = evaluate_cell(a, splits, options, {"judge": cell.judge, "task": cell.task, "aspect": cell.aspect},
                             predictions=preds)

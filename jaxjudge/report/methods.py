@@ -254,7 +254,7 @@ class MethodOptions:
     @classmethod
     def from_config(cls, cfg, task) -> MethodOptions:
         """Options of `ExperimentConfig` ``cfg`` for `TaskSpec` ``task``."""
-        from jaxjudge.report import config as C  # noqa: PLC0415
+        from jaxjudge.report import grids as C  # noqa: PLC0415
 
         return cls(
             methods=tuple(cfg.methods), temperatures=tuple(cfg.temperatures), greedy=cfg.greedy,
