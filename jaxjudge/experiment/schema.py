@@ -35,7 +35,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from jaxjudge.data.tasks import TASKS
+from jaxjudge.engine.extract import extract
 from jaxjudge.experiment.typed import ConfigError, Typed, choose, coerce, from_dict, opt, replace_fields, to_dict
+from jaxjudge.models.gguf import default_model_path, gguf_dir
 from jaxjudge.prompts import ScoreScale
 from jaxjudge.report.grids import (
     CONTRASTIVE_LAMS,
@@ -88,9 +90,6 @@ _ENGINE_CHOICES = {"overflow": ("truncate", "raise")}
 
 
 def _engine_signature() -> tuple[dict[str, Any], dict[str, Any]]:
-    # Heavy: the engine imports jax, which a config that sets no engine option never needs.
-    from jaxjudge.engine.extract import extract  # noqa: PLC0415
-
     hints = typing.get_type_hints(extract)
     params = {name: p.default for name, p in inspect.signature(extract).parameters.items()
               if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in _ENGINE_SET_PER_JOB}
@@ -120,12 +119,9 @@ def _check_engine_options(where: str, engine: Mapping[str, Any]) -> None:
 
 def resolve_model_path(model: ModelSpec) -> Path:
     """Where a model's file (or folder) is expected; does not check that it exists."""
-    if model.path == "default" or model.path.startswith("gguf:"):
-        # Heavy: the models package imports jax; a config with plain paths never needs it.
-        from jaxjudge.models.gguf import default_model_path, gguf_dir  # noqa: PLC0415
-
-        if model.path.startswith("gguf:"):
-            return gguf_dir() / model.path[len("gguf:"):]
+    if model.path.startswith("gguf:"):
+        return gguf_dir() / model.path[len("gguf:"):]
+    if model.path == "default":
         try:
             return default_model_path()
         except FileNotFoundError as e:
