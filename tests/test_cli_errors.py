@@ -88,6 +88,24 @@ def test_overriding_metrics_moves_the_derived_ci_metrics(tmp_path):
     assert with_overrides(chosen, ["metrics=spearman,pearson"]).ci_metrics == ("spearman",)
 
 
+
+def test_override_values_are_read_as_their_fields_types(tmp_path):
+    cfg = with_overrides(_cfg(tmp_path), ["greedy=false", "lambdas_extended=none", "temperatures=0.5,1",
+                                          "alpha=0.1", "deb_tp=[10]", "pairs=[]", "description=a b"])
+    assert (cfg.greedy, cfg.lambdas_extended, cfg.temperatures, cfg.alpha, cfg.deb_tp, cfg.description) == (
+        False, None, (0.5, 1.0), 0.1, (10,), "a b")
+    with pytest.raises(ConfigError, match=r"ExperimentConfig\.n_boot: must be an integer, got 'many'"):
+        with_overrides(cfg, ["n_boot=many"])
+    with pytest.raises(ConfigError, match=r"ExperimentConfig\.greedy: must be a bool"):
+        with_overrides(cfg, ["greedy=maybe"])
+    with pytest.raises(ConfigError, match=r"ExperimentConfig\.temperatures\[1\]: must be > 0, got 0\.0"):
+        with_overrides(cfg, ["temperatures=0.5,0"])
+    with pytest.raises(ConfigError, match=r"ExperimentConfig\.alpha: must be in \(0, 1\), got 1\.5"):
+        with_overrides(cfg, ["alpha=1.5"])
+    with pytest.raises(ConfigError, match=r"ExperimentConfig\.prompt_style: unknown value 'chatty' "
+                                          r"\(did you mean 'chat'\?\)"):
+        with_overrides(cfg, ["prompt_style=chatty"])
+
 def test_run_names_stay_inside_the_results_root(tmp_path):
     cfg = _cfg(tmp_path)
     for bad in ("../../elsewhere", "a/b", "..", ".hidden", "/abs"):
