@@ -10,8 +10,8 @@ classes, ``Mapping[K, V]`` and ``Any``.
 What a type cannot say is declared on the field with `opt` (``opt(1000, min=1)``): numeric
 bounds (``min``, ``max``, ``gt``, ``lt``, applied to every number the field holds),
 ``empty=True`` for a tuple or string that may be empty and ``empty=False`` for a mapping that
-may not. Checks that relate fields to each other
-stay in the class's ``check`` method, run after the fields are coerced.
+may not. Checks that relate fields to each other stay in the class's ``check`` method, run
+after the fields are coerced.
 
 Every error is a `ConfigError` whose message starts with the field's path, e.g.
 ``ExperimentConfig.tasks[0].aspects[1]: unknown value 'coherance' (did you mean 'coherence'?)``.
@@ -45,7 +45,8 @@ _NO_DEFAULT = dataclasses.MISSING
 
 def opt(default: Any = _NO_DEFAULT, *, factory: Any = _NO_DEFAULT, **bounds: Any) -> Any:
     """A dataclass field with declared checks: ``min``/``max``/``gt``/``lt`` bounds on every
-    number it holds, ``empty=True`` to allow an empty tuple or string."""
+    number it holds, ``empty=True`` to allow an empty tuple or string, ``empty=False`` to refuse
+    an empty mapping."""
     return dataclasses.field(default=default, default_factory=factory, metadata=bounds)
 
 
@@ -135,7 +136,7 @@ def coerce(where: str, value: Any, tp: Any, meta: Mapping[str, Any] = types.Mapp
         if len(items) != len(args):
             raise ConfigError(f"{where}: must hold {len(args)} items, got {value!r}")
         return tuple(coerce(f"{where}[{i}]", v, a, inner) for i, (v, a) in enumerate(zip(items, args)))
-    if origin in (Mapping, dict, typing.Mapping) or tp is dict:
+    if origin in (Mapping, dict) or tp is dict:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: must be a dict, got {type(value).__name__}")
         kt, vt = args or (Any, Any)
@@ -181,7 +182,7 @@ def parse_text(where: str, text: str, tp: Any) -> Any:
     if tp is str or origin is Literal:
         return text[1:-1] if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"" else text
     if origin is tuple:
-        if text[:1] in "[(":
+        if text.startswith(("[", "(")):
             return _literal(where, text)
         item = args[0] if args and (len(args) == 1 or args[1] is Ellipsis) else Any
         return tuple(parse_text(f"{where}[{i}]", t, item) for i, t in enumerate(p for p in text.split(",") if p.strip()))
