@@ -21,7 +21,9 @@ one document: a smoke test, not a result).
 """
 
 from jaxjudge.data import SUMMEVAL_SUBSET_DOC_IDS
-from jaxjudge.report.config import QWEN_05B, QWEN_15B, ExperimentConfig, TaskSpec
+from jaxjudge.experiment import ExperimentConfig, TaskSpec
+
+from registry import QWEN_05B, QWEN_15B
 
 
 def get_config(arg: str | None = None) -> ExperimentConfig:

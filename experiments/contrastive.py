@@ -43,16 +43,8 @@ with stores in ``results/stores/contrastive_stsb`` and ``results/stores/contrast
 """
 
 from jaxjudge.data import SUMMEVAL_SUBSET_DOC_IDS
-from jaxjudge.report.config import (
-    CPU_RUN_CHANGES,
-    CPU_SUMMEVAL_DEV_DOCS,
-    CPU_SUMMEVAL_SUBSET,
-    QWEN_05B,
-    QWEN_15B,
-    ExperimentConfig,
-    SubsetSpec,
-    TaskSpec,
-)
+from jaxjudge.experiment import ExperimentConfig, SubsetSpec, TaskSpec
+from registry import CPU_RUN_CHANGES, CPU_SUMMEVAL_DEV_DOCS, CPU_SUMMEVAL_SUBSET, QWEN_05B, QWEN_15B
 
 # What changed in this experiment's committed CPU runs since their previous version.
 RUN_CHANGES = (

@@ -20,7 +20,9 @@ The default judges coherence only, so that the main job stays under ten minutes 
 2-core CPU; ``:all`` adds consistency, fluency and relevance.
 """
 
-from jaxjudge.report.config import SMOLLM2, ExperimentConfig, TaskSpec
+from jaxjudge.experiment import ExperimentConfig, TaskSpec
+
+from registry import SMOLLM2
 
 
 def get_config(arg: str | None = None) -> ExperimentConfig:

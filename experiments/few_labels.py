@@ -41,8 +41,13 @@ import sys
 import time
 from collections.abc import Sequence
 
-from jaxjudge.report.config import CPU_SUMMEVAL_SUBSET, QWEN_05B, STSB_SELECTION, ExperimentConfig, TaskSpec
-from jaxjudge.report.few_labels import FewLabelsConfig
+from jaxjudge.data import DataError
+from jaxjudge.experiment import ConfigError, ExperimentConfig, TaskSpec, collect_metadata, command_line, run_dir
+from jaxjudge.report import StoreLookupError
+from jaxjudge.report.few_labels import FewLabelsConfig, run_few_labels
+from jaxjudge.report.few_labels_write import write_few_labels
+
+from registry import CPU_SUMMEVAL_SUBSET, QWEN_05B, STSB_SELECTION
 
 METHODS = ("vanilla", "deb_r", "deb_t", "contextual", "batch", "distribution")
 
@@ -93,20 +98,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-check-model", action="store_true", help="do not check stores' model sha256")
     args = ap.parse_args(argv)
 
-    from jaxjudge.report import collect_metadata, run_dir  # noqa: PLC0415
-    from jaxjudge.report.run import command_line  # noqa: PLC0415
-    from jaxjudge.report.config import ConfigError  # noqa: PLC0415
-    from jaxjudge.report.few_labels import run_few_labels  # noqa: PLC0415
-    from jaxjudge.report.few_labels_write import write_few_labels  # noqa: PLC0415
-    from jaxjudge.report.pipeline import StoreLookupError  # noqa: PLC0415
-
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     try:
         cfg = get_config(args.config).with_overrides(args.overrides)
         stores = args.stores or cfg.base.store_root
         result = run_few_labels(cfg, stores, check_model=not args.no_check_model)
-    except (ConfigError, StoreLookupError, FileNotFoundError) as e:
+    except (ConfigError, DataError, StoreLookupError, FileNotFoundError) as e:
         print(f"few_labels: {e}", file=sys.stderr)
         return 2
     out = run_dir(cfg.base, args.run, root=args.results)

@@ -37,8 +37,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from jaxjudge.report.config import file_sha256
-from jaxjudge.report.run import git_commit, package_versions
+import jax
+
+from jaxjudge import models
+from jaxjudge.data import load_summeval, load_summeval_subset
+from jaxjudge.data.summeval import summeval_subset_dir
+from jaxjudge.diagnostics import rescore_position_bias_run, run_position_bias, write_position_bias
+from jaxjudge.experiment.metadata import git_commit, package_versions, portable_path
+from jaxjudge.store import file_sha256
 
 REPO = Path(__file__).resolve().parents[1]
 RESCORE_CHANGES = (
@@ -75,9 +81,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def load_examples(data: str) -> tuple[list, dict[str, Any]]:
     """SummEval examples and a description of where they came from (files and their sha256)."""
-    from jaxjudge.data import load_summeval, load_summeval_subset  # noqa: PLC0415
-    from jaxjudge.data.summeval import summeval_subset_dir  # noqa: PLC0415
-
     if data == "embedded":
         folder = summeval_subset_dir()
         examples = load_summeval_subset()
@@ -96,8 +99,6 @@ def main(argv: Sequence[str] | None = None):
     """Runs the experiment and writes its folder; returns the `PositionBiasRun`."""
     args = parse_args(argv)
     if args.from_pairs:
-        from jaxjudge.diagnostics import rescore_position_bias_run  # noqa: PLC0415
-
         git = git_commit()  # before anything is rewritten
         summary = rescore_position_bias_run(args.from_pairs, changes=RESCORE_CHANGES)
         meta_path = Path(args.from_pairs) / "metadata.json"
@@ -114,12 +115,6 @@ def main(argv: Sequence[str] | None = None):
         if not args.quiet:
             print((Path(args.from_pairs) / "results.md").read_text())
         return summary
-    import jax  # noqa: PLC0415
-
-    from jaxjudge import models  # noqa: PLC0415
-    from jaxjudge.diagnostics import run_position_bias, write_position_bias  # noqa: PLC0415
-    from jaxjudge.report.run import portable_path  # noqa: PLC0415
-
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()

@@ -47,18 +47,7 @@ selection on ``SEMREL_SELECTION``), ``"summeval"`` (the same judge on SummEval c
 ``results/stores/`` so the report regenerates with no model.
 """
 
-from jaxjudge.report.config import (
-    CPU_RUN_CHANGES,
-    CPU_STSB_SUBSET,
-    CPU_SUMMEVAL_SUBSET,
-    QWEN_05B,
-    QWEN_15B,
-    SEMREL_SELECTION,
-    SMOLLM2,
-    STSB_SELECTION,
-    ExperimentConfig,
-    TaskSpec,
-)
+from jaxjudge.experiment import ExperimentConfig, TaskSpec
 
 # What changed in this experiment's committed CPU runs since their previous version.
 RUN_CHANGES = (
@@ -68,6 +57,17 @@ RUN_CHANGES = (
     "the adjusted logits, raising each prior to the 5th power)",
     "the Tp least-perplexity random-number prompts are ranked by the mean NLL of the request's own "
     "tokens (before: of the whole prompt, chat text and Deb-T's shared instruction included)",
+)
+
+from registry import (
+    CPU_RUN_CHANGES,
+    CPU_STSB_SUBSET,
+    CPU_SUMMEVAL_SUBSET,
+    QWEN_05B,
+    QWEN_15B,
+    SEMREL_SELECTION,
+    SMOLLM2,
+    STSB_SELECTION,
 )
 
 

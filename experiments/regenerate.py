@@ -28,7 +28,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from jaxjudge.report import load_config, report_from_store  # noqa: E402
+from jaxjudge.experiment import load_config  # noqa: E402
+from jaxjudge.report import report_from_store  # noqa: E402
+from jaxjudge.report.few_labels import run_few_labels  # noqa: E402
 
 
 def compare(a: Any, b: Any, tol: float, where: str = "results") -> list[str]:
@@ -61,7 +63,6 @@ def _report_run(words: list[str]) -> dict[str, Any]:
 def _few_labels_run(words: list[str]) -> dict[str, Any]:
     sys.path.insert(0, str(REPO / "experiments"))
     import few_labels  # noqa: PLC0415  (the experiment script, importable only from here)
-    from jaxjudge.report.few_labels import run_few_labels  # noqa: PLC0415
 
     cfg = few_labels.get_config(words[2])
     return json.loads(json.dumps(run_few_labels(cfg, cfg.base.store_root)))

@@ -49,7 +49,9 @@ Gemma-3-270M with raw prompts, on the same STS-B data as ``"stsb"``: the judge f
 side; stores in ``results/stores/stsb_smollm2`` and ``results/stores/stsb_gemma3``).
 """
 
-from jaxjudge.report.config import (
+from jaxjudge.experiment import ExperimentConfig, TaskSpec
+
+from registry import (
     CPU_RUN_CHANGES,
     CPU_STSB_SUBSET,
     CPU_SUMMEVAL_DEV_DOCS,
@@ -60,8 +62,6 @@ from jaxjudge.report.config import (
     SEMREL_SELECTION,
     SMOLLM2,
     STSB_SELECTION,
-    ExperimentConfig,
-    TaskSpec,
 )
 
 

@@ -32,6 +32,29 @@ import sys
 import time
 from pathlib import Path
 
+import jax
+
+from jaxjudge.data import DataError
+from jaxjudge.experiment import (
+    ConfigError,
+    check_run_name,
+    collect_metadata,
+    load_config,
+    portable_path,
+    run_dir,
+    run_extractions,
+    upgrade_stores,
+)
+from jaxjudge.models.config import UnsupportedConfigError
+from jaxjudge.models.convert import ConversionError
+from jaxjudge.models.gguf import GGUFFormatError, UnsupportedGGUFError
+from jaxjudge.models.tokenizer import UnsupportedTokenizerError
+from jaxjudge.prompts.candidates import CandidateTokenizationError
+from jaxjudge.prompts.render import ContextOverflowError
+from jaxjudge.prompts.template import TemplateError
+from jaxjudge.report import StoreLookupError, headline_table, report_from_store, write_run
+from jaxjudge.store import StoreError, seal_store
+
 __all__ = ["main"]
 
 
@@ -53,21 +76,11 @@ def _enable_compile_cache() -> None:
     folder = os.environ.get("JAXJUDGE_XLA_CACHE", str(Path.home() / ".cache" / "jaxjudge" / "xla"))
     if not folder:
         return
-    import jax  # noqa: PLC0415
-
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
-def _load(spec: str, overrides: list[str]):
-    from jaxjudge.report import load_config  # noqa: PLC0415
-
-    return load_config(spec, overrides)
-
-
 def _extract(cfg, args) -> None:
-    from jaxjudge.report.jobs import run_extractions  # noqa: PLC0415
-
     t0 = time.perf_counter()
     jobs = run_extractions(cfg, store_root=args.stores, models=args.models, progress=not args.quiet,
                            verify=args.verify)
@@ -77,10 +90,6 @@ def _extract(cfg, args) -> None:
 
 
 def _report(cfg, args, spec: str) -> Path:
-    from jaxjudge.report import collect_metadata, report_from_store, run_dir, write_run  # noqa: PLC0415
-    from jaxjudge.report.run import portable_path  # noqa: PLC0415
-    from jaxjudge.report.tables import headline_table  # noqa: PLC0415
-
     t0 = time.perf_counter()
     read: dict = {}
     results = report_from_store(args.stores or cfg.store_root, cfg, stores_read=read)
@@ -98,8 +107,6 @@ def _report(cfg, args, spec: str) -> Path:
 
 
 def _seal(folder: str) -> int:
-    from jaxjudge.store import seal_store  # noqa: PLC0415
-
     root = Path(folder)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: no such folder")
@@ -118,27 +125,9 @@ def _seal(folder: str) -> int:
 def _anticipated(e: BaseException) -> bool:
     """An error the library raises on purpose, with a message naming the file, row, field or
     chunk: the CLI prints it as one line (exit code 2) instead of a traceback."""
-    from jaxjudge.data import DataError  # noqa: PLC0415
-    from jaxjudge.prompts.candidates import CandidateTokenizationError  # noqa: PLC0415
-    from jaxjudge.prompts.render import ContextOverflowError  # noqa: PLC0415
-    from jaxjudge.prompts.template import TemplateError  # noqa: PLC0415
-    from jaxjudge.report import ConfigError  # noqa: PLC0415
-    from jaxjudge.store import StoreError  # noqa: PLC0415
-
-    kinds: tuple[type[BaseException], ...] = (ConfigError, FileNotFoundError, StoreError, DataError,
-                                              ContextOverflowError, CandidateTokenizationError, TemplateError)
-    if "jaxjudge.models" in sys.modules:  # only loaded (with jax) once a model was
-        from jaxjudge.models.config import UnsupportedConfigError  # noqa: PLC0415
-        from jaxjudge.models.convert import ConversionError  # noqa: PLC0415
-        from jaxjudge.models.gguf import GGUFFormatError, UnsupportedGGUFError  # noqa: PLC0415
-        from jaxjudge.models.tokenizer import UnsupportedTokenizerError  # noqa: PLC0415
-
-        kinds += (UnsupportedConfigError, ConversionError, GGUFFormatError, UnsupportedGGUFError,
-                  UnsupportedTokenizerError)
-    if "jaxjudge.report.pipeline" in sys.modules:
-        from jaxjudge.report.pipeline import StoreLookupError  # noqa: PLC0415
-
-        kinds += (StoreLookupError,)
+    kinds = (ConfigError, FileNotFoundError, StoreError, StoreLookupError, DataError, ContextOverflowError,
+             CandidateTokenizationError, TemplateError, UnsupportedConfigError, ConversionError, GGUFFormatError,
+             UnsupportedGGUFError, UnsupportedTokenizerError)
     return isinstance(e, kinds)
 
 
@@ -183,8 +172,6 @@ def main(argv: list[str] | None = None) -> int:
     upgrade.add_argument("--stores", default=None, help="store root (default: the config's store_root)")
     args = parser.parse_args(argv)
 
-    from jaxjudge.store import StoreError  # noqa: PLC0415
-
     if args.command == "store" and args.store_command == "seal":
         try:
             return _seal(args.folder)
@@ -192,10 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"jaxjudge store seal: {e}", file=sys.stderr)
             return 2
     if args.command == "store":
-        from jaxjudge.report.jobs import upgrade_stores  # noqa: PLC0415
-
         try:
-            counts = upgrade_stores(_load(args.config, args.overrides), store_root=args.stores)
+            counts = upgrade_stores(load_config(args.config, args.overrides), store_root=args.stores)
         except Exception as e:  # noqa: BLE001 - as below
             if not _anticipated(e):
                 raise
@@ -211,10 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         spec = args.config
     _enable_compile_cache()
     try:
-        cfg = _load(spec, args.overrides)
+        cfg = load_config(spec, args.overrides)
         if args.run is not None:  # checked before any work: a run is one folder under the results root
-            from jaxjudge.report.config import check_run_name  # noqa: PLC0415
-
             check_run_name("--run", args.run)
         if args.command in ("extract", "sweep", "demo"):
             _extract(cfg, args)

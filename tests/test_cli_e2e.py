@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxjudge.report import ModelSpec, TaskSpec, config_to_dict
-from jaxjudge.report.config import SMOLLM2
+from experiments.registry import SMOLLM2
+from jaxjudge.experiment import ModelSpec, TaskSpec, config_to_dict
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -29,7 +29,7 @@ def _experiment(tmp_path: Path, cfg, name: str) -> Path:
     data = tmp_path / f"{name}.json"
     data.write_text(json.dumps(config_to_dict(cfg)))
     path = tmp_path / f"{name}.py"
-    path.write_text("import json\nfrom jaxjudge.report import config_from_dict\n\n\n"
+    path.write_text("import json\nfrom jaxjudge.experiment import config_from_dict\n\n\n"
                     f"def get_config(arg=None):\n    return config_from_dict(json.loads(open({str(data)!r}).read()))\n")
     return path
 
@@ -77,7 +77,7 @@ def test_cli_refuses_tampered_store(tmp_path):
 
 
 def _stsb_config(tmp_path: Path, model: ModelSpec, data: Path):
-    from jaxjudge.report import ExperimentConfig
+    from jaxjudge.experiment import ExperimentConfig
 
     return ExperimentConfig(
         name="e2e", models=(model,), tasks=(TaskSpec("stsb", ("similarity",), data=str(data), split="original"),),

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from jaxjudge.cli import main
-from jaxjudge.report import ConfigError, ExperimentConfig, ModelSpec, TaskSpec, with_overrides
-from jaxjudge.report.run import run_dir
+from jaxjudge.experiment import ConfigError, ExperimentConfig, ModelSpec, TaskSpec, run_dir, with_overrides
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +41,7 @@ def _write_config(tmp_path, **kw) -> Path:
     """An experiment file whose get_config() builds `_cfg(tmp_path, **kw)`."""
     path = tmp_path / "exp.py"
     path.write_text(
-        "from jaxjudge.report import ExperimentConfig, ModelSpec, TaskSpec\n"
+        "from jaxjudge.experiment import ExperimentConfig, ModelSpec, TaskSpec\n"
         "def get_config(arg=None):\n"
         f"    return ExperimentConfig(name='cli', models=(ModelSpec('sim', {str(tmp_path / 'judge.gguf')!r}),),\n"
         "        tasks=(TaskSpec('summeval', ('coherence',), data='embedded', split='kfold', n_folds=4),),\n"
@@ -60,7 +59,7 @@ def _one_error_line(capsys) -> str:
 
 
 def test_engine_options_are_extracts_keywords():
-    from jaxjudge.report.config import engine_options
+    from jaxjudge.experiment import engine_options
 
     allowed = engine_options()
     assert {"batch_size", "chunk_size", "context_length", "overflow", "topk", "max_batch_tokens"} <= set(allowed)
@@ -88,6 +87,24 @@ def test_overriding_metrics_moves_the_derived_ci_metrics(tmp_path):
     chosen = _cfg(tmp_path, metrics=("spearman", "pearson", "kendall"), ci_metrics=("spearman",))
     assert with_overrides(chosen, ["metrics=spearman,pearson"]).ci_metrics == ("spearman",)
 
+
+
+def test_override_values_are_read_as_their_fields_types(tmp_path):
+    cfg = with_overrides(_cfg(tmp_path), ["greedy=false", "lambdas_extended=none", "temperatures=0.5,1",
+                                          "alpha=0.1", "deb_tp=[10]", "pairs=[]", "description=a b"])
+    assert (cfg.greedy, cfg.lambdas_extended, cfg.temperatures, cfg.alpha, cfg.deb_tp, cfg.description) == (
+        False, None, (0.5, 1.0), 0.1, (10,), "a b")
+    with pytest.raises(ConfigError, match=r"ExperimentConfig\.n_boot: must be an integer, got 'many'"):
+        with_overrides(cfg, ["n_boot=many"])
+    with pytest.raises(ConfigError, match=r"ExperimentConfig\.greedy: must be a bool"):
+        with_overrides(cfg, ["greedy=maybe"])
+    with pytest.raises(ConfigError, match=r"ExperimentConfig\.temperatures\[1\]: must be > 0, got 0\.0"):
+        with_overrides(cfg, ["temperatures=0.5,0"])
+    with pytest.raises(ConfigError, match=r"ExperimentConfig\.alpha: must be in \(0, 1\), got 1\.5"):
+        with_overrides(cfg, ["alpha=1.5"])
+    with pytest.raises(ConfigError, match=r"ExperimentConfig\.prompt_style: unknown value 'chatty' "
+                                          r"\(did you mean 'chat'\?\)"):
+        with_overrides(cfg, ["prompt_style=chatty"])
 
 def test_run_names_stay_inside_the_results_root(tmp_path):
     cfg = _cfg(tmp_path)
@@ -133,14 +150,14 @@ def test_cli_store_and_data_errors_are_one_line(tmp_path, capsys, monkeypatch):
         (lambda *a, **k: (_ for _ in ()).throw(ContextOverflowError("example 'd1/s0': prompt is 900 tokens")),
          "example 'd1/s0'"),
     ]
-    import jaxjudge.report.jobs as jobs
+    import jaxjudge.cli as cli
 
     for raise_it, expected in cases:
-        monkeypatch.setattr(jobs, "run_extractions", raise_it)
+        monkeypatch.setattr(cli, "run_extractions", raise_it)
         assert main(["extract", str(spec), "--quiet"]) == 2
         assert expected in _one_error_line(capsys)
     # An unanticipated error still shows its traceback.
-    monkeypatch.setattr(jobs, "run_extractions", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(cli, "run_extractions", lambda *a, **k: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         main(["extract", str(spec), "--quiet"])
 
@@ -158,8 +175,8 @@ def _flipped_copy_of_the_embedded_model(tmp_path) -> Path:
 
 def test_flipped_byte_model_is_refused_before_any_weights_load(tmp_path, monkeypatch):
     import jaxjudge.models as M
-    from jaxjudge.report.config import SMOLLM2
-    from jaxjudge.report.jobs import run_extractions
+    from experiments.registry import SMOLLM2
+    from jaxjudge.experiment.jobs import run_extractions
 
     model = _flipped_copy_of_the_embedded_model(tmp_path)
     cfg = _cfg(tmp_path, models=(ModelSpec("smollm2-135m", str(model), SMOLLM2.sha256),), prompt_style="raw")

@@ -464,7 +464,8 @@ def test_empty_summeval_docs_file_and_empty_split(tmp_path):
 
 
 def test_empty_stsb_test_file_through_the_task_loader(tmp_path):
-    from jaxjudge.report import TaskSpec, load_task_data
+    from jaxjudge.data import load_task_data
+    from jaxjudge.experiment import TaskSpec
 
     folder = tmp_path / "stsb"
     folder.mkdir()

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from scipy.stats import kendalltau
 
-from jaxjudge.report import config as C
+from experiments import registry as R
+from jaxjudge import experiment as C
 from jaxjudge.report import few_labels as FL
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,8 +19,8 @@ CPU_STORES = ROOT / "results" / "stores" / "cpu_qwen"
 
 
 def _base(**kw) -> C.ExperimentConfig:
-    args = dict(name="few_labels", models=(C.QWEN_05B,),
-                tasks=(C.TaskSpec("summeval", ("coherence",), split="kfold", n_folds=5, subset=C.CPU_SUMMEVAL_SUBSET),),
+    args = dict(name="few_labels", models=(R.QWEN_05B,),
+                tasks=(C.TaskSpec("summeval", ("coherence",), split="kfold", n_folds=5, subset=R.CPU_SUMMEVAL_SUBSET),),
                 scales=("1-5",), methods=("vanilla", "contextual"), temperatures=(0.2,), greedy=False,
                 store_root=str(CPU_STORES))
     args.update(kw)
@@ -45,7 +46,8 @@ def test_config_checks_and_overrides():
 def test_predictions_come_from_the_stores():
     """The vanilla predictions equal the expected score at T = 0.2 recomputed here from the
     store's log-probabilities, mapped onto the human range 1-5."""
-    from jaxjudge.report.pipeline import StoreIndex, load_task_data
+    from jaxjudge.data import load_task_data
+    from jaxjudge.report.stores import StoreIndex
 
     cfg = FL.FewLabelsConfig(base=_base(methods=("vanilla",)))
     cells, notes = FL.judge_predictions(cfg)

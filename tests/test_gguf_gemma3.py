@@ -154,7 +154,9 @@ def test_gemma3_model_spec_and_experiment_variant():
     import importlib.util
     from pathlib import Path
 
-    from jaxjudge.report.config import GEMMA3_270M, file_sha256, resolve_model_path, validate_config
+    from experiments.registry import GEMMA3_270M
+    from jaxjudge.experiment import resolve_model_path, validate_config
+    from jaxjudge.store import file_sha256
 
     path = resolve_model_path(GEMMA3_270M)
     assert path == jg.gguf_dir() / FILE

@@ -16,35 +16,44 @@ import pytest
 
 from jaxjudge.data import to_prompt_range
 from jaxjudge.prompts import ScoreScale
-from jaxjudge.report import (
-    CellArrays,
+from jaxjudge.data import load_task_data
+from jaxjudge.experiment import (
     ConfigError,
     ExperimentConfig,
     ModelSpec,
-    RandomPrior,
-    Results,
-    StoreLookupError,
-    StoreModelMismatch,
     SubsetSpec,
     TaskSpec,
-    cells,
     check_tokenizer,
     config_from_dict,
     config_to_dict,
     extraction_plan,
     load_config,
-    load_task_data,
+    validate_config,
+    with_overrides,
+)
+from jaxjudge.report import (
+    CellArrays,
+    RandomPrior,
+    Results,
+    StoreLookupError,
+    StoreModelMismatch,
+    cells,
     make_splits,
     read_csv,
     flat_rows,
     report_from_arrays,
     report_from_store,
-    validate_config,
-    with_overrides,
     write_run,
 )
-from jaxjudge.report.config import Cell, ExtractionJob
-from jaxjudge.report.pipeline import StoreIndex, contrastive_generate_match, job_setup, load_cells, store_match
+from jaxjudge.report.stores import (
+    Cell,
+    ExtractionJob,
+    StoreIndex,
+    contrastive_generate_match,
+    job_setup,
+    load_cells,
+    store_match,
+)
 from jaxjudge.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -339,7 +348,7 @@ def test_store_extracted_under_another_config_is_refused_naming_the_field(tmp_pa
 
 
 def test_upgrade_gives_older_stores_the_setup_after_checking_their_keys(tmp_path):
-    from jaxjudge.report.jobs import upgrade_stores
+    from jaxjudge.experiment.jobs import upgrade_stores
 
     cfg = _cfg(tmp_path, scales=("1-5",), methods=("vanilla", "deb_r"), engine={"context_length": 2048})
     arrays = _synthetic_cells(cfg)

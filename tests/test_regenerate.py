@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from jaxjudge.report import load_config, report_from_store
+from jaxjudge.experiment import load_config
+from jaxjudge.report import report_from_store
 from jaxjudge.report.results import Results
 
 REPO = Path(__file__).resolve().parents[1]

@@ -35,7 +35,7 @@ from jaxjudge.report import (
     write_run,
 )
 from jaxjudge.metrics.tau_b import sign_matrix, tau_b_doc, tau_b_pooled
-from jaxjudge.report import config as C
+from jaxjudge.report import grids as C
 from jaxjudge.report.methods import METHODS, ROLES
 
 SCALE = ScoreScale(1, 5)
@@ -267,7 +267,7 @@ def test_headline_table_says_why_generation_has_no_correlation():
 
 
 def test_portable_path_keeps_machine_folders_out_of_metadata(tmp_path, monkeypatch):
-    from jaxjudge.report.run import portable_path
+    from jaxjudge.experiment import portable_path
 
     home = tmp_path / "home"
     repo = home / "work" / "projects" / "repo"
@@ -288,7 +288,7 @@ def test_command_line_names_the_module_run_with_python_m():
     from pathlib import Path
 
     import jaxjudge.cli
-    from jaxjudge.report.run import command_line
+    from jaxjudge.experiment import command_line
 
     cli = str(Path(jaxjudge.cli.__file__).resolve())
     assert command_line([cli, "report", "experiments/demo.py:ci"]) == "python -m jaxjudge.cli report experiments/demo.py:ci"

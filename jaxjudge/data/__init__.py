@@ -1,5 +1,7 @@
 """Data: judge-evaluation sets as `Example` records (id, group, text fields, human scores).
 
+`TASKS` holds the facts of the tasks the experiments judge (human-score ranges, aspects,
+splits, files) and `load_task_data` loads one as an experiment config's task describes it.
 Loaders read the local JSON Lines copies (or the hub through the optional `datasets`
 package) and validate every row: a malformed row raises `DataError` naming file, line and
 field.
@@ -31,6 +33,7 @@ from jaxjudge.data.summeval import (
     load_summeval_subset,
     summeval_dev_doc_ids,
 )
+from jaxjudge.data.tasks import SUMMEVAL_RANGE, TASKS, TaskData, load_task_data, resolve_data_dir, task_dev_docs
 
 __all__ = [
     "DataError",
@@ -40,7 +43,10 @@ __all__ = [
     "STSB_RANGE",
     "SUMMEVAL_ASPECTS",
     "SUMMEVAL_DEV_DOC_IDS",
+    "SUMMEVAL_RANGE",
     "SUMMEVAL_SUBSET_DOC_IDS",
+    "TASKS",
+    "TaskData",
     "connected_groups",
     "from_prompt_range",
     "group_indices",
@@ -50,8 +56,11 @@ __all__ = [
     "load_stsb",
     "load_summeval",
     "load_summeval_subset",
+    "load_task_data",
+    "resolve_data_dir",
     "score_array",
     "summeval_dev_doc_ids",
+    "task_dev_docs",
     "text_hash",
     "to_prompt_range",
 ]

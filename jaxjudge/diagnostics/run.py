@@ -80,7 +80,7 @@ def pairwise_chat_prompts(pairs: Pairs, documents: Sequence[str], summaries: Seq
       documents: source document of each item (indexed like the items of `pairs`).
       summaries: text of each item, same indexing.
       aspect: aspect name for the template.
-      chat: a `jaxjudge.prompts.ChatFormat` (e.g. `jaxjudge.report.jobs.chat_format(judge)`).
+      chat: a `jaxjudge.prompts.ChatFormat` (e.g. `jaxjudge.experiment.jobs.chat_format(judge)`).
       template: the pairwise prompt.
 
     Returns:
@@ -556,7 +556,7 @@ def run_position_bias(
       seed: seed of `pairs_from_examples` (slot assignment and subsampling).
       min_gap: smallest human score difference of a pair.
       template: the pairwise prompt.
-      chat: the `ChatFormat` (default `jaxjudge.report.jobs.chat_format(judge)`).
+      chat: the `ChatFormat` (default `jaxjudge.experiment.jobs.chat_format(judge)`).
       margin: tie margin of `position_bias`.
       alpha: 1 - confidence level of the intervals.
       with_length: also run `pair_length_bias` (lengths in the judge's tokens).
@@ -571,7 +571,7 @@ def run_position_bias(
         if missing:
             raise ValueError(f"example {i} ({ex.id!r}) lacks field(s) {missing}; need 'document' and 'summary'")
     if chat is None:
-        from jaxjudge.report.jobs import chat_format  # noqa: PLC0415
+        from jaxjudge.experiment.jobs import chat_format  # noqa: PLC0415
 
         chat = chat_format(judge)
     pairs = pairs_from_examples(exs, aspect, min_gap=min_gap, n_pairs=n_pairs, seed=seed)

@@ -1,7 +1,7 @@
 """How many human labels does a judge save? Prediction-powered intervals from committed stores.
 
 The judge's predictions come from the report's own code path, with no forward pass: the
-stores a report config names are read by `jaxjudge.report.pipeline.load_cells`, and every
+stores a report config names are read by `jaxjudge.report.stores.load_cells`, and every
 configured method (vanilla, Deb-R, Deb-T, the calibration baselines) is run on each cell by
 `jaxjudge.report.cell.evaluate_cell`, hyper-parameters chosen on the dev side as in the
 report; its predictions of the configured reading (the expected score at T = 0.2 by default)
@@ -44,6 +44,7 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+import typing
 from typing import Any
 
 import jax
@@ -51,8 +52,10 @@ import numpy as np
 from scipy.stats import norm
 
 from jaxjudge import metrics as M
-from jaxjudge.report import config as C
-from jaxjudge.report import pipeline as P
+from jaxjudge.data.tasks import TASKS, load_task_data, task_dev_docs
+from jaxjudge.experiment import schema as C  # upward (report -> experiment): FewLabelsConfig belongs in experiment
+from jaxjudge.experiment.typed import parse_text
+from jaxjudge.report.stores import StoreIndex, cells, load_cells
 from jaxjudge.report.cell import evaluate_cell
 from jaxjudge.report.cell_inputs import MethodOptions, make_splits
 
@@ -151,7 +154,7 @@ class FewLabelsConfig:
             if k.startswith("base."):
                 base.append(f"{k[len('base.'):]}={v}")
             elif k in known:
-                val = C._parse_value(v)
+                val = parse_text(f"FewLabelsConfig.{k}", v, typing.get_type_hints(FewLabelsConfig)[k])
                 if k in ("n_labels", "figure_scales") and not isinstance(val, (tuple, list)):
                     val = (val,)
                 own[k] = val
@@ -211,12 +214,12 @@ def judge_predictions(cfg: FewLabelsConfig, store_root: str | os.PathLike | None
       subsets' notes.
     """
     base = cfg.base
-    index = P.StoreIndex(store_root or base.store_root)
-    task_data = {t.task: P.load_task_data(t) for t in base.tasks}
+    index = StoreIndex(store_root or base.store_root)
+    task_data = {t.task: load_task_data(t) for t in base.tasks}
     notes = [n for td in task_data.values() for n in td.notes]
-    arrays = P.load_cells(base, index, task_data, check_model=check_model)
+    arrays = load_cells(base, index, task_data, check_model=check_model)
     out = []
-    for cell in C.cells(base):
+    for cell in cells(base):
         task = base.task(cell.task)
         a = arrays[cell]
         # Only the predictions are used: the report's own statistics are reduced to one
@@ -224,8 +227,8 @@ def judge_predictions(cfg: FewLabelsConfig, store_root: str | os.PathLike | None
         options = dataclasses.replace(MethodOptions.from_config(base, task), metrics=("pearson",), ci_metrics=(),
                                       per_group=False, n_boot=2)
         splits = make_splits(task.split, a.groups, n_folds=task.n_folds, seed=task.fold_seed,
-                             dev_groups=P.task_dev_docs(task), split_labels=a.split_labels,
-                             original=C.TASKS[task.task]["original"])
+                             dev_groups=task_dev_docs(task), split_labels=a.split_labels,
+                             original=TASKS[task.task]["original"])
         preds: dict[tuple[str, str], np.ndarray] = {}
         rep = evaluate_cell(a, splits, options, {"judge": cell.judge, "task": cell.task, "aspect": cell.aspect},
                             predictions=preds)

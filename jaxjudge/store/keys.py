@@ -5,18 +5,28 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 __all__ = ["extraction_key", "file_sha256", "ids_digest"]
 
 
+_SHA_CACHE: dict[tuple[str, int, int], str] = {}
+
+
 def file_sha256(path: str | os.PathLike, *, block_size: int = 1 << 20) -> str:
-    """sha256 (hex) of a file's bytes, read in blocks (model files are gigabytes)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(block_size):
-            h.update(block)
-    return h.hexdigest()
+    """sha256 (hex) of a file's bytes, read in blocks (model files are gigabytes); cached per
+    (path, size, modification time) within the process."""
+    p = Path(path)
+    st = p.stat()
+    key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _SHA_CACHE:
+        h = hashlib.sha256()
+        with open(p, "rb") as f:
+            while block := f.read(block_size):
+                h.update(block)
+        _SHA_CACHE[key] = h.hexdigest()
+    return _SHA_CACHE[key]
 
 
 def ids_digest(example_ids: Sequence[str]) -> str:

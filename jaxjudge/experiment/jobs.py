@@ -1,6 +1,6 @@
 """Run an experiment's extractions: the expensive half, into resumable stores.
 
-`run_extractions(cfg)` walks `jaxjudge.report.config.extraction_plan(cfg)` model by model. For
+`run_extractions(cfg)` walks `jaxjudge.experiment.extraction_plan(cfg)` model by model. For
 each model it first loads only the tokenizer and checks that every scale can be expressed
 (`check_tokenizer`), so a bad config fails before any weights are read or any forward pass
 runs; then it loads the judge once and runs every job of that model:
@@ -27,7 +27,7 @@ content_free   the template filled with content-free strings (`CONTENT_FREE`), o
 =============  ===========================================================================
 
 Each job has its own store folder under ``<store_root>/<model>/``; its key holds the entries
-`jaxjudge.report.pipeline.store_match` looks up, plus everything the arrays depend on (model
+`jaxjudge.report.stores.store_match` looks up, plus everything the arrays depend on (model
 file hash, prompts, candidates). A finished job is skipped when the command is repeated.
 """
 
@@ -41,8 +41,28 @@ from typing import Any
 
 import numpy as np
 
-from jaxjudge.report import config as C
-from jaxjudge.report.pipeline import CONTENT_FREE, content_free_examples, job_setup, load_task_data, store_match
+from jaxjudge import models as M
+from jaxjudge.data.tasks import load_task_data
+from jaxjudge.engine import GenerationRoomError, contrastive_generate_scores, extract, generate_scores, parse_replies
+from jaxjudge.experiment.checks import check_tokenizer, validate_config
+from jaxjudge.experiment.plan import extraction_plan
+from jaxjudge.experiment.schema import ConfigError, ExperimentConfig, engine_options, resolve_model_path
+from jaxjudge.models.cache import cache_root, source_sha256
+from jaxjudge.models.gguf import gguf_metadata
+from jaxjudge.models.hf import read_config, read_tokenizer, resolve_source
+from jaxjudge.models.tokenizer import tokenizer_from_gguf_metadata
+from jaxjudge.prompts import ChatFormat, ScoreScale, as_tokenizer, get_template, random_number_prompts, render_all
+from jaxjudge.report.stores import (
+    CONTENT_FREE,
+    ExtractionJob,
+    check_store_model,
+    content_free_examples,
+    contrastive_generate_match,
+    job_setup,
+    key_differences,
+    store_match,
+)
+from jaxjudge.store import Store
 
 __all__ = ["CONTENT_FREE", "JobResult", "chat_format", "load_tokenizer", "job_store_path", "run_extractions",
            "upgrade_stores"]
@@ -51,8 +71,7 @@ __all__ = ["CONTENT_FREE", "JobResult", "chat_format", "load_tokenizer", "job_st
 @dataclass(frozen=True)
 class JobResult:
     """One extraction job's outcome: its store folder and whether this call computed it."""
-
-    job: C.ExtractionJob
+    job: ExtractionJob
     store: Path
     computed: bool
     n_rows: int
@@ -62,18 +81,14 @@ def load_tokenizer(path: str | os.PathLike) -> tuple[Any, str | None]:
     """Load only a model's tokenizer and chat template (no weights): GGUF file or HF folder."""
     path = Path(path)
     if path.suffix == ".gguf":
-        from jaxjudge.models.gguf import gguf_metadata  # noqa: PLC0415
-        from jaxjudge.models.tokenizer import tokenizer_from_gguf_metadata  # noqa: PLC0415
-
         meta = gguf_metadata(path)
         return tokenizer_from_gguf_metadata(meta, source=str(path)), meta.get("tokenizer.chat_template")
-    from jaxjudge.models.hf import read_tokenizer, resolve_source  # noqa: PLC0415
 
     tok, template, _ = read_tokenizer(resolve_source(path))
     return tok, template
 
 
-def job_store_path(root: str | os.PathLike, job: C.ExtractionJob) -> Path:
+def job_store_path(root: str | os.PathLike, job: ExtractionJob) -> Path:
     """``<root>/<model>/<role>[-<task>-<aspect>]-<scale>``: one folder per job."""
     parts = [job.role] + ([job.task, job.aspect] if job.task else []) + [job.scale]
     return Path(root) / job.model / "-".join(parts)
@@ -81,10 +96,8 @@ def job_store_path(root: str | os.PathLike, job: C.ExtractionJob) -> Path:
 
 def chat_format(judge: Any):
     """The `jaxjudge.prompts.ChatFormat` of a loaded judge (its own template, BOS/EOS strings)."""
-    from jaxjudge.prompts import ChatFormat  # noqa: PLC0415
-
     if not judge.chat_template:
-        raise C.ConfigError(f"the model {judge.source} has no chat template; use raw prompts")
+        raise ConfigError(f"the model {judge.source} has no chat template; use raw prompts")
     special = judge.special_tokens or {}
     return ChatFormat(judge.chat_template, bos_token=special.get("bos_token") or "",
                       eos_token=special.get("eos_token") or "")
@@ -92,8 +105,6 @@ def chat_format(judge: Any):
 
 def _one_chunk(root: Path, key: dict[str, Any], make: Callable[[], dict[str, np.ndarray]]) -> tuple[bool, int]:
     """A job small enough to be one chunk: compute it unless the store already has it."""
-    from jaxjudge.store import Store  # noqa: PLC0415
-
     store = Store.open(root, key, n_chunks=1)
     if store.has_chunk(0):
         return False, len(next(iter(store.load().values())))
@@ -103,7 +114,7 @@ def _one_chunk(root: Path, key: dict[str, Any], make: Callable[[], dict[str, np.
 
 
 def run_extractions(
-    cfg: C.ExperimentConfig,
+    cfg: ExperimentConfig,
     *,
     store_root: str | os.PathLike | None = None,
     models: Sequence[str] | None = None,
@@ -131,58 +142,39 @@ def run_extractions(
         tokenizer cannot express, a chat template missing; all before the first forward pass
         (and before any weights are read).
     """
-    from jaxjudge import models as M  # noqa: PLC0415
-    from jaxjudge.engine import (  # noqa: PLC0415
-        GenerationRoomError,
-        contrastive_generate_scores,
-        extract,
-        generate_scores,
-        parse_replies,
-    )
-    from jaxjudge.models.cache import cache_root, source_sha256  # noqa: PLC0415
-    from jaxjudge.report.pipeline import contrastive_generate_match  # noqa: PLC0415
-    from jaxjudge.store import Store  # noqa: PLC0415
-    from jaxjudge.prompts import (  # noqa: PLC0415
-        ScoreScale,
-        as_tokenizer,
-        get_template,
-        random_number_prompts,
-        render_all,
-    )
-
-    C.validate_config(cfg)
+    validate_config(cfg)
     root = Path(store_root or cfg.store_root)
-    plan = C.extraction_plan(cfg)
+    plan = extraction_plan(cfg)
     names = list(dict.fromkeys(j.model for j in plan))
     if models is not None:
         unknown = sorted(set(models) - set(names))
         if unknown:
-            raise C.ConfigError(f"config {cfg.name!r}: no jobs for models {unknown} (jobs exist for {names})")
+            raise ConfigError(f"config {cfg.name!r}: no jobs for models {unknown} (jobs exist for {names})")
         names = [n for n in names if n in models]
 
     # Every model's hash and tokenizer first: a config that cannot run fails before any weights
     # are loaded. Assistants of contrastive generation must share their judge's tokenizer.
     pair_of = {j.model: cfg.assistant_of(j.model) for j in plan
                if j.role == "contrastive_generate" and j.model in names}
-    paths = {n: C.resolve_model_path(cfg.model(n)) for n in dict.fromkeys([*names, *pair_of.values()])}
+    paths = {n: resolve_model_path(cfg.model(n)) for n in dict.fromkeys([*names, *pair_of.values()])}
     tokenizers = {}
     for n in paths:
         expected = cfg.model(n).sha256
         if expected is not None:
             actual = source_sha256(paths[n], memo_dir=cache_root(), verify=verify)
             if actual != expected:
-                raise C.ConfigError(f"model {n!r}: {paths[n]} has sha256 {actual}, the config expects {expected} "
+                raise ConfigError(f"model {n!r}: {paths[n]} has sha256 {actual}, the config expects {expected} "
                                     "(the file changed or is damaged; fetch it again, or fix ModelSpec.sha256)")
         tok, template = load_tokenizer(paths[n])
         if cfg.prompt_style == "chat" and not template:
-            raise C.ConfigError(f"model {n!r} ({paths[n]}) has no chat template; set prompt_style='raw'")
-        C.check_tokenizer(cfg, n, tok, separator="" if cfg.prompt_style == "chat" else None)
+            raise ConfigError(f"model {n!r} ({paths[n]}) has no chat template; set prompt_style='raw'")
+        check_tokenizer(cfg, n, tok, separator="" if cfg.prompt_style == "chat" else None)
         tokenizers[n] = tok
     for main_name, asst_name in pair_of.items():
         vocab_main, vocab_asst = (as_tokenizer(tokenizers[m]).get_vocab(with_added_tokens=True)
                                   for m in (main_name, asst_name))
         if vocab_main != vocab_asst:
-            raise C.ConfigError(f"contrastive_generate: the judge {main_name!r} and its assistant {asst_name!r} "
+            raise ConfigError(f"contrastive_generate: the judge {main_name!r} and its assistant {asst_name!r} "
                                 "do not share a tokenizer")
 
     engine_opts = dict(cfg.engine)
@@ -205,7 +197,7 @@ def run_extractions(
         try:
             judge = M.load(paths[n], expected_sha256=cfg.model(n).sha256)
         except M.ModelHashMismatch as e:  # changed since the check above
-            raise C.ConfigError(f"model {n!r}: {e}") from None
+            raise ConfigError(f"model {n!r}: {e}") from None
         assistant = None  # loaded at the first contrastive_generate job of this judge
         chat = chat_format(judge) if cfg.prompt_style == "chat" else None
         ctx = int(engine_opts.get("context_length") or judge.config.max_position_embeddings)
@@ -309,24 +301,20 @@ def run_extractions(
 def _default_context_length(path: Path) -> int | None:
     """The model file's own context length, read from its metadata (no weights)."""
     if path.suffix == ".gguf":
-        from jaxjudge.models.gguf import gguf_metadata  # noqa: PLC0415
-
         meta = gguf_metadata(path)
         value = meta.get(f"{meta.get('general.architecture')}.context_length")
     else:
-        from jaxjudge.models.hf import read_config, resolve_source  # noqa: PLC0415
-
         value = read_config(resolve_source(path)).get("max_position_embeddings")
     return None if value is None else int(value)
 
 
 def upgrade_stores(
-    cfg: C.ExperimentConfig,
+    cfg: ExperimentConfig,
     *,
     store_root: str | os.PathLike | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, int]:
-    """Add the setup entry (`jaxjudge.report.pipeline.job_setup`) to the keys of a config's
+    """Add the setup entry (`jaxjudge.report.stores.job_setup`) to the keys of a config's
     stores written before keys carried it: a one-time migration, ``jaxjudge store upgrade``.
 
     Each store of the config's plan that lacks a setup is checked against the config on every
@@ -345,17 +333,14 @@ def upgrade_stores(
       ConfigError: a store whose key contradicts the config (the fields named), or a model
         file needed for the context length that is missing; then no store is changed.
     """
-    from jaxjudge.report.pipeline import check_store_model, contrastive_generate_match, key_differences  # noqa: PLC0415
-    from jaxjudge.store import Store  # noqa: PLC0415
-
-    C.validate_config(cfg)
+    validate_config(cfg)
     root = Path(store_root or cfg.store_root)
     data = {t.task: load_task_data(t) for t in cfg.tasks}
-    defaults = C.engine_options()
+    defaults = engine_options()
     counts = {"upgraded": 0, "current": 0, "absent": 0}
     contexts: dict[str, int | None] = {}
     todo = []
-    for job in C.extraction_plan(cfg):
+    for job in extraction_plan(cfg):
         where = job_store_path(root, job)
         if not (where / "manifest.json").is_file():
             counts["absent"] += 1
@@ -368,7 +353,7 @@ def upgrade_stores(
         if "setup" in store.key:
             diff = key_differences(store.key, {**want, "setup": setup})
             if diff:
-                raise C.ConfigError(f"store {where}: its key differs from this config: {'; '.join(diff)}")
+                raise ConfigError(f"store {where}: its key differs from this config: {'; '.join(diff)}")
             counts["current"] += 1
             continue
         if "prompts_sha256" in store.key:  # an engine key: check the options it recorded
@@ -377,16 +362,16 @@ def upgrade_stores(
             ctx = cfg.engine.get("context_length")
             if ctx is None:
                 if job.model not in contexts:
-                    path = C.resolve_model_path(cfg.model(job.model))
+                    path = resolve_model_path(cfg.model(job.model))
                     if not path.is_file():
-                        raise C.ConfigError(f"store {where}: the model file {path} is needed to check its context "
+                        raise ConfigError(f"store {where}: the model file {path} is needed to check its context "
                                             "length (the config sets none)")
                     contexts[job.model] = _default_context_length(path)
                 ctx = contexts[job.model]
             want["context_length"] = ctx
         diff = key_differences(store.key, want)
         if diff:
-            raise C.ConfigError(f"store {where}: its key differs from this config: {'; '.join(diff)}")
+            raise ConfigError(f"store {where}: its key differs from this config: {'; '.join(diff)}")
         check_store_model(store.key, cfg.model(job.model), where)
         todo.append((store, setup))
     # Every store checked first: a config that contradicts one store upgrades none.

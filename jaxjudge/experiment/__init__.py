@@ -1,0 +1,63 @@
+"""Experiment: typed configs, their checks and plans, and the extraction jobs they run.
+
+Entry points (the ``jaxjudge`` command calls them):
+
+* `load_config("experiments/x.py[:arg]", overrides)` -> `ExperimentConfig`; `with_overrides`,
+  `config_from_dict` / `config_to_dict`;
+* `validate_config(cfg)`, `check_tokenizer(cfg, model, tokenizer)`: every problem that can be
+  seen before a forward pass;
+* `extraction_plan(cfg)` -> the `ExtractionJob`s a config needs; `run_extractions(cfg)` runs
+  them into resumable stores, `upgrade_stores(cfg)` migrates stores written before keys held
+  their setup;
+* `collect_metadata(cfg)`, `run_dir(cfg)`: a run's metadata and folder (the report writes it).
+"""
+
+from jaxjudge.experiment.checks import check_tokenizer, validate_config
+from jaxjudge.experiment.jobs import JobResult, job_store_path, load_tokenizer, run_extractions, upgrade_stores
+from jaxjudge.experiment.loader import load_config
+from jaxjudge.experiment.metadata import collect_metadata, command_line, portable_path, run_dir
+from jaxjudge.experiment.plan import extraction_plan
+from jaxjudge.experiment.schema import (
+    ConfigError,
+    ExperimentConfig,
+    ModelSpec,
+    SubsetSpec,
+    TaskSpec,
+    check_run_name,
+    config_from_dict,
+    config_to_dict,
+    engine_options,
+    resolve_model_path,
+    with_overrides,
+)
+from jaxjudge.report.stores import Cell, ExtractionJob, cells
+
+__all__ = [
+    "Cell",
+    "ConfigError",
+    "ExperimentConfig",
+    "ExtractionJob",
+    "JobResult",
+    "ModelSpec",
+    "SubsetSpec",
+    "TaskSpec",
+    "cells",
+    "check_run_name",
+    "check_tokenizer",
+    "collect_metadata",
+    "command_line",
+    "config_from_dict",
+    "config_to_dict",
+    "engine_options",
+    "extraction_plan",
+    "job_store_path",
+    "load_config",
+    "load_tokenizer",
+    "portable_path",
+    "resolve_model_path",
+    "run_dir",
+    "run_extractions",
+    "upgrade_stores",
+    "validate_config",
+    "with_overrides",
+]

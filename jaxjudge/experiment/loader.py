@@ -1,0 +1,61 @@
+"""Loading an experiment file: import it, call its ``get_config``, apply overrides.
+
+An experiment file may import modules next to it (``from registry import QWEN_05B``): its
+folder is on ``sys.path`` while it is imported and while ``get_config`` runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from jaxjudge.experiment.schema import ConfigError, ExperimentConfig, config_from_dict, with_overrides
+
+__all__ = ["load_config"]
+
+
+def load_config(spec: str | os.PathLike, overrides: Sequence[str] = ()) -> ExperimentConfig:
+    """Import an experiment file and call its ``get_config``.
+
+    Args:
+      spec: ``"experiments/score_range_bias.py"`` or ``"experiments/score_range_bias.py:quick"``
+        (the part after ``:`` is passed to ``get_config(arg)``).
+      overrides: field overrides, as `with_overrides`.
+
+    Returns:
+      The validated `ExperimentConfig` (files are not checked here: call `validate_config`).
+    """
+    text = os.fspath(spec)
+    path_text, _, arg = text.partition(":") if not Path(text).is_file() else (text, "", "")
+    path = Path(path_text)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    name = f"jaxjudge_experiment_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]}"
+    mod_spec = importlib.util.spec_from_file_location(name, path)
+    if mod_spec is None or mod_spec.loader is None:
+        raise ConfigError(f"cannot import config file {path}")
+    module = importlib.util.module_from_spec(mod_spec)
+    folder = str(path.resolve().parent)
+    added = folder not in sys.path
+    if added:
+        sys.path.insert(0, folder)
+    sys.modules[name] = module
+    try:
+        mod_spec.loader.exec_module(module)
+        get = getattr(module, "get_config", None)
+        if not callable(get):
+            raise ConfigError(f"{path}: defines no get_config() function")
+        cfg = get(arg) if arg else get()
+    finally:
+        sys.modules.pop(name, None)
+        if added:
+            sys.path.remove(folder)
+    if isinstance(cfg, Mapping):
+        cfg = config_from_dict(cfg)
+    if not isinstance(cfg, ExperimentConfig):
+        raise ConfigError(f"{path}: get_config() returned {type(cfg).__name__}, expected ExperimentConfig")
+    return with_overrides(cfg, overrides) if overrides else cfg

@@ -1,0 +1,429 @@
+"""Experiment configs: what to extract and how to report it, as typed Python data.
+
+An experiment is a Python file with a ``get_config(arg=None)`` function returning an
+`ExperimentConfig` (big_vision style: a sweep is data, not a bash loop). The grid it describes
+is judges x tasks x aspects x score scales; every cell of that grid gets the configured
+methods, each with its hyper-parameters chosen on development data.
+
+Every field is checked on construction against its annotation and declared bounds
+(`jaxjudge.experiment.typed`); a `ConfigError` names the field. `config_from_dict` and
+`with_overrides` refuse unknown field names, suggesting the closest one.
+
+Symbolic paths keep configs portable (no machine-specific paths in committed files):
+
+* model ``path``: ``"default"`` is the embedded SmolLM2 judge (`jaxjudge.models.gguf.
+  default_model_path`), ``"gguf:<file>"`` a file in ``$JAXJUDGE_GGUF_DIR`` (default
+  ``~/.cache/jaxjudge/gguf``, filled by ``../shared/models/get_models.sh``), anything else a
+  path (``~`` expanded).
+* task ``data``: ``"embedded"``, ``"shared"`` or a folder (`jaxjudge.data.tasks`).
+
+Human-score mapping (used for MSE, SDD and the Beta fit of distribution calibration): a human
+score s on the task's own range ``[a, b]`` (SummEval 1-5, STS-B 0-5, SemRel 0-1) is mapped
+linearly onto the prompt's range ``[lo, hi]``: ``lo + (s - a) / (b - a) * (hi - lo)``. For
+SummEval on 1-5 this is the identity, on 0-4 it is ``s - 1``. Correlations do not change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from jaxjudge.data.tasks import TASKS
+from jaxjudge.engine.extract import extract
+from jaxjudge.experiment.typed import ConfigError, Typed, choose, coerce, from_dict, opt, replace_fields, to_dict
+from jaxjudge.models.gguf import default_model_path, gguf_dir
+from jaxjudge.prompts import ScoreScale
+from jaxjudge.report.grids import (
+    CONTRASTIVE_LAMS,
+    CONTRASTIVE_TEMPS,
+    LAMBDA_GRID,
+    LAMBDA_GRID_EXTENDED,
+    METHODS,
+    METRICS,
+    SELECT_METRICS,
+)
+
+__all__ = [
+    "ConfigError",
+    "ModelSpec",
+    "SubsetSpec",
+    "TaskSpec",
+    "ExperimentConfig",
+    "check_run_name",
+    "config_from_dict",
+    "config_to_dict",
+    "engine_options",
+    "resolve_model_path",
+    "with_overrides",
+]
+
+Method = Literal[METHODS]
+Metric = Literal[METRICS]
+TaskName = Literal[tuple(TASKS)]
+
+
+def _check_name(where: str, name: str) -> None:
+    if not all(c.isalnum() or c in "-_." for c in name):
+        raise ConfigError(f"{where}: {name!r} may only hold letters, digits, '-', '_', '.'")
+
+
+def check_run_name(where: str, run: Any) -> str:
+    """A run name is one folder name: letters, digits, '-', '_', '.', not starting with '.'."""
+    coerce(where, run, str)
+    if run.startswith(".") or not all(c.isalnum() or c in "-_." for c in run):
+        raise ConfigError(f"{where}: {run!r} may only hold letters, digits, '-', '_', '.' and must not start with '.' "
+                          "(a run is one folder under the results root)")
+    return run
+
+
+# Options of `jaxjudge.engine.extract` that `run_extractions` sets itself, per job.
+_ENGINE_SET_PER_JOB = ("store", "key", "progress", "on_chunk", "prompt_nll", "generate_tokens")
+# Options that may be 0 (every other int option must be >= 1), and the choices of a str one.
+_ENGINE_NONNEG = ("min_prefix_tokens",)
+_ENGINE_CHOICES = {"overflow": ("truncate", "raise")}
+
+
+def _engine_signature() -> tuple[dict[str, Any], dict[str, Any]]:
+    hints = typing.get_type_hints(extract)
+    params = {name: p.default for name, p in inspect.signature(extract).parameters.items()
+              if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in _ENGINE_SET_PER_JOB}
+    return params, {name: hints[name] for name in params}
+
+
+def engine_options() -> dict[str, Any]:
+    """The options a config's ``engine`` mapping may set: `jaxjudge.engine.extract`'s keyword
+    parameters (name -> default), less those each job sets itself."""
+    return _engine_signature()[0]
+
+
+def _check_engine_options(where: str, engine: Mapping[str, Any]) -> None:
+    """Each option is checked against the annotation of `extract`'s parameter of that name."""
+    if not engine:
+        return
+    allowed, hints = _engine_signature()
+    for k, v in engine.items():
+        if k not in allowed:
+            close = difflib.get_close_matches(str(k), list(allowed), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"{where}: unknown engine option {k!r}{hint}; allowed: {', '.join(sorted(allowed))}")
+        coerce(f"{where}.{k}", v, hints[k], {"min": 0 if k in _ENGINE_NONNEG else 1})
+        if k in _ENGINE_CHOICES:
+            choose(f"{where}.{k}", v, _ENGINE_CHOICES[k])
+
+
+def resolve_model_path(model: ModelSpec) -> Path:
+    """Where a model's file (or folder) is expected; does not check that it exists."""
+    if model.path.startswith("gguf:"):
+        return gguf_dir() / model.path[len("gguf:"):]
+    if model.path == "default":
+        try:
+            return default_model_path()
+        except FileNotFoundError as e:
+            raise ConfigError(f"model {model.name!r} (path 'default'): {e}") from None
+    return Path(model.path).expanduser()
+
+
+@dataclass(frozen=True)
+class ModelSpec(Typed):
+    """A judge model.
+
+    Attributes:
+      name: short label used in tables, store keys and figure titles (e.g. ``"qwen05"``).
+      path: ``"default"``, ``"gguf:<file>"`` or a file/folder path (see the module docstring).
+      sha256: expected sha256 of the model file; checked by `validate_config(check_sha=True)`
+        and recorded in run metadata. None: computed when needed.
+    """
+
+    name: str
+    path: str
+    sha256: str | None = None
+
+    def where(self) -> str:
+        return f"ModelSpec[{self.name}]" if isinstance(self.name, str) else "ModelSpec"
+
+    def resolved_path(self) -> Path:
+        """Where the model's file (or folder) is expected; does not check that it exists."""
+        return resolve_model_path(self)
+
+    def check(self) -> None:
+        _check_name("ModelSpec.name", self.name)
+        s = self.sha256
+        if s is not None and (len(s) != 64 or any(c not in "0123456789abcdef" for c in s)):
+            raise ConfigError(f"{self.where()}.sha256: must be 64 lower-case hex digits, got {s!r}")
+
+
+@dataclass(frozen=True)
+class SubsetSpec(Typed):
+    """A documented cut of a task's data (never a silent one).
+
+    Attributes:
+      reason: why the cut is made (recorded in every table and run's metadata).
+      doc_ids: keep only these groups (SummEval documents).
+      n_docs: keep the first ``n_docs`` groups in sorted order of their ids (for the
+        ``fixed_docs`` split, the dev documents are always kept and counted apart).
+      max_per_split: data split -> largest number of examples kept, by a seeded sample of whole
+        groups (e.g. ``{"train": 500}`` for SemRel's selection side).
+      seed: seed of that sample.
+    """
+
+    reason: str
+    doc_ids: tuple[str, ...] | None = None
+    n_docs: int | None = opt(None, min=1)
+    max_per_split: Mapping[str, int] | None = opt(None, min=1, empty=False)
+    seed: int = opt(0, min=0)
+
+    def check(self) -> None:
+        if self.doc_ids is None and self.n_docs is None and self.max_per_split is None:
+            raise ConfigError("SubsetSpec: set at least one of doc_ids, n_docs, max_per_split")
+
+
+@dataclass(frozen=True)
+class TaskSpec(Typed):
+    """One data set, its aspects, and how it is split into dev (selection) and test.
+
+    Attributes:
+      task: ``"summeval"``, ``"stsb"`` or ``"semrel"`` (`jaxjudge.data.tasks.TASKS`).
+      aspects: human-score aspects judged (each needs a template).
+      data: ``"shared"``, ``"embedded"`` (SummEval only) or a folder.
+      split: ``"kfold"``: grouped k-fold, each fold's dev is one fold and its test the other
+        folds (dev:test = 1:4 with 5 folds, as in the random-number paper); ``"fixed_docs"``:
+        SummEval's 10-document dev split (``dev_doc_ids.txt``) and the other documents as
+        test, as in the contrastive-decoding paper; ``"original"``: the data set's own splits
+        (STS-B dev/test; SemRel train/dev).
+      n_folds: folds of ``"kfold"``.
+      fold_seed: seed of the group shuffle of ``"kfold"``.
+      dev_docs: explicit dev documents for ``"fixed_docs"`` (None: the data's
+        ``dev_doc_ids.txt``, or the package's copy of it).
+      subset: a documented cut of the data, or None for all of it.
+      per_group: also report per-document (summary-level) metrics; default True for SummEval.
+    """
+
+    task: TaskName
+    aspects: tuple[str, ...]
+    data: str = "shared"
+    split: str = "kfold"
+    n_folds: int = opt(5, min=2)
+    fold_seed: int = opt(0, min=0)
+    dev_docs: tuple[str, ...] | None = None
+    subset: SubsetSpec | None = None
+    per_group: bool | None = None
+
+    def where(self) -> str:
+        return f"TaskSpec[{self.task}]" if self.task in TASKS else "TaskSpec"
+
+    def check(self) -> None:
+        w, facts = self.where(), TASKS[self.task]
+        for i, a in enumerate(self.aspects):
+            choose(f"{w}.aspects[{i}]", a, facts["aspects"])
+        if self.data == "embedded" and self.task != "summeval":
+            raise ConfigError(f"{w}.data: 'embedded' data exists for summeval only")
+        choose(f"{w}.split", self.split, facts["splits"])
+        if self.dev_docs is not None and self.split != "fixed_docs":
+            raise ConfigError(f"{w}.dev_docs: only used with split='fixed_docs'")
+        if self.per_group is None:  # a derived default, recorded as resolved
+            object.__setattr__(self, "per_group", self.task == "summeval")
+
+    @property
+    def human_range(self) -> tuple[float, float]:
+        return TASKS[self.task]["human_range"]
+
+
+@dataclass(frozen=True)
+class ExperimentConfig(Typed):
+    """A validated experiment: a grid of cells, the methods run on each, and how to report.
+
+    Attributes:
+      name: experiment name; results go to ``<results_root>/<name>/<run>/``.
+      description: one paragraph for the run's README table header.
+      models: every model the experiment needs (judges and assistants).
+      judges: names of the models scored as the main judge (None: every model that is not
+        only an assistant; see `judge_names`).
+      pairs: ``(main, assistant)`` model names for contrastive decoding (same tokenizer).
+      tasks: the data sets.
+      scales: score ranges, e.g. ``("0-4", "1-5", "2-6", "3-7")``.
+      methods: method families from `jaxjudge.report.grids.METHODS`.
+      temperatures: temperatures of the expected score (0.2 as in the random-number paper, and
+        1.0, the plain expectation).
+      greedy: also report the greedy (argmax) score of each method.
+      deb_tp: numbers Tp of least-perplexity random-number prompts averaged for the prior.
+      lambdas: lambda grid of Deb-R / Deb-T (0.1 .. 1.0).
+      lambdas_extended: a second, wider grid reported as separate ``*_ext`` variants (0.1 .. 10),
+        or None.
+      contrastive_lams, contrastive_temps: the contrastive-decoding grid (lambda x main-model
+        temperature); ``contrastive_fine`` adds a finer grid as the ``contrastive_fine`` variant.
+      contrastive_temperature: which logits the temperature divides, ``"t_main"`` (the
+        public code) or ``"t_asst"``.
+      contrastive_generate_lam, contrastive_generate_t_main, contrastive_generate_t_asst,
+        contrastive_generate_alpha: the fixed settings of the ``contrastive_generate`` method
+        (greedy generation decoding ``log_softmax(main / t_main) - lam * log_softmax(assistant
+        / t_asst)`` over the full vocabulary among the tokens whose main-model probability is
+        at least ``alpha`` times the largest, `jaxjudge.engine.contrastive_generate`); not
+        searched, since each setting costs a generation pass. Defaults lambda 0.5, both
+        temperatures 1 and alpha 0.1 (the contrastive-decoding paper's plausibility
+        threshold).
+      select_metric: metric maximised (or minimised, for errors) on dev.
+      select_per_group: select on the per-document metric instead of the pooled one.
+      metrics: metrics reported on test (each with a grouped bootstrap interval).
+      ci_metrics: metrics that get an interval (default: all of ``metrics``); Kendall's tau is
+        O(N^2) per resample, so large CPU runs may leave it out.
+      n_boot: bootstrap resamples; alpha: 1 - confidence level.
+      min_ci_groups: fewest reported (test) groups for which an interval is printed; below it
+        the cell shows the estimate and the reason (see `jaxjudge.metrics.fold_stat.MIN_CI_GROUPS`).
+      ci_method: ``"expanded"`` (the percentile interval at levels widened for the number of
+        groups, `jaxjudge.metrics.expanded_levels`), ``"percentile"`` or ``"bca"`` (bias-
+        corrected and accelerated, with a leave-one-group-out jackknife). The expanded one is
+        the default: it is the one `experiments/coverage.py` measured at 93-97% coverage
+        from 20 groups up, where the percentile interval gave about 90%.
+      seed: seed of the bootstrap (folds have their own ``TaskSpec.fold_seed``).
+      generation_max_new_tokens: new tokens of the greedy generation (``generate`` method).
+      prompt_style: ``"chat"`` (the model's chat template) or ``"raw"``.
+      store_root: where extraction stores live; results_root: where runs are written.
+      run: run name (default: set by the CLI from the date).
+      changes: what changed since the run's previous committed version (one line each),
+        printed in its notes.
+      engine: options passed verbatim to the engine (batch size, context length, ...), each
+        checked against the annotation of `jaxjudge.engine.extract`'s parameter.
+    """
+
+    name: str
+    models: tuple[ModelSpec, ...]
+    tasks: tuple[TaskSpec, ...]
+    scales: tuple[str, ...] = ("0-4", "1-5", "2-6", "3-7")
+    methods: tuple[Method, ...] = ("vanilla",)
+    description: str = opt("", empty=True)
+    judges: tuple[str, ...] | None = None
+    pairs: tuple[tuple[str, str], ...] = opt((), empty=True)
+    temperatures: tuple[float, ...] = opt((0.2, 1.0), gt=0)
+    greedy: bool = True
+    deb_tp: tuple[int, ...] = opt((10, 100), min=1)
+    lambdas: tuple[float, ...] = opt(LAMBDA_GRID, min=0)
+    lambdas_extended: tuple[float, ...] | None = opt(LAMBDA_GRID_EXTENDED, min=0)
+    contrastive_lams: tuple[float, ...] = opt(CONTRASTIVE_LAMS, min=0)
+    contrastive_temps: tuple[float, ...] = opt(CONTRASTIVE_TEMPS, gt=0)
+    contrastive_fine: bool = False
+    contrastive_temperature: Literal["t_main", "t_asst"] = "t_main"
+    contrastive_generate_lam: float = opt(0.5, min=0)
+    contrastive_generate_t_main: float = opt(1.0, gt=0)
+    contrastive_generate_t_asst: float = opt(1.0, gt=0)
+    contrastive_generate_alpha: float = opt(0.1, min=0, max=1)
+    select_metric: Literal[SELECT_METRICS] = "spearman"
+    select_per_group: bool = False
+    metrics: tuple[Metric, ...] = METRICS
+    ci_metrics: tuple[str, ...] | None = opt(None, empty=True)
+    n_boot: int = opt(1000, min=1)
+    alpha: float = opt(0.05, gt=0, lt=1)
+    min_ci_groups: int = opt(10, min=2)
+    ci_method: Literal["expanded", "percentile", "bca"] = "expanded"
+    seed: int = opt(0, min=0)
+    generation_max_new_tokens: int = opt(24, min=1)
+    prompt_style: Literal["chat", "raw"] = "chat"
+    store_root: str = "stores"
+    results_root: str = "results"
+    run: str | None = None
+    changes: tuple[str, ...] = opt((), empty=True)
+    engine: Mapping[str, Any] = opt(factory=dict)
+
+    def check(self) -> None:
+        w = "ExperimentConfig"
+        _check_name(f"{w}.name", self.name)
+        names = [m.name for m in self.models]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ConfigError(f"{w}.models: duplicate model name {dup[0]!r}")
+        for i, pair in enumerate(self.pairs):
+            for name in pair:
+                choose(f"{w}.pairs[{i}]", name, names)
+            if pair[0] == pair[1]:
+                raise ConfigError(f"{w}.pairs[{i}]: main and assistant are the same model {pair[0]!r}")
+        for i, j in enumerate(self.judges or ()):
+            if j not in names:
+                raise ConfigError(f"{w}.judges[{i}]: model {j!r} is not in models {names}")
+        seen = [t.task for t in self.tasks]
+        dup = sorted({t for t in seen if seen.count(t) > 1})
+        if dup:
+            raise ConfigError(f"{w}.tasks: task {dup[0]!r} appears twice; list all its aspects in one TaskSpec")
+        for i, s in enumerate(self.scales):
+            try:
+                ScoreScale.parse(s)
+            except ValueError as e:
+                raise ConfigError(f"{w}.scales[{i}]: {s!r}: {e}") from None
+        if len(set(self.scales)) != len(self.scales):
+            raise ConfigError(f"{w}.scales: duplicate scale in {list(self.scales)}")
+        needs_pair = [m for m in self.methods if m.startswith("contrastive")]
+        if needs_pair and not self.pairs:
+            raise ConfigError(f"{w}.pairs: methods {needs_pair} need at least one (main, assistant) pair")
+        lonely = [j for j in self.judge_names if j not in {m for m, _ in self.pairs}]
+        if needs_pair and lonely and set(self.methods) <= {"contrastive", "contrastive_deb_t", "contrastive_generate"}:
+            raise ConfigError(f"{w}.judges: judges {lonely} have no assistant in pairs")
+        if self.ci_metrics is None:  # a derived default, recorded as resolved
+            object.__setattr__(self, "ci_metrics", self.metrics)
+        for i, m in enumerate(self.ci_metrics):
+            choose(f"{w}.ci_metrics[{i}]", m, self.metrics)
+        if self.run is not None:
+            check_run_name(f"{w}.run", self.run)
+        _check_engine_options(f"{w}.engine", self.engine)
+
+    # -- lookups ----------------------------------------------------------------------------
+
+    @property
+    def judge_names(self) -> tuple[str, ...]:
+        """The main judges: ``judges`` if given, else every model that is not only an assistant."""
+        if self.judges is not None:
+            return tuple(self.judges)
+        assistants_only = {a for _, a in self.pairs} - {m for m, _ in self.pairs}
+        return tuple(m.name for m in self.models if m.name not in assistants_only)
+
+    def model(self, name: str) -> ModelSpec:
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise ConfigError(f"config {self.name!r}: no model named {name!r} (models: {[m.name for m in self.models]})")
+
+    def assistant_of(self, judge: str) -> str | None:
+        for main, asst in self.pairs:
+            if main == judge:
+                return asst
+        return None
+
+    def task(self, name: str) -> TaskSpec:
+        for t in self.tasks:
+            if t.task == name:
+                return t
+        raise ConfigError(f"config {self.name!r}: no task {name!r}")
+
+
+def config_from_dict(d: Mapping[str, Any]) -> ExperimentConfig:
+    """Build a config from a plain dict; an unknown field raises `ConfigError` naming it."""
+    if not isinstance(d, Mapping):
+        raise ConfigError(f"config must be a dict, got {type(d).__name__}")
+    return from_dict(ExperimentConfig, d)
+
+
+def config_to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
+    """JSON-able dict of the config (tuples as lists); `config_from_dict` inverts it."""
+    return to_dict(cfg)
+
+
+def with_overrides(cfg: ExperimentConfig, overrides: Sequence[str] | Mapping[str, Any]) -> ExperimentConfig:
+    """A copy of ``cfg`` with top-level fields replaced (e.g. from the command line).
+
+    Args:
+      cfg: the config.
+      overrides: ``["n_boot=200", "scales=1-5,2-6", "engine={'batch_size': 4}"]`` (each value
+        read as its field's annotation, `jaxjudge.experiment.typed.parse_text`), or a dict.
+
+    Raises:
+      ConfigError: an unknown field (named, with the closest known one) or a bad value.
+    """
+    changes = replace_fields(cfg, overrides)
+    # A derived field follows its source: ci_metrics defaults to metrics, so overriding metrics
+    # alone moves ci_metrics with it unless the config chose a proper subset of its own.
+    if "metrics" in changes and "ci_metrics" not in changes and tuple(cfg.ci_metrics) == tuple(cfg.metrics):
+        changes["ci_metrics"] = None
+    return dataclasses.replace(cfg, **changes)
