@@ -41,10 +41,11 @@ from typing import Any
 
 import numpy as np
 
+from jaxjudge.prompts import chat_format
 from jaxjudge.report import config as C
 from jaxjudge.report.pipeline import CONTENT_FREE, content_free_examples, job_setup, load_task_data, store_match
 
-__all__ = ["CONTENT_FREE", "JobResult", "chat_format", "load_tokenizer", "job_store_path", "run_extractions",
+__all__ = ["CONTENT_FREE", "JobResult", "load_tokenizer", "job_store_path", "run_extractions",
            "upgrade_stores"]
 
 
@@ -77,17 +78,6 @@ def job_store_path(root: str | os.PathLike, job: C.ExtractionJob) -> Path:
     """``<root>/<model>/<role>[-<task>-<aspect>]-<scale>``: one folder per job."""
     parts = [job.role] + ([job.task, job.aspect] if job.task else []) + [job.scale]
     return Path(root) / job.model / "-".join(parts)
-
-
-def chat_format(judge: Any):
-    """The `jaxjudge.prompts.ChatFormat` of a loaded judge (its own template, BOS/EOS strings)."""
-    from jaxjudge.prompts import ChatFormat  # noqa: PLC0415
-
-    if not judge.chat_template:
-        raise C.ConfigError(f"the model {judge.source} has no chat template; use raw prompts")
-    special = judge.special_tokens or {}
-    return ChatFormat(judge.chat_template, bos_token=special.get("bos_token") or "",
-                      eos_token=special.get("eos_token") or "")
 
 
 def _one_chunk(root: Path, key: dict[str, Any], make: Callable[[], dict[str, np.ndarray]]) -> tuple[bool, int]:
