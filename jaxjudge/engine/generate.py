@@ -127,15 +127,18 @@ def generate_scores(
                             batch_size=batch_size, max_batch_tokens=max_batch_tokens):
             tokens, mask = pad_batch(pad_rows(call.tails, judge.round_rows(call.batch.rows)), side="left",
                                      length=call.batch.length, pad_id=judge.pad_id)
-            logits, cache = judge.prompt_cache(tokens, mask, max_new_tokens=max_new_tokens, prefix=call.prefix)
-            out, lengths = judge.generate_tokens(logits, cache, max_new_tokens=max_new_tokens, prefix=call.prefix)
+            room = call.batch.length + max_new_tokens
+            logits, cache = judge.extend(tokens, mask, prefix=call.prefix, max_length=room)
+            out, lengths = judge.generate_tokens(logits[:, 0], cache, max_new_tokens=max_new_tokens,
+                                                 prefix=call.prefix)
             for r, j in enumerate(call.members):
                 replies[j] = out[r, : lengths[r]].tolist()
             bar.update(len(call.members), sum(len(tk.ids[j]) for j in call.members))
     return parse_replies(judge, [replies[i] for i in range(len(prompts))], scale)
 
 
-def parse_replies(judge: Judge, replies: Sequence[Sequence[int]], scale: ScoreScale) -> tuple[list[str], np.ndarray, int]:
+def parse_replies(judge: Judge, replies: Sequence[Sequence[int]],
+                  scale: ScoreScale) -> tuple[list[str], np.ndarray, int]:
     """Reply token ids -> ``(texts, parsed scores with NaN for failures, n_failures)``.
 
     The second half of `generate_scores`, for replies decoded elsewhere (e.g.
@@ -242,10 +245,11 @@ def contrastive_generate(
             pm, pa = call.prefix if call.prefix is not None else (None, None)
             tokens, mask = pad_batch(pad_rows(call.tails, main.round_rows(call.batch.rows)), side="left",
                                      length=call.batch.length, pad_id=main.pad_id)
-            lm, cm = main.prompt_cache(tokens, mask, max_new_tokens=max_new_tokens, prefix=pm)
-            la, ca = assistant.prompt_cache(tokens, mask, max_new_tokens=max_new_tokens, prefix=pa)
-            out, lengths = main.contrastive_decode(assistant, lm, la, cm, ca, pm, pa, lam=lam, t_main=t_main,
-                                                   t_asst=t_asst, alpha=alpha, vocab=vocab,
+            room = call.batch.length + max_new_tokens
+            lm, cm = main.extend(tokens, mask, prefix=pm, max_length=room)
+            la, ca = assistant.extend(tokens, mask, prefix=pa, max_length=room)
+            out, lengths = main.contrastive_decode(assistant, lm[:, 0], la[:, 0], cm, ca, pm, pa, lam=lam,
+                                                   t_main=t_main, t_asst=t_asst, alpha=alpha, vocab=vocab,
                                                    max_new_tokens=max_new_tokens)
             for r, j in enumerate(call.members):
                 replies[j] = out[r, : lengths[r]].tolist()

@@ -9,9 +9,8 @@ Two levels of use:
   ``forward`` (logits at chosen positions only), ``prefill`` / ``extend`` (KV cache and shared
   prefix), ``generate_tokens`` (decoding with the cache), and the typed primitives the engine
   composes: ``prefill_prefix`` (a shared prefix into a batch-1 cache), ``read_rows`` (batched
-  continuations read at chosen positions, reduced on the device), ``prompt_cache`` and
-  ``contrastive_decode`` (generation), ``prefix_nll`` / ``token_nll`` (negative
-  log-likelihoods). The jitted code is in :mod:`jaxjudge.models.primitives`; shapes and the
+  continuations read at chosen positions, reduced on the device), ``contrastive_decode``,
+  ``prefix_nll`` / ``token_nll`` (negative log-likelihoods). The jitted code is in :mod:`jaxjudge.models.primitives`; shapes and the
   padding convention are those of :mod:`jaxjudge.models.decoder`.
 """
 
@@ -31,14 +30,7 @@ from jaxjudge.models import sharding
 from jaxjudge.models.config import DecoderConfig, config_from_hf
 from jaxjudge.models.convert import build_model
 from jaxjudge.models.decoder import KVCache, pad_batch
-from jaxjudge.models.primitives import (
-    ContrastiveState,
-    PrefixNLL,
-    RowReads,
-    TokenNLL,
-    bucket_length,
-    slot_bucket,
-)
+from jaxjudge.models.primitives import PrefixNLL, RowReads, TokenNLL, bucket_length, slot_bucket
 from jaxjudge.prompts.chat import render_chat_template
 
 __all__ = ["Judge", "render_chat_template"]
@@ -157,12 +149,6 @@ class Judge:
         self.mesh = mesh
         return self
 
-    def _batch(self, x: Any) -> jax.Array:
-        if self.mesh is not None:
-            # A batch the data axis does not divide (a batch-1 prefix) is replicated.
-            return sharding.shard_batch(jnp.asarray(x), self.mesh, strict=False)
-        return jnp.asarray(x)
-
     # ------------------------------------------------------------------ fast path
 
     def forward(self, tokens_bt: Any, mask_bt: Any, read_idx_br: Any,
@@ -179,9 +165,9 @@ class Judge:
             logits [B, R, V] float32 (a device array).
         """
         tokens_bt, mask_bt = np.asarray(tokens_bt, np.int32), np.asarray(mask_bt, bool)
-        args = [self._batch(tokens_bt), self._batch(mask_bt),
-                self._batch(np.asarray(read_idx_br, np.int32))]
-        pos = None if positions_bt is None else self._batch(np.asarray(positions_bt, np.int32))
+        args = [self.put_rows(tokens_bt), self.put_rows(mask_bt),
+                self.put_rows(np.asarray(read_idx_br, np.int32))]
+        pos = None if positions_bt is None else self.put_rows(np.asarray(positions_bt, np.int32))
         logits, _ = _dec.forward(self.graphdef, self.state, *args, pos)
         return logits
 
@@ -271,9 +257,9 @@ class Judge:
             if used + t > cache.max_length:
                 raise ValueError(
                     f"cache overflow: {used} slots used + {t} new tokens > {cache.max_length} slots")
-        pos = None if positions_bt is None else self._batch(np.asarray(positions_bt, np.int32))
-        return _dec.forward(self.graphdef, self.state, self._batch(tokens_bt),
-                            self._batch(mask_bt), self._batch(read_idx_br), pos, cache, prefix)
+        pos = None if positions_bt is None else self.put_rows(np.asarray(positions_bt, np.int32))
+        return _dec.forward(self.graphdef, self.state, self.put_rows(tokens_bt),
+                            self.put_rows(mask_bt), self.put_rows(read_idx_br), pos, cache, prefix)
 
     def generate_tokens(
         self,
@@ -318,21 +304,17 @@ class Judge:
 
     # ------------------------------------------------------------------ engine primitives
 
-    @property
-    def row_multiple(self) -> int:
-        """Rows of a batch placed by `put_rows` must be a multiple of this (the mesh's ``data``
-        axis; 1 without a mesh)."""
-        return 1 if self.mesh is None else int(self.mesh.shape["data"])
-
     def round_rows(self, n: int) -> int:
-        """``n`` rounded up to a multiple of `row_multiple`."""
-        return -(-n // self.row_multiple) * self.row_multiple
+        """``n`` rounded up to a multiple of the mesh's ``data`` axis (the rows of a batch)."""
+        multiple = 1 if self.mesh is None else int(self.mesh.shape["data"])
+        return -(-n // multiple) * multiple
 
-    def put_rows(self, x: np.ndarray) -> jax.Array:
-        """A batch-major array on the device(s), its rows split over the mesh's ``data`` axis."""
+    def put_rows(self, x: Any) -> jax.Array:
+        """A batch-major array on the device(s), its rows split over the mesh's ``data`` axis (a
+        batch the axis does not divide, e.g. a batch-1 prefix, is replicated)."""
         if self.mesh is None:
             return jnp.asarray(x)
-        return jax.device_put(x, NamedSharding(self.mesh, PartitionSpec("data", *([None] * (np.ndim(x) - 1)))))
+        return sharding.shard_batch(jnp.asarray(x), self.mesh, strict=False)
 
     def put_replicated(self, tree: Any) -> Any:
         """A pytree copied to every device of the mesh (or to the one device)."""
@@ -354,7 +336,7 @@ class Judge:
 
         The tokens are right-padded to `bucket_length` (the prefill's compute) inside a cache
         of `slot_bucket` slots (what later calls attend to), so few shapes compile. The result
-        is the ``prefix`` of `read_rows`, `prompt_cache` and :meth:`extend`.
+        is the ``prefix`` of `read_rows` and :meth:`extend`.
         """
         tokens, mask = self._right_padded(ids)
         cache = _dec.init_cache(self.config, 1, slot_bucket(tokens.shape[1]), self.dtype)
@@ -365,23 +347,12 @@ class Judge:
     def read_rows(self, tokens_bt: np.ndarray, mask_bt: np.ndarray, read_br: np.ndarray, pick_read_bm: np.ndarray,
                   pick_token_bm: np.ndarray, *, answer_read: int, topk: int, prefix: KVCache | None = None,
                   nll_use_bt: np.ndarray | None = None, generate_tokens: int = 0) -> RowReads:
-        """Batched continuations read at chosen positions, reduced on the device.
+        """Batched continuations read at chosen positions, reduced on the device (see
+        `jaxjudge.models.primitives.read_rows` for the arguments, as numpy arrays here).
 
-        Args:
-            tokens_bt: [B, T] left-padded token ids (B a multiple of `row_multiple`).
-            mask_bt: [B, T] bool, True on real tokens.
-            read_br: [B, R] indices into T whose next-token distributions are read.
-            pick_read_bm, pick_token_bm: [B, M] the read and the token of each picked
-                log-probability.
-            answer_read: the read (in [0, R)) at the answer position.
-            topk: k of the top-k tokens recorded there.
-            prefix: the batch-1 cache of a shared prefix (`prefill_prefix`), or None.
-            nll_use_bt: optional [B, T] bool, the slots whose next token's NLL is summed.
-            generate_tokens: G > 0 also decodes a greedy reply of G tokens from the same
-                prefill (the answer read must be each row's last token).
-
-        Returns:
-            `RowReads` (device arrays).
+        ``tokens_bt`` is left-padded with B from `round_rows`; ``prefix`` comes from
+        `prefill_prefix`; ``generate_tokens`` G > 0 also decodes a greedy reply of G tokens
+        from the same prefill (the answer read must be each row's last token).
         """
         put = self.put_rows
         args = (put(tokens_bt), put(mask_bt), put(np.asarray(read_br, np.int32)), put(pick_read_bm),
@@ -392,8 +363,8 @@ class Judge:
                 self.graphdef, self.state, *args, cache, prefix, answer_read=answer_read, topk=topk,
                 max_new_tokens=generate_tokens, eos_ids=tuple(int(e) for e in self.config.eos_token_ids),
                 pad_id=self.pad_id)
-        return _prim.read_rows(self.graphdef, self.state, *args, prefix, None if nll_use_bt is None else put(nll_use_bt),
-                               answer_read=answer_read, topk=topk)
+        nll_use = None if nll_use_bt is None else put(nll_use_bt)
+        return _prim.read_rows(self.graphdef, self.state, *args, prefix, nll_use, answer_read=answer_read, topk=topk)
 
     def prefix_nll(self, ids: Sequence[int]) -> PrefixNLL:
         """Each token's NLL in a shared prefix, and the next token's log-probabilities."""
@@ -407,34 +378,18 @@ class Judge:
         return _prim.token_nll(self.graphdef, self.state, put(tokens_bt), put(mask_bt),
                                None if count_bt is None else put(count_bt), chunk=chunk)
 
-    def prompt_cache(self, tokens_bt: np.ndarray, mask_bt: np.ndarray, *, max_new_tokens: int,
-                     prefix: KVCache | None = None) -> tuple[jax.Array, KVCache]:
-        """Left-padded prompts into a fresh cache with room for ``max_new_tokens``.
-
-        Returns:
-            (logits after each row's last token [B, V], the cache) for `generate_tokens` or
-            `contrastive_decode`.
-        """
-        b, t = tokens_bt.shape
-        cache = self.new_cache(b, t + max_new_tokens)
-        read = np.full((b, 1), t - 1, np.int32)
-        put = self.put_rows
-        logits, cache = _dec.forward(self.graphdef, self.state, put(tokens_bt), put(mask_bt), put(read), None, cache,
-                                     prefix)
-        return logits[:, 0], cache
-
     def contrastive_decode(self, assistant: "Judge", logits_main: jax.Array, logits_asst: jax.Array,
                            cache_main: KVCache, cache_asst: KVCache, prefix_main: KVCache | None,
                            prefix_asst: KVCache | None, *, lam: float, t_main: float, t_asst: float, alpha: float,
                            vocab: int, max_new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
-        """Greedy contrastive decoding against ``assistant`` from both judges' prompt caches
-        (`jaxjudge.models.primitives.contrastive_decode`; the caches are DONATED).
+        """Greedy contrastive decoding against ``assistant`` from both judges' prompt caches (from
+        :meth:`extend`; DONATED), by `jaxjudge.models.primitives.contrastive_decode`.
 
         Returns:
             (tokens [B, G] int32, lengths [B] int32 up to and including the first EOS).
         """
         params = tuple(jnp.asarray(x, jnp.float32) for x in (lam, t_main, t_asst, alpha))
-        out: ContrastiveState = _prim.contrastive_decode(
+        out = _prim.contrastive_decode(
             self.graphdef, self.state, assistant.graphdef, assistant.state, logits_main, logits_asst, cache_main,
             cache_asst, prefix_main, prefix_asst, *params, vocab=vocab, max_new_tokens=max_new_tokens,
             eos_ids=tuple(int(e) for e in self.config.eos_token_ids), pad_id=self.pad_id)
@@ -519,15 +474,14 @@ class Judge:
             perplexity is ``exp(sum / count)``.
         """
         seqs = self._encode_batch(texts)
-        sums, counts = [], []
+        outs = []
         for start in range(0, len(seqs), batch_size):
             chunk_seqs = seqs[start:start + batch_size]
             tokens, mask = pad_batch(chunk_seqs, length=bucket_length(max(map(len, chunk_seqs))),
                                      pad_id=self.pad_id)
-            out = _prim.token_nll(self.graphdef, self.state, self._batch(tokens), self._batch(mask), chunk=chunk)
-            sums.append(np.asarray(out.sums_b, np.float64))
-            counts.append(np.asarray(out.counts_b))
-        return np.concatenate(sums), np.concatenate(counts)
+            outs.append(self.token_nll(tokens, mask, chunk=chunk))
+        return (np.concatenate([np.asarray(o.sums_b, np.float64) for o in outs]),
+                np.concatenate([np.asarray(o.counts_b) for o in outs]))
 
     def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], *,
                             add_generation_prompt: bool = True, **variables: Any) -> str:
