@@ -97,7 +97,7 @@ def main() -> None:
     tmodel = _torch_model(args.threads)
     print(f"torch model load {time.perf_counter() - t0:.1f}s")
 
-    cands = engine.resolve_candidates(judge.tokenizer, prompts, scale)
+    cands = engine.plan.resolve_candidates(judge.tokenizer, prompts, scale)
     ext = list(cands.prompt_extension)
     ids = {p.example_id: judge.encode(p.text, add_special_tokens=p.add_special_tokens) + ext for p in prompts}
     n_tokens = {d: sum(len(ids[p.example_id]) for p in ps) for d, ps in by_doc.items()}

@@ -38,7 +38,7 @@ def main() -> None:
     from jaxjudge.data import load_summeval_subset
     from jaxjudge.engine import extract, generate_scores, parse_replies
     from jaxjudge.prompts import ScoreScale, get_template, render_all
-    from jaxjudge.experiment.jobs import chat_format
+    from jaxjudge.prompts import chat_format
 
     judge = models.load()
     scale = ScoreScale(1, 5)

@@ -153,13 +153,13 @@ def check_against_reference(judge: Judge, prompts, out: engine.Extraction, atol:
 def test_bucket_length_hand_values_and_few_shapes():
     hand = {1: 32, 32: 32, 33: 64, 100: 128, 256: 256, 257: 320, 300: 320, 513: 640, 1000: 1024, 1025: 1280}
     for n, b in hand.items():
-        assert engine.bucket_length(n) == b, n
-    buckets = {engine.bucket_length(n) for n in range(1, 8193)}
+        assert engine.plan.bucket_length(n) == b, n
+    buckets = {engine.plan.bucket_length(n) for n in range(1, 8193)}
     assert len(buckets) == 28
     for n in range(1, 8193):
-        b = engine.bucket_length(n)
+        b = engine.plan.bucket_length(n)
         assert n <= b <= max(32 + n, int(1.25 * n) + 1)
-    assert engine.slot_bucket(1) == 256 and engine.slot_bucket(257) == 512 and engine.slot_bucket(1024) == 1024
+    assert engine.plan.slot_bucket(1) == 256 and engine.plan.slot_bucket(257) == 512 and engine.plan.slot_bucket(1024) == 1024
 
 
 def test_candidate_plan_trie():
@@ -167,7 +167,7 @@ def test_candidate_plan_trie():
     # Candidates (5, 9), (5, 7, 8) and (6,) after an extension (3,): inner nodes (5,) and (5, 7);
     # one variant along (5, 7) covers both.
     c = ScoreCandidates(scale, (" 1", " 2", " 3"), (3,), ((5, 9), (5, 7, 8), (6,)))
-    plan = engine.candidate_plan(c)
+    plan = engine.plan.candidate_plan(c)
     assert plan.paths == ((5, 7),)
     assert plan.n_reads == 1 + 2 + 1
     picks = {(int(r), int(t)) for r, t in zip(plan.pick_read[0], plan.pick_token[0])}
@@ -181,12 +181,12 @@ def test_candidate_plan_trie():
     np.testing.assert_array_equal(plan.first_tokens, [5, 5, 6])
     # Two branches need two variants.
     c2 = ScoreCandidates(scale, (" 1", " 2", " 3"), (), ((1, 2), (3, 4), (5,)))
-    assert engine.candidate_plan(c2).paths == ((1,), (3,))
+    assert engine.plan.candidate_plan(c2).paths == ((1,), (3,))
 
 
 def test_plan_chunks_keeps_groups_whole():
     group_of = np.asarray([0, 0, 1, 0, 2, 2, 1, 3, 3, 3, 3, 3, 3, 3])
-    chunks = engine.plan_chunks(group_of, 4)
+    chunks = engine.plan.plan_chunks(group_of, 4)
     seen = np.concatenate([c.members for c in chunks])
     assert sorted(seen.tolist()) == list(range(len(group_of)))
     assert all(len(c) <= 4 for c in chunks)
@@ -197,25 +197,25 @@ def test_plan_chunks_keeps_groups_whole():
     # split 4 + 3.
     assert [c.members.tolist() for c in chunks] == [[0, 1, 3], [2, 6, 4, 5], [7, 8, 9, 10], [11, 12, 13]]
     with pytest.raises(ValueError, match="chunk_size"):
-        engine.plan_chunks(group_of, 0)
+        engine.plan.plan_chunks(group_of, 0)
 
 
 def test_plan_batches_hand_case_and_optimality():
     # 8 rows of 100 tokens and 8 of 40: one call of 16 x 128 costs 2048 + 64, two calls
     # (8 x 128 and 8 x 64) cost 1536 + 128, so the planner splits.
-    plan = engine.plan_batches([100] * 8 + [40] * 8, max_rows=16, max_tokens=1 << 20)
+    plan = engine.plan.plan_batches([100] * 8 + [40] * 8, max_rows=16, max_tokens=1 << 20)
     assert [(b.start, b.stop, b.rows, b.length) for b in plan] == [(0, 8, 8, 128), (8, 16, 8, 64)]
     # Lengths in one bucket stay in one call.
-    assert len(engine.plan_batches([120] * 8 + [100] * 8, max_rows=16, max_tokens=1 << 20)) == 1
+    assert len(engine.plan.plan_batches([120] * 8 + [100] * 8, max_rows=16, max_tokens=1 << 20)) == 1
     # The token cap lowers the rows per call to a power of two.
-    assert {b.rows for b in engine.plan_batches([300] * 8, max_rows=16, max_tokens=1000)} == {2}
+    assert {b.rows for b in engine.plan.plan_batches([300] * 8, max_rows=16, max_tokens=1000)} == {2}
     with pytest.raises(ValueError, match="decreasing"):
-        engine.plan_batches([1, 2], max_rows=4, max_tokens=100)
+        engine.plan.plan_batches([1, 2], max_rows=4, max_tokens=100)
 
     def cost(lengths, cuts, max_rows, max_tokens):
         total = 0
         for i, j in zip(cuts[:-1], cuts[1:]):
-            t = engine.bucket_length(lengths[i])
+            t = engine.plan.bucket_length(lengths[i])
             cap = min(max_rows, max_tokens // t) if max_tokens // t >= max_rows else 1 << ((max_tokens // t).bit_length() - 1)
             if j - i > cap:
                 return np.inf
@@ -227,7 +227,7 @@ def test_plan_batches_hand_case_and_optimality():
         n = int(rng.integers(1, 9))
         lengths = sorted(rng.integers(1, 300, n).tolist(), reverse=True)
         max_rows, max_tokens = int(rng.integers(1, 9)), int(rng.integers(256, 2048))
-        plan = engine.plan_batches(lengths, max_rows=max_rows, max_tokens=max_tokens)
+        plan = engine.plan.plan_batches(lengths, max_rows=max_rows, max_tokens=max_tokens)
         assert [b.start for b in plan][0] == 0 and plan[-1].stop == n
         got = cost(lengths, [b.start for b in plan] + [n], max_rows, max_tokens)
         brute = min(cost(lengths, [0, *[i + 1 for i in range(n - 1) if mask >> i & 1], n], max_rows, max_tokens)
@@ -413,7 +413,7 @@ def test_overflow_truncates_the_prefix_only(judge):
     assert np.all(out.n_prompt_tokens <= limit)
     # The truncated prompts keep the instructions, the start of the document and the whole
     # suffix; the engine's numbers are those of a plain forward pass on that text.
-    tk = engine.tokenise(judge.tokenizer, prompts, limit=limit, overflow="truncate")
+    tk = engine.tokens.tokenise(judge.tokenizer, prompts, limit=limit, overflow="truncate")
     texts = []
     for orig, cut in zip(prompts, tk.prompts):
         assert cut.suffix == orig.suffix and cut.prefix.startswith("Rate it.\nDoc: ")

@@ -79,7 +79,7 @@ def test_two_processes_split_and_merge(tmp_path):
 
     single = engine.extract(tiny_judge(), make_prompts(n_groups=6, per_group=3), ScoreScale(1, 10), chunk_size=3,
                             progress=False, min_prefix_tokens=4)
-    n_chunks = len(engine.plan_chunks(np.repeat(np.arange(7), [3] * 6 + [1]), 3))
+    n_chunks = len(engine.plan.plan_chunks(np.repeat(np.arange(7), [3] * 6 + [1]), 3))
     got = [dict(np.load(r)) for r in results]
     # Each process computed exactly its share; together, every chunk once.
     assert got[0]["computed"].tolist() == list(range(0, n_chunks, 2))

@@ -181,7 +181,7 @@ def _prompt_logits_and_cache(judge, prompt, new):
 def test_sequence_nll_matches_forward_log_softmax(judge):
     rng = np.random.default_rng(5)
     seqs = [rng.integers(0, 37, n).tolist() for n in (9, 2, 5)]
-    sums, counts = judge.sequence_nll(seqs, chunk=3)
+    sums, counts = judge.text_nll(seqs, chunk=3)
     for seq, s, c in zip(seqs, sums, counts):
         logits = full_logits(judge, seq).astype(np.float64)
         logz = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)

@@ -207,7 +207,7 @@ def test_next_token_logits_from_strings(case):
 def test_sequence_nll_matches_torch_loss(subset_case):
     name, model, judge = subset_case
     texts = ["w1 w2 w3 w4 w5 w6", "w9 w8", "w20 w21 w22 w23 w24 w25 w26 w27 w28 w29 w30"]
-    sums, counts = judge.sequence_nll(texts, chunk=4, batch_size=2)
+    sums, counts = judge.text_nll(texts, chunk=4, batch_size=2)
     for text, s, c in zip(texts, sums, counts):
         ids = torch.tensor([judge.encode(text)])
         with torch.no_grad():

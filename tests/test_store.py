@@ -19,10 +19,8 @@ from jaxjudge.store import (
     StoreKeyMismatch,
     assign_chunks,
     canonical_key,
-    chunk_bounds,
     hash_key,
     merge_stores,
-    store_path,
 )
 
 KEY = {
@@ -38,7 +36,7 @@ N_CHUNKS = 5  # 23 examples in chunks of 5
 
 def chunk_arrays(i: int) -> dict[str, np.ndarray]:
     """Deterministic stand-in for the engine's outputs of chunk i (sizes 5,5,5,5,3)."""
-    start, stop = chunk_bounds(23, 5)[i]
+    start, stop = 5 * i, min(5 * i + 5, 23)
     rng = np.random.default_rng(100 + i)
     n = stop - start
     return {
@@ -192,9 +190,6 @@ def test_canonical_key_and_hash():
         canonical_key({"t": float("nan")})
     with pytest.raises(TypeError, match="str"):
         canonical_key({"t": {1: 2}})
-    base = Path("runs")
-    assert store_path(base, b) == base / hash_key(b)[:16]
-    assert store_path(base, b, name="smollm2") == base / f"smollm2-{hash_key(b)[:16]}"
 
 
 def test_write_chunk_validation(tmp_path):
@@ -229,14 +224,10 @@ def test_inconsistent_or_corrupt_chunks(tmp_path):
 
 
 def test_chunk_helpers():
-    assert chunk_bounds(23, 5) == [(0, 5), (5, 10), (10, 15), (15, 20), (20, 23)]
-    assert chunk_bounds(0, 5) == [] and chunk_bounds(4, 10) == [(0, 4)]
     assert assign_chunks([4, 0, 2, 7, 9], 0, 2) == [0, 4, 9]
     assert assign_chunks([4, 0, 2, 7, 9], 1, 2) == [2, 7]
     with pytest.raises(ValueError):
         assign_chunks([1], 2, 2)
-    with pytest.raises(ValueError):
-        chunk_bounds(3, 0)
 
 
 # -- crash and resume ------------------------------------------------------------------------------
@@ -323,11 +314,10 @@ def test_merge_refuses_conflicts_and_other_keys(tmp_path):
 # -- keys ------------------------------------------------------------------------------------------
 
 
-def test_extraction_key_reflects_every_input(tmp_path):
+def test_key_hashes_and_the_engine_key_refused_by_another(tmp_path):
     import hashlib
 
-    from jaxjudge.prompts import ChatFormat, ScoreScale, get_template
-    from jaxjudge.store import extraction_key, file_sha256, ids_digest
+    from jaxjudge.store import file_sha256, ids_digest
 
     model = tmp_path / "model.bin"
     model.write_bytes(os.urandom(3 << 20))
@@ -335,29 +325,11 @@ def test_extraction_key_reflects_every_input(tmp_path):
     assert ids_digest(["a", "b"]) == hashlib.sha256(b"a\nb").hexdigest()
     with pytest.raises(ValueError, match="newlines"):
         ids_digest(["a\nb"])
-
-    base = dict(model_sha256=file_sha256(model), template=get_template("summeval", "coherence"),
-                scale=ScoreScale(1, 5), example_ids=["a", "b", "c"], chunk_size=2)
-    key = extraction_key(**base)
-    assert key["template"]["name"] == "summeval/coherence" and key["style"] == "raw"
-    assert key["scale"] == {"lo": 1, "hi": 5, "step": 1} and key["n_examples"] == 3
-    variants = [
-        {"template": get_template("summeval", "fluency")},
-        {"scale": ScoreScale(0, 4)},
-        {"example_ids": ["a", "c", "b"]},
-        {"chunk_size": 3},
-        {"model_sha256": "0" * 64},
-        {"chat": ChatFormat("{{ messages[0]['content'] }}")},
-    ]
-    hashes = {hash_key(key)} | {hash_key(extraction_key(**{**base, **v})) for v in variants}
-    assert len(hashes) == len(variants) + 1
-    assert hash_key(extraction_key(**base, overflow="truncate")) != hash_key(key)
-    with pytest.raises(ValueError, match="clashes"):
-        extraction_key(**base, style="x")
     # A store opened with one key refuses another, naming the entry.
+    key = {**KEY, "model_sha256": file_sha256(model)}
     Store.open(tmp_path / "s", key)
     with pytest.raises(StoreKeyMismatch, match="'scale' differs"):
-        Store.open(tmp_path / "s", extraction_key(**{**base, "scale": ScoreScale(0, 4)}))
+        Store.open(tmp_path / "s", {**key, "scale": {"lo": 0, "hi": 4, "step": 1}})
 
 
 # -- integrity: every chunk sealed with its store key and content hash ---------------------------

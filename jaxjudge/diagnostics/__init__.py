@@ -55,17 +55,15 @@ from jaxjudge.diagnostics.pairwise import (
     slot_verdicts,
 )
 from jaxjudge.diagnostics.rates import RateInterval, clustered_wilson_interval, wilson_interval
+from jaxjudge.diagnostics.position_files import rescore_position_bias_run, write_position_bias
+from jaxjudge.diagnostics.position_prompts import answer_token_ids, pairwise_chat_prompts
 from jaxjudge.diagnostics.run import (
     ChoiceScores,
     PositionBiasRun,
-    answer_token_ids,
     choice_logprobs,
     pair_length_bias,
-    pairwise_chat_prompts,
     position_bias_table,
-    rescore_position_bias_run,
     run_position_bias,
-    write_position_bias,
 )
 
 __all__ = [

@@ -15,23 +15,19 @@ model. The steps of `run_position_bias`:
    (`position_bias_table`: clustered Wilson intervals, inside [0, 1]) and an optional length
    check (`pair_length_bias`).
 
-Why not `jaxjudge.engine.extract`: its candidates are the labels of a numeric `ScoreScale`, so
-arbitrary answer labels such as "A"/"B" cannot be passed through it. `choice_logprobs` uses the
-engine's public building blocks instead (`tokenise`, `prefill_prefix`, `score_rows`), i.e. the
-same prefix KV cache, left-padded length buckets and on-device log-softmax, with one read per
-prompt at the answer position.
+The answer read is `jaxjudge.engine.extract` with the label set as candidates
+(``extract(judge, prompts, ("A", "B"))``): the engine's prefix KV cache, length buckets and
+on-device log-softmax, one read per prompt at the answer position. `write_position_bias` and
+`rescore_position_bias_run` (the report files) are in `jaxjudge.diagnostics.position_files`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -47,125 +43,21 @@ from jaxjudge.diagnostics.pairwise import (
     pairs_from_examples,
     position_bias,
 )
+from jaxjudge.diagnostics.position_prompts import answer_token_ids, pairwise_chat_prompts
 from jaxjudge.diagnostics.rates import clustered_wilson_interval
+from jaxjudge.engine import extract
+from jaxjudge.engine.tokens import check_prompts
+from jaxjudge.models.judge import Judge
+from jaxjudge.prompts import ChatFormat, RenderedPrompt, as_tokenizer, chat_format
 
 __all__ = [
     "ChoiceScores",
     "PositionBiasRun",
-    "answer_token_ids",
     "choice_logprobs",
     "pair_length_bias",
-    "pairwise_chat_prompts",
     "position_bias_table",
     "run_position_bias",
-    "rescore_position_bias_run",
-    "write_position_bias",
 ]
-
-
-# ------------------------------------------------------------------------------ prompts
-
-
-def pairwise_chat_prompts(pairs: Pairs, documents: Sequence[str], summaries: Sequence[str], aspect: str,
-                          chat: Any, *, template: PairwiseTemplate = SUMMARY_PAIRWISE,
-                          ) -> tuple[list[Any], list[Any]]:
-    """Both orders of every pair as chat-rendered `RenderedPrompt`s, split for prefix caching.
-
-    The chat's system message is replaced by ``template.system``. Example ids are
-    ``"<k>:<first_id>|<second_id>:forward"`` / ``":swapped"`` (k the pair's index), groups the
-    pair's document.
-
-    Args:
-      pairs: from `pairs_from_examples` / `build_pairs`.
-      documents: source document of each item (indexed like the items of `pairs`).
-      summaries: text of each item, same indexing.
-      aspect: aspect name for the template.
-      chat: a `jaxjudge.prompts.ChatFormat` (e.g. `jaxjudge.experiment.jobs.chat_format(judge)`).
-      template: the pairwise prompt.
-
-    Returns:
-      (forward [P], swapped [P]) lists of `RenderedPrompt`; the text of each is the chat for
-      ``template.format_user`` of that order.
-    """
-    from jaxjudge.prompts import RenderedPrompt  # noqa: PLC0415
-
-    chat = dataclasses.replace(chat, system=template.system)
-    forward, swapped = [], []
-    for k, (f, s) in enumerate(zip(pairs.first.tolist(), pairs.second.tolist(), strict=True)):
-        if documents[f] != documents[s]:
-            raise ValueError(f"pair {k} (items {f}, {s}) mixes two different documents; check the indexing")
-        base = f"{k}:{pairs.first_id[k]}|{pairs.second_id[k]}"
-        for out, (a, b), order in ((forward, (f, s), "forward"), (swapped, (s, f), "swapped")):
-            head, tail = template.format_user_parts(document=documents[f], summary_a=summaries[a],
-                                                    summary_b=summaries[b], aspect=aspect)
-            chat_head, chat_tail = chat.render(head, tail)
-            out.append(RenderedPrompt(chat_head, chat_tail, f"{base}:{order}", str(pairs.group[k]),
-                                      chat.separator, False))
-    return forward, swapped
-
-
-def _ending(text: str) -> str:
-    """The last line of a prompt: all a tokenizer's merges can reach of it from an appended answer."""
-    cut = text.rfind("\n")
-    return text if cut < 0 else text[cut + 1:]
-
-
-def answer_token_ids(tokenizer: Any, prompts: Sequence[Any], choices: Sequence[str]) -> np.ndarray:
-    """The one token each answer string is written as right after every prompt.
-
-    The answer is ``prompt.answer_separator + choice`` appended to the prompt text; its tokens
-    are those of prompt + answer beyond the tokens of the prompt alone (checked on the last
-    line of each distinct prompt ending, which is where merges could happen).
-
-    Args:
-      tokenizer: the judge's tokenizer.
-      prompts: `RenderedPrompt`s.
-      choices: the answer strings, e.g. ``("A", "B")``.
-
-    Returns:
-      int32 [C] token ids, in the order of `choices`.
-
-    Raises:
-      CandidateTokenizationError: a choice is not exactly one token of its own after some
-        prompt (merged into the prompt, or split into several tokens), or tokenises
-        differently after two prompts; the message names the choice and the example.
-      ValueError: fewer than two choices, or two choices with the same token.
-    """
-    from jaxjudge.prompts import CandidateTokenizationError, as_tokenizer  # noqa: PLC0415
-
-    if len(choices) < 2:
-        raise ValueError(f"choices needs at least two answers, got {list(choices)}")
-    tok = as_tokenizer(tokenizer)
-    found: np.ndarray | None = None
-    first_example = None
-    for key in dict.fromkeys((_ending(p.text), p.answer_separator) for p in prompts):
-        context, sep = key
-        example = next(p.example_id for p in prompts if (_ending(p.text), p.answer_separator) == key)
-        ctx = tok.encode(context, add_special_tokens=False)
-        ids = []
-        for choice in choices:
-            full = tok.encode(context + sep + choice, add_special_tokens=False)
-            tail = full.ids[len(ctx.ids):]
-            if full.ids[:len(ctx.ids)] != ctx.ids or len(tail) != 1:
-                raise CandidateTokenizationError(
-                    f"example {example!r}: answer {choice!r} (after separator {sep!r}) is not one token of its own "
-                    f"after the prompt ({context[-20:]!r} + {sep + choice!r} -> tokens "
-                    f"{full.tokens[max(0, len(ctx.ids) - 1):]}); pick single-token answer labels"
-                )
-            ids.append(tail[0])
-        got = np.asarray(ids, np.int32)
-        if found is None:
-            found, first_example = got, example
-        elif not np.array_equal(found, got):
-            raise CandidateTokenizationError(
-                f"answers {list(choices)} are tokens {got.tolist()} after example {example!r} but "
-                f"{found.tolist()} after example {first_example!r}"
-            )
-    if found is None:
-        raise ValueError("prompts is empty")
-    if len(set(found.tolist())) != len(found):
-        raise ValueError(f"answers {list(choices)} share a token ({found.tolist()})")
-    return found
 
 
 # ------------------------------------------------------------------------------ scoring
@@ -209,22 +101,9 @@ class ChoiceScores:
             truncated=self.truncated[index])
 
 
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
-def _tail_bucket(n: int) -> int:
-    # Suffixes after a cached prefix are short (two summaries and a question, ~150-350
-    # tokens): steps of 64 up to 512 waste little compute while keeping the number of compiled
-    # (rows, length, prefix slots) shapes small; beyond, the engine's buckets (4 per octave).
-    from jaxjudge.engine import bucket_length  # noqa: PLC0415
-
-    return max(64, -(-n // 64) * 64) if n <= 512 else bucket_length(n)
-
-
 def choice_logprobs(
-    judge: Any,
-    prompts: Sequence[Any],
+    judge: Judge,
+    prompts: Sequence[RenderedPrompt],
     choices: Sequence[str] = ("A", "B"),
     *,
     batch_size: int = 8,
@@ -237,11 +116,9 @@ def choice_logprobs(
 ) -> ChoiceScores:
     """Log-probabilities of single-token answers (e.g. "A"/"B") after each rendered prompt.
 
-    Prompts with the same prefix text are run after one batch-1 prefill of their common
-    tokens (`jaxjudge.engine.prefill_prefix`); their suffixes, and prompts without a shared
-    prefix, are left-padded to a length bucket and scored ``batch_size`` at a time by
-    `jaxjudge.engine.score_rows`, which reads only the last position and normalises over the
-    full vocabulary on the device.
+    `jaxjudge.engine.extract` with the choices as its label set: prompts with the same prefix
+    text run after one prefill of their common tokens, their suffixes left-padded to a length
+    bucket, the answer position read and normalised over the full vocabulary on the device.
 
     Args:
       judge: a `jaxjudge.models.Judge`.
@@ -254,86 +131,26 @@ def choice_logprobs(
       overflow: ``"raise"`` or ``"truncate"`` for prompts longer than the context (see
         `jaxjudge.engine.tokenise`).
       context_length: the context to fit (default the model's).
-      progress: print one line per finished prefix group.
+      progress: show the engine's progress bar.
 
     Returns:
       `ChoiceScores` in the order of `prompts`.
 
-    Runs on one device (a judge placed on a mesh is refused; the pairwise protocol's few
-    hundred prompts do not need more).
-
     Raises:
-      ValueError / TypeError: empty prompts, duplicate ids, bad parameters, a sharded judge.
+      ValueError / TypeError: empty prompts, duplicate ids, bad parameters.
       CandidateTokenizationError: a choice is not one token after some prompt.
       ContextOverflowError: a prompt too long under ``overflow="raise"``.
     """
-    from jaxjudge.engine.extract import Placement, check_prompts, prefill_prefix, score_rows  # noqa: PLC0415
-    from jaxjudge.engine.plan import tokenise  # noqa: PLC0415
-    from jaxjudge.models.decoder import pad_batch  # noqa: PLC0415
-    from jaxjudge.prompts import common_prefix_length  # noqa: PLC0415
-
     prompts = check_prompts(prompts)
-    for name, value in (("batch_size", batch_size), ("max_batch_tokens", max_batch_tokens)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if getattr(judge, "mesh", None) is not None:
-        raise ValueError("choice_logprobs runs on one device; load the judge without a mesh")
     choice_ids = answer_token_ids(judge.tokenizer, prompts, choices)
-    ctx = judge.config.max_position_embeddings if context_length is None else int(context_length)
-    tk = tokenise(judge.tokenizer, prompts, limit=ctx - 1, overflow=overflow)
-    place = Placement(None)
-    n, c = len(prompts), len(choice_ids)
-    logprobs = np.zeros((n, c), np.float32)
-    greedy = np.zeros(n, np.int32)
-
-    def run(rows: list[int], seqs: list[list[int]], prefix: Any) -> None:
-        t = _tail_bucket(max(len(s) for s in seqs))
-        per_call = max(1, min(batch_size, max_batch_tokens // t))
-        per_call = 1 << (per_call.bit_length() - 1)  # a power of two: few shapes
-        for start in range(0, len(rows), per_call):
-            idx, batch = rows[start:start + per_call], seqs[start:start + per_call]
-            b = min(per_call, _pow2_at_least(len(batch)))
-            tokens, mask = pad_batch(batch + [batch[-1]] * (b - len(batch)), side="left", length=t,
-                                     pad_id=judge.pad_id)
-            read_b1 = np.full((b, 1), t - 1, np.int32)  # left padding: the last token is at t - 1
-            picked, _, top1, _, _ = score_rows(
-                judge.graphdef, judge.state, place.rows(tokens), place.rows(mask), place.rows(read_b1),
-                place.rows(np.zeros((b, c), np.int32)), place.rows(np.tile(choice_ids, (b, 1))),
-                prefix, answer_read=0, topk=1)
-            logprobs[idx] = np.asarray(picked)[: len(idx)]
-            greedy[idx] = np.asarray(top1)[: len(idx)]
-
     start_time = time.perf_counter()
-    flat: list[int] = []
-    n_groups = int(tk.group_of.max()) + 1
-    for g in range(n_groups):
-        members = np.flatnonzero(tk.group_of == g).tolist()
-        seqs = [tk.ids[i] for i in members]
-        p = min(common_prefix_length(seqs), min(len(s) for s in seqs) - 1) if len(members) > 1 else 0
-        if not prefix_cache or p < min_prefix_tokens:
-            flat.extend(members)
-            continue
-        prefix = prefill_prefix(judge, seqs[0][:p], place)
-        order = sorted(range(len(members)), key=lambda j: -len(seqs[j]))
-        run([members[j] for j in order], [seqs[j][p:] for j in order], prefix)
-        del prefix
-        if progress:
-            print(f"  group {g + 1}/{n_groups}: prefix {p} tokens, {len(members)} prompts, "
-                  f"{time.perf_counter() - start_time:.1f} s", flush=True)
-    if flat:
-        flat.sort(key=lambda i: -len(tk.ids[i]))
-        # Full prompts vary in length more than suffixes do: batch runs of similar length.
-        while flat:
-            t = _tail_bucket(len(tk.ids[flat[0]]))
-            run_rows = [i for i in flat if _tail_bucket(len(tk.ids[i])) == t]
-            flat = [i for i in flat if _tail_bucket(len(tk.ids[i])) != t]
-            run(run_rows, [tk.ids[i] for i in run_rows], None)
-    seconds = time.perf_counter() - start_time
+    ext = extract(judge, prompts, tuple(choices), batch_size=batch_size, max_batch_tokens=max_batch_tokens,
+                  prefix_cache=prefix_cache, min_prefix_tokens=min_prefix_tokens, overflow=overflow,
+                  context_length=context_length, progress=progress, topk=1)
     return ChoiceScores(
-        example_ids=[p.example_id for p in tk.prompts], choices=tuple(choices), choice_ids=choice_ids,
-        logprobs=logprobs, greedy_ids=greedy,
-        n_prompt_tokens=np.asarray([len(x) for x in tk.ids], np.int32), truncated=np.asarray(tk.truncated, bool),
-        seconds=seconds)
+        example_ids=list(ext.example_ids), choices=tuple(choices), choice_ids=choice_ids, logprobs=ext.cand_logprobs,
+        greedy_ids=ext.greedy_ids, n_prompt_tokens=ext.n_prompt_tokens, truncated=np.asarray(ext.truncated, bool),
+        seconds=time.perf_counter() - start_time)
 
 
 # ------------------------------------------------------------------------------ statistics
@@ -531,7 +348,7 @@ def _jsonable(d: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def run_position_bias(
-    judge: Any,
+    judge: Judge,
     examples: Sequence[Any],
     *,
     aspect: str = "coherence",
@@ -539,7 +356,7 @@ def run_position_bias(
     seed: int = 0,
     min_gap: float = 1.0,
     template: PairwiseTemplate = SUMMARY_PAIRWISE,
-    chat: Any = None,
+    chat: ChatFormat | None = None,
     margin: float = 0.0,
     alpha: float = 0.05,
     with_length: bool = True,
@@ -556,7 +373,7 @@ def run_position_bias(
       seed: seed of `pairs_from_examples` (slot assignment and subsampling).
       min_gap: smallest human score difference of a pair.
       template: the pairwise prompt.
-      chat: the `ChatFormat` (default `jaxjudge.experiment.jobs.chat_format(judge)`).
+      chat: the `ChatFormat` (default `jaxjudge.prompts.chat_format(judge)`).
       margin: tie margin of `position_bias`.
       alpha: 1 - confidence level of the intervals.
       with_length: also run `pair_length_bias` (lengths in the judge's tokens).
@@ -571,8 +388,6 @@ def run_position_bias(
         if missing:
             raise ValueError(f"example {i} ({ex.id!r}) lacks field(s) {missing}; need 'document' and 'summary'")
     if chat is None:
-        from jaxjudge.experiment.jobs import chat_format  # noqa: PLC0415
-
         chat = chat_format(judge)
     pairs = pairs_from_examples(exs, aspect, min_gap=min_gap, n_pairs=n_pairs, seed=seed)
     if len(pairs) == 0:
@@ -591,8 +406,6 @@ def run_position_bias(
     if with_length:
         used = sorted(set(pairs.first.tolist()) | set(pairs.second.tolist()))
         lengths = np.zeros(len(exs), np.int64)
-        from jaxjudge.prompts import as_tokenizer  # noqa: PLC0415
-
         enc = as_tokenizer(judge.tokenizer).encode_batch([summaries[i] for i in used], add_special_tokens=False)
         lengths[used] = [len(e.ids) for e in enc]
         length = pair_length_bias(pairs, lengths, bias.prob_first)
@@ -604,149 +417,3 @@ def run_position_bias(
                   for t in np.unique(scores.greedy_ids)}
     return PositionBiasRun(aspect=aspect, pairs=pairs, forward=forward, swapped=swapped, bias=bias, table=table,
                            length=length, settings=settings, token_text=token_text)
-
-
-# ------------------------------------------------------------------------------ files
-
-
-_TABLE_ROWS = (
-    ("consistency", "Consistency (same verdict in both orders)"),
-    ("first_slot_rate", "First-slot rate (judgements choosing A; 0.5 = neutral)"),
-    ("accuracy", "Accuracy vs humans, combined verdict (inconsistent = tie = 1/2)"),
-    ("accuracy_forward", "Accuracy vs humans, forward order only"),
-    ("accuracy_swapped", "Accuracy vs humans, swapped order only"),
-    ("accuracy_soft", "Accuracy vs humans, order-averaged probability"),
-)
-
-
-def _markdown(run: PositionBiasRun, summary: Mapping[str, Any], alpha: float) -> str:
-    b = run.bias
-    level = round(100 * (1 - alpha))
-    lines = [
-        f"# Position bias: {summary['n_pairs']} SummEval pairs ({run.aspect}), "
-        f"{summary['n_documents']} documents",
-        "",
-        f"| figure | estimate | SE | {level}% interval |",
-        "|---|---|---|---|",
-    ]
-    for name, label in _TABLE_ROWS:
-        r = run.table[name]
-        lines.append(f"| {label} | {r['estimate']:.3f} | {r['se']:.3f} | [{r['low']:.3f}, {r['high']:.3f}] |")
-    lines += [
-        "",
-        "Standard errors are clustered by source document; intervals are Wilson score intervals "
-        "at the effective sample size those standard errors imply, with the t quantile of "
-        f"{summary['n_documents'] - 1} degrees of freedom (they stay inside [0, 1]).",
-        "",
-        "| other figure | value |",
-        "|---|---|",
-        f"| tie rate of the combined verdict | {b.tie_rate:.3f} |",
-        f"| accuracy among decisive combined verdicts | "
-        f"{'n/a' if b.accuracy_decisive is None else f'{b.accuracy_decisive:.3f}'} |",
-        f"| inconsistent pairs: A won in both orders / B won in both orders | "
-        f"{b.n_inconsistent_first} / {b.n_inconsistent_second} |",
-        f"| mean probability mass on the two answer tokens | {b.answer_mass:.3f} |",
-        f"| greedy token is A or B (validity) | {summary['validity_rate']:.3f} |",
-        "| most frequent greedy tokens (count of " + str(2 * summary["n_pairs"]) + ") | "
-        + ", ".join(f"{text!r}: {count}" for _, text, count in summary["greedy_tokens"]) + " |",
-        f"| prompt tokens (mean, min-max) | {summary['prompt_tokens']['mean']:.0f} "
-        f"({summary['prompt_tokens']['min']}-{summary['prompt_tokens']['max']}) |",
-        f"| human score gap (mean, min-max) | {summary['human_gap']['mean']:.2f} "
-        f"({summary['human_gap']['min']:.2f}-{summary['human_gap']['max']:.2f}) |",
-        f"| scoring time ({2 * summary['n_pairs']} prompts, compilation included) | "
-        f"{summary['seconds_scoring']:.0f} s |",
-    ]
-    if "length_bias" in summary:
-        lb = summary["length_bias"]
-
-        def fmt(x: Any) -> str:
-            return "n/a" if x is None else f"{x:.3f}"
-
-        lines += [
-            "",
-            "Length (pairs; length = tokens of first minus second, judge score = order-averaged "
-            "P(first wins), human = +1/-1):",
-            "",
-            "| figure | value |",
-            "|---|---|",
-            f"| Pearson(length difference, judge) | {fmt(lb['pearson_length'])} |",
-            f"| Pearson(length difference, human) | {fmt(lb['human_pearson_length'])} |",
-            f"| Pearson(judge, human): raw / length-residual | {fmt(lb['raw_pearson'])} / "
-            f"{fmt(lb['residual_pearson'])} |",
-            f"| judge prefers the longer summary / humans do | {fmt(lb['judge_prefers_longer'])} / "
-            f"{fmt(lb['human_prefers_longer'])} |",
-        ]
-    return "\n".join(lines) + "\n"
-
-
-def write_position_bias(run: PositionBiasRun, out_dir: str | os.PathLike,
-                        metadata: Mapping[str, Any] | None = None) -> dict[str, Path]:
-    """Writes ``results.json``, ``results.md``, ``pairs.jsonl`` and ``metadata.json``.
-
-    Args:
-      run: from `run_position_bias`.
-      out_dir: folder (created).
-      metadata: provenance (command, model hash, versions, date); the run's settings are
-        added under ``"settings"``.
-
-    Returns:
-      {"results_json", "results_md", "pairs", "metadata"}: the paths written.
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    summary = run.summary()
-    paths = {"results_json": out / "results.json", "results_md": out / "results.md",
-             "pairs": out / "pairs.jsonl", "metadata": out / "metadata.json"}
-    paths["results_json"].write_text(json.dumps(summary, indent=2) + "\n")
-    paths["results_md"].write_text(_markdown(run, summary, run.settings.get("alpha", 0.05)))
-    paths["pairs"].write_text("".join(json.dumps(r) + "\n" for r in run.pair_rows()))
-    meta = {**(metadata or {}), "settings": run.settings}
-    paths["metadata"].write_text(json.dumps(meta, indent=2) + "\n")
-    return paths
-
-
-def rescore_position_bias_run(out_dir: str | os.PathLike, changes: Sequence[str] = ()) -> dict[str, Any]:
-    """Recompute a written run's verdicts and intervals from its ``pairs.jsonl``, no model.
-
-    The answer log-probabilities of both orders are in ``pairs.jsonl``, so the verdicts,
-    consistency, accuracies and their intervals are recomputed with the current code; the
-    figures that need the forward pass (greedy tokens, prompt lengths, timing, length bias)
-    are kept from the run's ``results.json``. ``results.json`` and ``results.md`` are
-    rewritten; ``pairs.jsonl`` and ``metadata.json`` are left as they are.
-
-    Args:
-      out_dir: a folder written by `write_position_bias`.
-      changes: what changed since the run's previous version, listed at the end of results.md.
-
-    Returns:
-      The new summary (the content of ``results.json``).
-
-    Raises:
-      ValueError: the recomputed verdicts differ from the ones the run recorded.
-    """
-    import types  # noqa: PLC0415
-
-    out = Path(out_dir)
-    rows = [json.loads(line) for line in (out / "pairs.jsonl").read_text().splitlines() if line.strip()]
-    settings = json.loads((out / "metadata.json").read_text())["settings"]
-    forward = np.asarray([[r["logp_forward_A"], r["logp_forward_B"]] for r in rows])
-    swapped = np.asarray([[r["logp_swapped_A"], r["logp_swapped_B"]] for r in rows])
-    human = np.asarray([r["human_pref"] for r in rows])
-    groups = [r["document"] for r in rows]
-    bias = position_bias(forward, swapped, human, groups=groups, margin=settings["margin"])
-    summary = json.loads((out / "results.json").read_text())
-    recorded = summary.get("position_bias", {})
-    changed = [k for k, v in bias.summary().items() if k in recorded and recorded[k] != v]
-    if changed:
-        raise ValueError(f"{out}: recomputed figures {changed} differ from results.json; the pairs file "
-                         "does not belong to this run")
-    table = position_bias_table(bias, human, groups, alpha=settings["alpha"])
-    summary["intervals"] = table
-    (out / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
-    view = types.SimpleNamespace(bias=bias, table=table, aspect=summary["aspect"])
-    md = _markdown(view, summary, settings["alpha"])
-    if changes:
-        md += "\nChanged since the previous version (recomputed from pairs.jsonl, no forward pass):\n\n"
-        md += "".join(f"- {c}\n" for c in changes)
-    (out / "results.md").write_text(md)
-    return summary

@@ -1,18 +1,9 @@
-"""Host-side planning of an extraction: tokens, overflow policy, prefix groups, chunks, buckets.
+"""Host-side planning of an extraction: candidates, prefix groups, chunks, batches.
 
-Nothing here touches a device. The engine (`jaxjudge.engine.extract`) turns the plan into
-jitted calls.
-
-Length buckets
---------------
-Every jitted call has a static shape, so lengths are padded to a few bucket sizes and each
-bucket compiles once (per batch size), never once per batch. `bucket_length` rounds up to a
-multiple of 32 up to 256 tokens and, above that, to ``steps_per_octave`` steps per doubling
-(default 4: 320, 384, 448, 512, 640, 768, ...), so padding wastes at most 32 tokens on short
-sequences and at most 25 % on long ones, while an 8k context needs 28 buckets.
-`slot_bucket` is the coarser rounding (powers of two, at least 256) used for the key/value
-slots of a shared prefix: attending to a few empty slots is nearly free, and it keeps the
-number of (prefix, suffix) shape pairs that compile small.
+Nothing here touches a device. The runner (`jaxjudge.engine.runner`) turns the plan into
+calls of the judge's primitives. Lengths are padded to the one bucket policy of
+`jaxjudge.models.primitives.bucket_length` (a shared prefix's key/value slots to
+`slot_bucket`), so each (rows, bucket) shape compiles once.
 
 Batches
 -------
@@ -38,21 +29,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from jaxjudge.prompts import (
-    ContextOverflowError,
-    RenderedPrompt,
-    ScoreCandidates,
-    ScoreScale,
-    as_tokenizer,
-    common_prefix_length,
-    score_candidates,
-    truncate_text,
-)
+from jaxjudge.models.primitives import bucket_length, slot_bucket
+from jaxjudge.prompts import ScoreCandidates, ScoreScale, common_prefix_length, score_candidates
 
 __all__ = [
     "ENGINE_CALL_COST",
@@ -61,39 +44,12 @@ __all__ = [
     "CandidatePlan",
     "candidate_plan",
     "resolve_candidates",
-    "Tokenised",
-    "tokenise",
-    "nll_token_span",
+    "shared_prefix_length",
     "Chunk",
     "plan_chunks",
     "Batch",
     "plan_batches",
 ]
-
-
-def bucket_length(n: int, *, minimum: int = 32, steps_per_octave: int = 4) -> int:
-    """Padded length for ``n`` tokens (see the module docstring).
-
-    Args:
-        n: number of real tokens (>= 1).
-        minimum: the smallest bucket and the step below 256 tokens.
-        steps_per_octave: buckets per doubling above ``8 * minimum``.
-
-    Returns:
-        The bucket, ``>= n``.
-    """
-    if n <= minimum:
-        return minimum
-    if n <= 8 * minimum:
-        return -(-n // minimum) * minimum
-    octave = 1 << ((n - 1).bit_length() - 1)  # largest power of two below n
-    step = max(minimum, octave // steps_per_octave)
-    return -(-n // step) * step
-
-
-def slot_bucket(n: int, minimum: int = 256) -> int:
-    """Key/value slots reserved for a shared prefix of ``n`` tokens: a power of two >= minimum."""
-    return max(minimum, 1 << (max(n, 1) - 1).bit_length())
 
 
 # ------------------------------------------------------------------------------ candidates
@@ -201,14 +157,15 @@ def _ending(text: str) -> str:
 
 
 def resolve_candidates(
-    tokenizer: Any, prompts: Sequence[RenderedPrompt], candidates: ScoreCandidates | ScoreScale
+    tokenizer: Any, prompts: Sequence[Any], candidates: ScoreCandidates | ScoreScale | Sequence[str]
 ) -> ScoreCandidates:
     """The candidates to score, checked against how every prompt ends.
 
     Args:
         tokenizer: the judge's tokenizer.
         prompts: the rendered prompts.
-        candidates: a `ScoreCandidates`, or a `ScoreScale` to tokenise after the prompts.
+        candidates: a `ScoreCandidates`, or a `ScoreScale` or a label set (``("A", "B")``) to
+            tokenise after the prompts.
 
     Returns:
         The candidates (the same for every prompt).
@@ -221,9 +178,13 @@ def resolve_candidates(
     if isinstance(candidates, ScoreScale):
         scale, given = candidates, None
     elif isinstance(candidates, ScoreCandidates):
-        scale, given = candidates.scale, candidates
+        scale, given = candidates.scale if candidates.scale is not None else candidates.labels, candidates
+    elif isinstance(candidates, Sequence) and not isinstance(candidates, str) and all(
+            isinstance(x, str) for x in candidates):
+        scale, given = tuple(candidates), None
     else:
-        raise TypeError(f"candidates must be ScoreCandidates or ScoreScale, got {type(candidates).__name__}")
+        raise TypeError("candidates must be ScoreCandidates, a ScoreScale or a sequence of label strings, got "
+                        f"{type(candidates).__name__}")
     seen: dict[tuple[str, str], tuple[str, ScoreCandidates]] = {}
     for p in prompts:
         key = (_ending(p.text), p.answer_separator)
@@ -246,162 +207,6 @@ def resolve_candidates(
                 "score prompts whose endings tokenise alike in one call"
             )
     return given
-
-
-# ------------------------------------------------------------------------------ tokens
-
-
-@dataclass
-class Tokenised:
-    """Token ids of the prompts after the overflow policy.
-
-    Attributes:
-        prompts: the prompts, with truncated prefixes where the policy cut them.
-        ids: ``[N]`` token-id lists of the full prompts.
-        truncated: ``[N]`` bool, whether the source text was cut (by the engine or earlier by
-            `jaxjudge.prompts.render_all`).
-        group_of: ``[N]`` int, prefix-group index of each prompt.
-    """
-
-    prompts: list[RenderedPrompt]
-    ids: list[list[int]]
-    truncated: np.ndarray
-    group_of: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-
-
-def _encode_all(tok: Any, prompts: Sequence[RenderedPrompt]) -> list[list[int]]:
-    out: list[list[int] | None] = [None] * len(prompts)
-    for flag in (True, False):
-        idx = [i for i, p in enumerate(prompts) if p.add_special_tokens == flag]
-        if idx:
-            for i, enc in zip(idx, tok.encode_batch([prompts[i].text for i in idx], add_special_tokens=flag)):
-                out[i] = list(enc.ids)
-    return out  # type: ignore[return-value]
-
-
-def _group_keys(prompts: Sequence[RenderedPrompt]) -> np.ndarray:
-    index: dict[tuple[str, bool], int] = {}
-    return np.asarray([index.setdefault((p.prefix, p.add_special_tokens), len(index)) for p in prompts], np.int64)
-
-
-def tokenise(
-    tokenizer: Any,
-    prompts: Sequence[RenderedPrompt],
-    *,
-    limit: int,
-    overflow: str,
-) -> Tokenised:
-    """Tokenises the prompts and applies the context-overflow policy.
-
-    A prompt may use ``limit`` tokens (the context minus what the answer needs). Over it:
-
-    - ``overflow="raise"``: `ContextOverflowError` naming the example and the lengths;
-    - ``overflow="truncate"``: the end of the shared prefix text (the source document, which
-      every built-in template puts last in the prefix) is cut at a token boundary, by the
-      prompts package's `truncate_text`, until the longest prompt of its group fits; the
-      prefix's trailing whitespace is kept, the suffix (judged text and question) never cut.
-      Prompts sharing the prefix get the same cut, so they keep sharing it. A prompt with no
-      prefix text raises instead: render it with ``render_all(..., overflow="truncate")``,
-      which knows the template's source field.
-
-    Args:
-        tokenizer: the judge's tokenizer.
-        prompts: rendered prompts.
-        limit: most prompt tokens allowed.
-        overflow: ``"raise"`` or ``"truncate"``.
-
-    Returns:
-        `Tokenised`.
-    """
-    if overflow not in ("raise", "truncate"):
-        raise ValueError(f"overflow must be 'truncate' or 'raise', got {overflow!r}")
-    tok = as_tokenizer(tokenizer)
-    prompts = list(prompts)
-    ids = _encode_all(tok, prompts)
-    truncated = np.asarray([p.truncated_tokens > 0 for p in prompts], bool)
-    for i, row in enumerate(ids):
-        if not row:
-            raise ValueError(f"example {prompts[i].example_id!r}: the prompt encodes to no tokens")
-    over = [i for i, row in enumerate(ids) if len(row) > limit]
-    if over and overflow == "raise":
-        i = over[0]
-        raise ContextOverflowError(
-            f"example {prompts[i].example_id!r}: prompt is {len(ids[i])} tokens, more than the {limit} the "
-            f"context allows after reserving room for the answer ({len(over)} prompt(s) too long); pass "
-            "overflow='truncate' to cut the source text"
-        )
-    if over:
-        groups = _group_keys(prompts)
-        for g in sorted({int(groups[i]) for i in over}):
-            members = [i for i in range(len(prompts)) if groups[i] == g]
-            _truncate_group(tok, prompts, ids, members, limit)
-            truncated[members] = True
-    return Tokenised(prompts, ids, truncated, _group_keys(prompts))
-
-
-def _truncate_group(tok: Any, prompts: list[RenderedPrompt], ids: list[list[int]], members: list[int],
-                    limit: int) -> None:
-    first = prompts[members[0]]
-    body = first.prefix.rstrip()
-    trail = first.prefix[len(body):]
-    worst = max(members, key=lambda i: len(ids[i]))
-    if not body:
-        raise ContextOverflowError(
-            f"example {first.example_id!r}: prompt is {len(ids[worst])} tokens, more than the {limit} allowed, and "
-            "it has no shared prefix text to truncate; render it with jaxjudge.prompts.render_all(..., "
-            "overflow='truncate'), which cuts the template's source field"
-        )
-    n_body = len(tok.encode(body, add_special_tokens=False).ids)
-    keep = n_body - (len(ids[worst]) - limit)
-    while True:
-        if keep <= 0:
-            raise ContextOverflowError(
-                f"example {prompts[worst].example_id!r}: prompt is {len(ids[worst])} tokens and does not fit in "
-                f"{limit} even with its shared prefix (instructions and source text) removed"
-            )
-        cut = truncate_text(tok, body, keep, "right") + trail
-        trial = [replace(prompts[i], prefix=cut) for i in members]
-        new_ids = _encode_all(tok, trial)
-        excess = max(len(r) for r in new_ids) - limit
-        if excess <= 0:
-            break
-        keep -= excess
-    removed = n_body - len(tok.encode(cut.rstrip(), add_special_tokens=False).ids)
-    for i, p, r in zip(members, trial, new_ids, strict=True):
-        prompts[i] = replace(p, truncated_tokens=p.truncated_tokens + max(removed, 1))
-        ids[i] = r
-
-
-def nll_token_span(tokenizer: Any, prompt: RenderedPrompt, ids: Sequence[int]) -> tuple[int, int]:
-    """The tokens ``[a, b)`` of a prompt whose negative log-likelihood a prompt NLL counts.
-
-    Without ``prompt.nll_span`` that is every token after the first (``(1, len(ids))``: the
-    first token has nothing to be predicted from). With it, the tokens of ``prompt.text``
-    whose character offsets overlap the span (offsets into the suffix, shifted by the
-    prefix's length); a span that would include the first token starts at the second.
-
-    Args:
-        tokenizer: the judge's tokenizer.
-        prompt: the prompt, after any truncation of its prefix (the suffix is never cut).
-        ids: its token ids as the engine runs them (`Tokenised.ids`).
-
-    Returns:
-        ``(a, b)`` with ``1 <= a <= b <= len(ids)``; ``a == b`` when nothing is counted.
-
-    Raises:
-        ValueError: the ids are not the tokens of the prompt's text.
-    """
-    n = len(ids)
-    if prompt.nll_span is None:
-        return min(1, n), n
-    enc = as_tokenizer(tokenizer).encode(prompt.text, add_special_tokens=prompt.add_special_tokens)
-    if list(enc.ids) != list(ids):
-        raise ValueError(f"example {prompt.example_id!r}: token ids do not match the prompt's text")
-    start, end = (len(prompt.prefix) + c for c in prompt.nll_span)
-    inside = [k for k, (cs, ce) in enumerate(enc.offsets) if ce > cs and ce > start and cs < end]
-    if not inside:
-        return n, n
-    return max(inside[0], 1), max(inside[-1] + 1, 1)
 
 
 # ------------------------------------------------------------------------------ chunks

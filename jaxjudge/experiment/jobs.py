@@ -51,7 +51,7 @@ from jaxjudge.models.cache import cache_root, source_sha256
 from jaxjudge.models.gguf import gguf_metadata
 from jaxjudge.models.hf import read_config, read_tokenizer, resolve_source
 from jaxjudge.models.tokenizer import tokenizer_from_gguf_metadata
-from jaxjudge.prompts import ChatFormat, ScoreScale, as_tokenizer, get_template, random_number_prompts, render_all
+from jaxjudge.prompts import ScoreScale, as_tokenizer, chat_format, get_template, random_number_prompts, render_all
 from jaxjudge.report.stores import (
     CONTENT_FREE,
     ExtractionJob,
@@ -64,7 +64,7 @@ from jaxjudge.report.stores import (
 )
 from jaxjudge.store import Store
 
-__all__ = ["CONTENT_FREE", "JobResult", "chat_format", "load_tokenizer", "job_store_path", "run_extractions",
+__all__ = ["CONTENT_FREE", "JobResult", "load_tokenizer", "job_store_path", "run_extractions",
            "upgrade_stores"]
 
 
@@ -92,15 +92,6 @@ def job_store_path(root: str | os.PathLike, job: ExtractionJob) -> Path:
     """``<root>/<model>/<role>[-<task>-<aspect>]-<scale>``: one folder per job."""
     parts = [job.role] + ([job.task, job.aspect] if job.task else []) + [job.scale]
     return Path(root) / job.model / "-".join(parts)
-
-
-def chat_format(judge: Any):
-    """The `jaxjudge.prompts.ChatFormat` of a loaded judge (its own template, BOS/EOS strings)."""
-    if not judge.chat_template:
-        raise ConfigError(f"the model {judge.source} has no chat template; use raw prompts")
-    special = judge.special_tokens or {}
-    return ChatFormat(judge.chat_template, bos_token=special.get("bos_token") or "",
-                      eos_token=special.get("eos_token") or "")
 
 
 def _one_chunk(root: Path, key: dict[str, Any], make: Callable[[], dict[str, np.ndarray]]) -> tuple[bool, int]:
@@ -199,7 +190,10 @@ def run_extractions(
         except M.ModelHashMismatch as e:  # changed since the check above
             raise ConfigError(f"model {n!r}: {e}") from None
         assistant = None  # loaded at the first contrastive_generate job of this judge
-        chat = chat_format(judge) if cfg.prompt_style == "chat" else None
+        try:
+            chat = chat_format(judge) if cfg.prompt_style == "chat" else None
+        except ValueError as e:  # a judge without a chat template: a config error, named
+            raise ConfigError(f"model {n!r}: {e}") from None
         ctx = int(engine_opts.get("context_length") or judge.config.max_position_embeddings)
         model_jobs = [j for j in plan if j.model == n]
         # Replies decoded during a score pass, waiting for their generate job: store path -> arrays.

@@ -4,43 +4,36 @@ Two levels of use:
 
 - the simple path, for notebooks and checks: ``judge.next_token_logits(prompts) -> [B, V]``
   (raw strings, no chat template), ``judge.generate_text(prompts, max_new_tokens=...)``,
-  ``judge.sequence_nll(texts)``, ``judge.apply_chat_template(messages)``;
+  ``judge.text_nll(texts)``, ``judge.apply_chat_template(messages)``;
 - the fast path, for the engine (arrays in, arrays out, one jit compilation per shape):
   ``forward`` (logits at chosen positions only), ``prefill`` / ``extend`` (KV cache and shared
-  prefix) and ``generate_tokens`` (decoding with the cache). Shapes and the padding convention
-  are those of :mod:`jaxjudge.models.decoder`.
+  prefix), ``generate_tokens`` (decoding with the cache), and the typed primitives the engine
+  composes: ``prefill_prefix`` (a shared prefix into a batch-1 cache), ``read_rows`` (batched
+  continuations read at chosen positions, reduced on the device), ``contrastive_decode``,
+  ``prefix_nll`` / ``token_nll`` (negative log-likelihoods). The jitted code is in :mod:`jaxjudge.models.primitives`; shapes and the
+  padding convention are those of :mod:`jaxjudge.models.decoder`.
 """
 
 from __future__ import annotations
 
-import json
-from datetime import datetime
 from typing import Any, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxjudge.models import decoder as _dec
+from jaxjudge.models import primitives as _prim
+from jaxjudge.models import sharding
 from jaxjudge.models.config import DecoderConfig, config_from_hf
 from jaxjudge.models.convert import build_model
 from jaxjudge.models.decoder import KVCache, pad_batch
+from jaxjudge.models.primitives import PrefixNLL, RowReads, TokenNLL, bucket_length, slot_bucket
+from jaxjudge.prompts.chat import render_chat_template
 
-__all__ = ["Judge", "bucket_length", "render_chat_template"]
-
-
-def bucket_length(n: int, minimum: int = 16) -> int:
-    """Padded length for ``n`` tokens: a power of two up to 512, then a multiple of 256.
-
-    Few distinct shapes means few jit compilations; the padding costs at most 2x (short) or
-    256 tokens (long).
-    """
-    if n <= minimum:
-        return minimum
-    if n <= 512:
-        return 1 << (n - 1).bit_length()
-    return -(-n // 256) * 256
+__all__ = ["Judge", "render_chat_template"]
 
 
 def _last_real_index(mask_bt: np.ndarray) -> np.ndarray:
@@ -50,45 +43,6 @@ def _last_real_index(mask_bt: np.ndarray) -> np.ndarray:
         raise ValueError("every row needs at least one real token (mask row all False)")
     t = mask_bt.shape[1]
     return (t - 1 - np.argmax(mask_bt[:, ::-1], axis=1)).astype(np.int32)
-
-
-def render_chat_template(template: str, messages: Sequence[Mapping[str, Any]], *,
-                         add_generation_prompt: bool = True, **variables: Any) -> str:
-    """Renders a Hugging Face chat template with Jinja2 the way transformers sets it up.
-
-    A sandboxed environment with ``trim_blocks``/``lstrip_blocks``, the ``loopcontrols``
-    extension, a ``tojson`` filter that keeps non-ASCII text, and the ``raise_exception`` and
-    ``strftime_now`` globals that published templates call.
-
-    Args:
-        template: the Jinja source.
-        messages: ``[{"role": "system"|"user"|"assistant", "content": str}, ...]``.
-        add_generation_prompt: append the assistant turn opener.
-        **variables: further template variables (``bos_token``, ``eos_token``, ``tools``, ...).
-
-    Returns:
-        The rendered prompt text (special tokens as text; tokenise it with the judge).
-    """
-    from jinja2.exceptions import TemplateError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    def raise_exception(message):
-        raise TemplateError(message)
-
-    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                          sort_keys=sort_keys)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"])
-    env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-    for i, m in enumerate(messages):
-        if not isinstance(m, Mapping) or "role" not in m:
-            raise ValueError(f"message {i} must be a mapping with a 'role' (and 'content')")
-    return env.from_string(template).render(
-        messages=list(messages), add_generation_prompt=add_generation_prompt, **variables)
 
 
 class Judge:
@@ -191,19 +145,9 @@ class Judge:
 
     def shard(self, mesh: Any, rules: Mapping[str, str | None] | None = None) -> "Judge":
         """Places the parameters on ``mesh`` by the logical-axis rules (in place; returns self)."""
-        from jaxjudge.models import sharding
-
         self.state = sharding.shard_state(self.state, mesh, rules or sharding.LOGICAL_AXIS_RULES)
         self.mesh = mesh
         return self
-
-    def _batch(self, x: Any) -> jax.Array:
-        if self.mesh is not None:
-            from jaxjudge.models import sharding
-
-            # A batch the data axis does not divide (a batch-1 prefix) is replicated.
-            return sharding.shard_batch(jnp.asarray(x), self.mesh, strict=False)
-        return jnp.asarray(x)
 
     # ------------------------------------------------------------------ fast path
 
@@ -221,9 +165,9 @@ class Judge:
             logits [B, R, V] float32 (a device array).
         """
         tokens_bt, mask_bt = np.asarray(tokens_bt, np.int32), np.asarray(mask_bt, bool)
-        args = [self._batch(tokens_bt), self._batch(mask_bt),
-                self._batch(np.asarray(read_idx_br, np.int32))]
-        pos = None if positions_bt is None else self._batch(np.asarray(positions_bt, np.int32))
+        args = [self.put_rows(tokens_bt), self.put_rows(mask_bt),
+                self.put_rows(np.asarray(read_idx_br, np.int32))]
+        pos = None if positions_bt is None else self.put_rows(np.asarray(positions_bt, np.int32))
         logits, _ = _dec.forward(self.graphdef, self.state, *args, pos)
         return logits
 
@@ -232,8 +176,6 @@ class Judge:
         (on a mesh: rows over ``data``, key/value heads over ``model`` where they divide)."""
         cache = _dec.init_cache(self.config, batch, max_length, self.dtype)
         if self.mesh is not None:
-            from jaxjudge.models import sharding
-
             cache = jax.device_put(cache, sharding.cache_sharding(self.mesh, cache))
         return cache
 
@@ -315,9 +257,9 @@ class Judge:
             if used + t > cache.max_length:
                 raise ValueError(
                     f"cache overflow: {used} slots used + {t} new tokens > {cache.max_length} slots")
-        pos = None if positions_bt is None else self._batch(np.asarray(positions_bt, np.int32))
-        return _dec.forward(self.graphdef, self.state, self._batch(tokens_bt),
-                            self._batch(mask_bt), self._batch(read_idx_br), pos, cache, prefix)
+        pos = None if positions_bt is None else self.put_rows(np.asarray(positions_bt, np.int32))
+        return _dec.forward(self.graphdef, self.state, self.put_rows(tokens_bt),
+                            self.put_rows(mask_bt), self.put_rows(read_idx_br), pos, cache, prefix)
 
     def generate_tokens(
         self,
@@ -359,6 +301,99 @@ class Judge:
             max_new_tokens=max_new_tokens, temperature=float(temperature), top_k=top_k,
             eos_ids=tuple(self.config.eos_token_ids) if stop_at_eos else (), pad_id=self.pad_id)
         return np.asarray(tokens), np.asarray(lengths)
+
+    # ------------------------------------------------------------------ engine primitives
+
+    def round_rows(self, n: int) -> int:
+        """``n`` rounded up to a multiple of the mesh's ``data`` axis (the rows of a batch)."""
+        multiple = 1 if self.mesh is None else int(self.mesh.shape["data"])
+        return -(-n // multiple) * multiple
+
+    def put_rows(self, x: Any) -> jax.Array:
+        """A batch-major array on the device(s), its rows split over the mesh's ``data`` axis (a
+        batch the axis does not divide, e.g. a batch-1 prefix, is replicated)."""
+        if self.mesh is None:
+            return jnp.asarray(x)
+        return sharding.shard_batch(jnp.asarray(x), self.mesh, strict=False)
+
+    def put_replicated(self, tree: Any) -> Any:
+        """A pytree copied to every device of the mesh (or to the one device)."""
+        if self.mesh is None:
+            return jax.tree.map(jnp.asarray, tree)
+        return jax.device_put(tree, NamedSharding(self.mesh, PartitionSpec()))
+
+    def _right_padded(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """One row right-padded to its `bucket_length`: ``(tokens [1, T], mask [1, T])``."""
+        p = len(ids)
+        tokens = np.full((1, bucket_length(p)), self.pad_id, np.int32)
+        tokens[0, :p] = ids
+        mask = np.zeros(tokens.shape, bool)
+        mask[0, :p] = True
+        return tokens, mask
+
+    def prefill_prefix(self, ids: Sequence[int]) -> KVCache:
+        """The batch-1 KV cache of a shared prefix, replicated over the mesh.
+
+        The tokens are right-padded to `bucket_length` (the prefill's compute) inside a cache
+        of `slot_bucket` slots (what later calls attend to), so few shapes compile. The result
+        is the ``prefix`` of `read_rows` and :meth:`extend`.
+        """
+        tokens, mask = self._right_padded(ids)
+        cache = _dec.init_cache(self.config, 1, slot_bucket(tokens.shape[1]), self.dtype)
+        tokens, mask, read, cache = self.put_replicated((tokens, mask, np.zeros((1, 1), np.int32), cache))
+        _, cache = _dec.forward(self.graphdef, self.state, tokens, mask, read, None, cache, None)
+        return cache
+
+    def read_rows(self, tokens_bt: np.ndarray, mask_bt: np.ndarray, read_br: np.ndarray, pick_read_bm: np.ndarray,
+                  pick_token_bm: np.ndarray, *, answer_read: int, topk: int, prefix: KVCache | None = None,
+                  nll_use_bt: np.ndarray | None = None, generate_tokens: int = 0) -> RowReads:
+        """Batched continuations read at chosen positions, reduced on the device (see
+        `jaxjudge.models.primitives.read_rows` for the arguments, as numpy arrays here).
+
+        ``tokens_bt`` is left-padded with B from `round_rows`; ``prefix`` comes from
+        `prefill_prefix`; ``generate_tokens`` G > 0 also decodes a greedy reply of G tokens
+        from the same prefill (the answer read must be each row's last token).
+        """
+        put = self.put_rows
+        args = (put(tokens_bt), put(mask_bt), put(np.asarray(read_br, np.int32)), put(pick_read_bm),
+                put(pick_token_bm))
+        if generate_tokens:
+            cache = self.new_cache(tokens_bt.shape[0], tokens_bt.shape[1] + generate_tokens)
+            return _prim.read_rows_and_generate(
+                self.graphdef, self.state, *args, cache, prefix, answer_read=answer_read, topk=topk,
+                max_new_tokens=generate_tokens, eos_ids=tuple(int(e) for e in self.config.eos_token_ids),
+                pad_id=self.pad_id)
+        nll_use = None if nll_use_bt is None else put(nll_use_bt)
+        return _prim.read_rows(self.graphdef, self.state, *args, prefix, nll_use, answer_read=answer_read, topk=topk)
+
+    def prefix_nll(self, ids: Sequence[int]) -> PrefixNLL:
+        """Each token's NLL in a shared prefix, and the next token's log-probabilities."""
+        return _prim.prefix_nll(self.graphdef, self.state, *self.put_replicated(self._right_padded(ids)))
+
+    def token_nll(self, tokens_bt: np.ndarray, mask_bt: np.ndarray, count_bt: np.ndarray | None = None, *,
+                  chunk: int = 128) -> TokenNLL:
+        """Summed NLL of each row's tokens after its first (or of the slots ``count_bt`` marks:
+        slot j predicts the token at j + 1), and how many tokens were summed."""
+        put = self.put_rows
+        return _prim.token_nll(self.graphdef, self.state, put(tokens_bt), put(mask_bt),
+                               None if count_bt is None else put(count_bt), chunk=chunk)
+
+    def contrastive_decode(self, assistant: "Judge", logits_main: jax.Array, logits_asst: jax.Array,
+                           cache_main: KVCache, cache_asst: KVCache, prefix_main: KVCache | None,
+                           prefix_asst: KVCache | None, *, lam: float, t_main: float, t_asst: float, alpha: float,
+                           vocab: int, max_new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+        """Greedy contrastive decoding against ``assistant`` from both judges' prompt caches (from
+        :meth:`extend`; DONATED), by `jaxjudge.models.primitives.contrastive_decode`.
+
+        Returns:
+            (tokens [B, G] int32, lengths [B] int32 up to and including the first EOS).
+        """
+        params = tuple(jnp.asarray(x, jnp.float32) for x in (lam, t_main, t_asst, alpha))
+        out = _prim.contrastive_decode(
+            self.graphdef, self.state, assistant.graphdef, assistant.state, logits_main, logits_asst, cache_main,
+            cache_asst, prefix_main, prefix_asst, *params, vocab=vocab, max_new_tokens=max_new_tokens,
+            eos_ids=tuple(int(e) for e in self.config.eos_token_ids), pad_id=self.pad_id)
+        return np.asarray(out.tokens_bg), np.asarray(out.lengths_b)
 
     # ------------------------------------------------------------------ simple path
 
@@ -426,28 +461,27 @@ class Judge:
         """:meth:`generate`, decoded to strings (special tokens dropped)."""
         return [self.decode(ids) for ids in self.generate(prompts, **kwargs)]
 
-    def sequence_nll(self, texts: Sequence[str] | Sequence[Sequence[int]], *, chunk: int = 128,
-                     batch_size: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    def text_nll(self, texts: Sequence[str] | Sequence[Sequence[int]], *, chunk: int = 128,
+                 batch_size: int = 8) -> tuple[np.ndarray, np.ndarray]:
         """Summed token negative log-likelihood of each text (for prompt perplexity).
 
         Every token after the first is scored given the ones before it (the BOS, when the
-        tokenizer adds one, is context only).
+        tokenizer adds one, is context only). The engine's `jaxjudge.engine.sequence_nll` is
+        the batched, bucketed mean of the same sums.
 
         Returns:
             (summed NLL in nats [B] float64, number of scored tokens [B] int); the
             perplexity is ``exp(sum / count)``.
         """
         seqs = self._encode_batch(texts)
-        sums, counts = [], []
+        outs = []
         for start in range(0, len(seqs), batch_size):
             chunk_seqs = seqs[start:start + batch_size]
             tokens, mask = pad_batch(chunk_seqs, length=bucket_length(max(map(len, chunk_seqs))),
                                      pad_id=self.pad_id)
-            s, c = _dec.sequence_nll(self.graphdef, self.state, self._batch(tokens),
-                                     self._batch(mask), chunk=chunk)
-            sums.append(np.asarray(s, np.float64))
-            counts.append(np.asarray(c))
-        return np.concatenate(sums), np.concatenate(counts)
+            outs.append(self.token_nll(tokens, mask, chunk=chunk))
+        return (np.concatenate([np.asarray(o.sums_b, np.float64) for o in outs]),
+                np.concatenate([np.asarray(o.counts_b) for o in outs]))
 
     def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], *,
                             add_generation_prompt: bool = True, **variables: Any) -> str:

@@ -16,7 +16,7 @@ from jaxjudge.prompts.candidates import (
     score_candidates,
     split_token_ids,
 )
-from jaxjudge.prompts.chat import SENTINEL, ChatFormat
+from jaxjudge.prompts.chat import SENTINEL, ChatFormat, chat_format
 from jaxjudge.prompts.library import (
     TEMPLATE_SPECS,
     get_template,
@@ -44,6 +44,7 @@ __all__ = [
     "Template",
     "TemplateError",
     "as_tokenizer",
+    "chat_format",
     "common_prefix_length",
     "encode",
     "get_template",

@@ -83,23 +83,25 @@ def common_prefix_length(seqs: Sequence[Sequence[int]]) -> int:
 
 @dataclass(frozen=True)
 class ScoreCandidates:
-    """The K score candidates of a scale, as token ids.
+    """The K candidates of a score scale (or of any label set), as token ids.
 
     The engine appends ``prompt_extension`` to every prompt; the answer position (where the
     fast path reads the K first-token log-probabilities, and where the greedy token is checked
     for validity) is the position right after it.
 
     Attributes:
-      scale: the score scale.
+      scale: the score scale, or None for a plain label set (e.g. ``("A", "B")``).
       texts: ``[K]`` candidate texts appended after the prompt (separator + label).
       prompt_extension: token ids shared by all candidates, appended to every prompt.
       token_ids: ``[K]`` tuples of token ids after ``prompt_extension`` (each non-empty).
+      labels: ``[K]`` the labels of a label set (empty for a scale: its `ScoreScale.labels`).
     """
 
-    scale: ScoreScale
+    scale: ScoreScale | None
     texts: tuple[str, ...]
     prompt_extension: tuple[int, ...]
     token_ids: tuple[tuple[int, ...], ...]
+    labels: tuple[str, ...] = ()
 
     @property
     def single_token(self) -> bool:
@@ -151,8 +153,9 @@ class ScoreCandidates:
 
     def to_key(self) -> dict[str, Any]:
         """JSON-able description for store keys."""
+        head = {"scale": self.scale.to_key()} if self.scale is not None else {"labels": list(self.labels)}
         return {
-            "scale": self.scale.to_key(),
+            **head,
             "texts": list(self.texts),
             "prompt_extension": list(self.prompt_extension),
             "token_ids": [list(t) for t in self.token_ids],
@@ -161,7 +164,7 @@ class ScoreCandidates:
 
 def score_candidates(
     tokenizer: Any,
-    scale: ScoreScale,
+    scale: ScoreScale | Sequence[str],
     *,
     context: str | None = None,
     separator: str = " ",
@@ -170,7 +173,8 @@ def score_candidates(
 
     Args:
       tokenizer: `tokenizers.Tokenizer` (or a fast `transformers` tokenizer).
-      scale: the score scale; candidates are its `labels`.
+      scale: the score scale (candidates are its `labels`), or a sequence of label strings
+        (e.g. ``("A", "B")`` for a pairwise verdict).
       context: the end of the prompt the candidates follow (e.g. ``rendered.suffix``, or just
         its last line; merges never reach further back than a pre-token, so a line is
         plenty). None uses ``"Score:"``.
@@ -187,22 +191,29 @@ def score_candidates(
     tok = as_tokenizer(tokenizer)
     context = DEFAULT_CONTEXT if context is None else context
     ctx_ids = tok.encode(context, add_special_tokens=False).ids
+    if isinstance(scale, ScoreScale):
+        labels, name = scale.labels, scale.name
+    else:
+        labels, scale = tuple(str(x) for x in scale), None
+        name = "/".join(labels)
+        if len(labels) < 2 or len(set(labels)) != len(labels):
+            raise ValueError(f"a label set needs at least two distinct labels, got {list(labels)}")
     texts, seqs = [], []
-    for label in scale.labels:
+    for label in labels:
         text = separator + label
         full = tok.encode(context + text, add_special_tokens=False)
         ids = list(full.ids)
         if ids[: len(ctx_ids)] != list(ctx_ids) or len(ids) == len(ctx_ids):
             tail = list(full.tokens[max(0, len(ctx_ids) - 2):])
             raise CandidateTokenizationError(
-                f"score candidate {label!r} (scale {scale.name}): the tokenizer merges it with the end of the "
+                f"score candidate {label!r} (scale {name}): the tokenizer merges it with the end of the "
                 f"prompt ({context[-20:]!r} + {text!r} -> tokens {tail}), so it has no token sequence of its "
                 f"own; end the prompt elsewhere or change answer_separator (now {separator!r})"
             )
         texts.append(text)
         seqs.append(tuple(ids[len(ctx_ids):]))
     if len(set(seqs)) != len(seqs):
-        raise CandidateTokenizationError(f"scale {scale.name}: two score candidates tokenise identically: {seqs}")
+        raise CandidateTokenizationError(f"scale {name}: two score candidates tokenise identically: {seqs}")
     # Shared leading tokens go to the prompt, but each candidate keeps at least one token.
     shared = min(common_prefix_length(seqs), min(len(s) for s in seqs) - 1)
     return ScoreCandidates(
@@ -210,6 +221,7 @@ def score_candidates(
         texts=tuple(texts),
         prompt_extension=tuple(seqs[0][:shared]),
         token_ids=tuple(s[shared:] for s in seqs),
+        labels=() if scale is not None else labels,
     )
 
 

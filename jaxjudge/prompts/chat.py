@@ -18,14 +18,20 @@ and the prefix text, so examples sharing a prefix share the rendered prefix too.
 
 from __future__ import annotations
 
+import functools
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from typing import Any
 
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
 from jaxjudge.prompts.template import TemplateError
 
-__all__ = ["ChatFormat", "SENTINEL"]
+__all__ = ["ChatFormat", "SENTINEL", "chat_environment", "chat_format", "render_chat_template"]
 
 # Private-use characters: never produced by a tokenizer's normaliser or found in the data sets.
 SENTINEL = "\ue000jaxjudge-split\ue001"
@@ -37,6 +43,64 @@ def _raise_exception(message: str) -> None:
 
 def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
+
+
+def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None,
+            sort_keys: bool = False) -> str:
+    # transformers' filter: plain json.dumps keeping non-ASCII text (Jinja's own escapes HTML).
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+@functools.cache
+def chat_environment() -> ImmutableSandboxedEnvironment:
+    """The one Jinja environment chat templates are compiled in, set up as transformers does.
+
+    Sandboxed, ``trim_blocks``/``lstrip_blocks``, the ``loopcontrols`` extension, a ``tojson``
+    filter that keeps non-ASCII text, and the ``raise_exception`` (raising `TemplateError`)
+    and ``strftime_now`` globals that published templates call.
+    """
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+def render_chat_template(template: str, messages: Sequence[Mapping[str, Any]], *,
+                         add_generation_prompt: bool = True, **variables: Any) -> str:
+    """Renders a Hugging Face chat template in `chat_environment`.
+
+    Args:
+        template: the Jinja source.
+        messages: ``[{"role": "system"|"user"|"assistant", "content": str}, ...]``.
+        add_generation_prompt: append the assistant turn opener.
+        **variables: further template variables (``bos_token``, ``eos_token``, ``tools``, ...).
+
+    Returns:
+        The rendered prompt text (special tokens as text).
+    """
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping) or "role" not in m:
+            raise ValueError(f"message {i} must be a mapping with a 'role' (and 'content')")
+    return chat_environment().from_string(template).render(
+        messages=list(messages), add_generation_prompt=add_generation_prompt, **variables)
+
+
+def chat_format(judge: Any) -> "ChatFormat":
+    """The `ChatFormat` of a loaded judge: its own chat template and BOS/EOS strings.
+
+    Args:
+        judge: a `jaxjudge.models.Judge` (anything with ``chat_template``, ``special_tokens``
+            and ``source``).
+
+    Raises:
+        ValueError: the judge has no chat template (use raw prompts).
+    """
+    if not judge.chat_template:
+        raise ValueError(f"the model {judge.source} has no chat template; use raw prompts")
+    special = judge.special_tokens or {}
+    return ChatFormat(judge.chat_template, bos_token=special.get("bos_token") or "",
+                      eos_token=special.get("eos_token") or "")
 
 
 @dataclass(frozen=True)
@@ -84,15 +148,7 @@ class ChatFormat:
     @cached_property
     def _compiled(self) -> Any:
         try:
-            import jinja2  # noqa: PLC0415  (needed only for chat templates)
-            from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: PLC0415
-        except ImportError as e:
-            raise ImportError("chat templates need the package `jinja2` (pip install jinja2)") from e
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
-        env.globals["raise_exception"] = _raise_exception
-        env.globals["strftime_now"] = _strftime_now
-        try:
-            return env.from_string(self.template)
+            return chat_environment().from_string(self.template)
         except jinja2.TemplateSyntaxError as e:
             raise TemplateError(f"chat template does not compile (line {e.lineno}): {e.message}") from None
 

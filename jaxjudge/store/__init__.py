@@ -1,23 +1,13 @@
 """Store: extraction outputs on disk, keyed by a content hash, written in chunks, resumable.
 
-See `jaxjudge.store.chunked` for the layout and the crash-safety argument.
+See `jaxjudge.store.chunked` for the layout and the crash-safety argument, `jaxjudge.store.keys`
+for keys and hashes, `jaxjudge.store.files` for atomic writes and chunk claims, and
+`jaxjudge.store.merge` for combining the folders of several processes.
 """
 
-from jaxjudge.store.chunked import (
-    FORMAT,
-    Store,
-    StoreError,
-    StoreKeyMismatch,
-    assign_chunks,
-    canonical_key,
-    chunk_bounds,
-    content_sha256,
-    hash_key,
-    merge_stores,
-    seal_store,
-    store_path,
-)
-from jaxjudge.store.keys import extraction_key, file_sha256, ids_digest
+from jaxjudge.store.chunked import FORMAT, Store, StoreError, StoreKeyMismatch, assign_chunks, seal_store
+from jaxjudge.store.keys import canonical_key, content_sha256, file_sha256, hash_key, ids_digest
+from jaxjudge.store.merge import merge_stores
 
 __all__ = [
     "FORMAT",
@@ -26,13 +16,10 @@ __all__ = [
     "StoreKeyMismatch",
     "assign_chunks",
     "canonical_key",
-    "chunk_bounds",
     "content_sha256",
-    "extraction_key",
     "file_sha256",
-    "ids_digest",
     "hash_key",
+    "ids_digest",
     "merge_stores",
     "seal_store",
-    "store_path",
 ]

@@ -9,8 +9,7 @@ Layout of a store folder::
 The key is a JSON-able dict describing everything the outputs depend on (model file sha256,
 template text, score scale, prompt style, example ids and chunking, ...). Opening a folder
 whose manifest has another key raises `StoreKeyMismatch` naming the differing entries, so a
-sweep never mixes outputs of two configurations. `store_path(base, key)` gives each key its own
-folder under a common base.
+sweep never mixes outputs of two configurations (keys and hashes: `jaxjudge.store.keys`).
 
 Crash safety. Every file is written to a unique temporary name in the same folder, flushed to
 disk and renamed into place (an atomic replace on POSIX), so a chunk file either exists
@@ -19,7 +18,7 @@ which readers ignore. A chunk's existence is its completion record: there is no 
 to update, so several processes (hosts of a multi-host run) can write distinct chunks into the
 same folder at once, or into separate folders merged afterwards with `merge_stores`.
 
-Sharing work. A process about to compute chunk i claims it first (`Store.claim_chunk`): an
+Sharing work (`jaxjudge.store.files`). A process about to compute chunk i claims it first (`Store.claim_chunk`): an
 exclusive create of ``chunks/.NNNNNN.claim`` holding its host and pid, kept fresh by a
 heartbeat while the chunk is computed and removed once it is written. Other processes skip a
 claimed chunk, so N workers started on one store split its chunks between them. A claim whose
@@ -40,21 +39,19 @@ ids, and thereby trusts their current content.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
-import math
 import os
 import re
-import socket
-import threading
-import time
-import uuid
 import zipfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from jaxjudge import __version__
+from jaxjudge.store.files import CLAIM_STALE_S, ChunkClaim, claim_file, fsync_dir, tmp_name, write_atomic
+from jaxjudge.store.keys import canonical_key, content_sha256, hash_key, key_differences
 
 __all__ = [
     "CLAIM_STALE_S",
@@ -63,13 +60,7 @@ __all__ = [
     "StoreError",
     "StoreKeyMismatch",
     "assign_chunks",
-    "canonical_key",
-    "chunk_bounds",
-    "hash_key",
-    "content_sha256",
-    "merge_stores",
     "seal_store",
-    "store_path",
 ]
 
 FORMAT = "jaxjudge-store/1"
@@ -85,96 +76,12 @@ def _recompute_hint(root: Path) -> str:
     return f"delete it and rerun `jaxjudge extract` (or the code that wrote {root}) to recompute it"
 
 
-CLAIM_STALE_S = 120.0  # a claim without a heartbeat for this long is abandoned
-
-
 class StoreError(RuntimeError):
     """A store folder that cannot be used as asked (missing or inconsistent chunks, bad files)."""
 
 
 class StoreKeyMismatch(StoreError, ValueError):
     """The folder holds outputs for a different key."""
-
-
-# -- keys ---------------------------------------------------------------------------------------
-
-
-def _normalise(value: Any, path: str) -> Any:
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        if not math.isfinite(float(value)):
-            raise ValueError(f"store key {path}: non-finite number {value!r}")
-        return float(value)
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    if isinstance(value, np.ndarray):
-        return _normalise(value.tolist(), path)
-    if isinstance(value, Mapping):
-        out = {}
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise TypeError(f"store key {path}: mapping keys must be str, got {k!r}")
-            out[k] = _normalise(v, f"{path}.{k}")
-        return out
-    if isinstance(value, (list, tuple)):
-        return [_normalise(v, f"{path}[{i}]") for i, v in enumerate(value)]
-    raise TypeError(f"store key {path}: {type(value).__name__} is not JSON-able; use str/number/bool/list/dict")
-
-
-def canonical_key(key: Mapping[str, Any]) -> dict[str, Any]:
-    """The key with tuples as lists, numpy scalars/arrays as Python values, paths as str.
-
-    Raises:
-      TypeError: a value that has no JSON form (the message names where it is).
-    """
-    if not isinstance(key, Mapping):
-        raise TypeError(f"store key must be a dict, got {type(key).__name__}")
-    return _normalise(key, "key")
-
-
-def _key_json(key: Mapping[str, Any]) -> str:
-    return json.dumps(canonical_key(key), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def hash_key(key: Mapping[str, Any]) -> str:
-    """sha256 (hex) of the key's canonical JSON (sorted keys, no whitespace)."""
-    return hashlib.sha256(_key_json(key).encode("utf-8")).hexdigest()
-
-
-def store_path(base: str | os.PathLike, key: Mapping[str, Any], *, name: str | None = None) -> Path:
-    """A folder for ``key`` under ``base``: ``base/<name->-<first 16 hex of the key hash>``."""
-    h = hash_key(key)[:16]
-    return Path(base) / (f"{name}-{h}" if name else h)
-
-
-def _short(value: Any, n: int = 80) -> str:
-    text = json.dumps(value, sort_keys=True, ensure_ascii=False)
-    return text if len(text) <= n else text[: n - 3] + "..."
-
-
-def _key_differences(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
-    diffs = []
-    for k in sorted(set(stored) | set(wanted)):
-        if k not in stored:
-            diffs.append(f"'{k}' is not in the stored key (requested {_short(wanted[k])})")
-        elif k not in wanted:
-            diffs.append(f"'{k}' is missing from the requested key (stored {_short(stored[k])})")
-        elif stored[k] != wanted[k]:
-            diffs.append(f"'{k}' differs (stored {_short(stored[k])}, requested {_short(wanted[k])})")
-    return diffs
-
-
-# -- chunking helpers ---------------------------------------------------------------------------
-
-
-def chunk_bounds(n_items: int, chunk_size: int) -> list[tuple[int, int]]:
-    """``[start, stop)`` of each chunk when ``n_items`` are cut into chunks of ``chunk_size``."""
-    if n_items < 0 or chunk_size <= 0:
-        raise ValueError(f"need n_items >= 0 and chunk_size > 0, got {n_items}, {chunk_size}")
-    return [(s, min(s + chunk_size, n_items)) for s in range(0, n_items, chunk_size)]
 
 
 def assign_chunks(chunk_ids: Iterable[int], process_index: int, process_count: int) -> list[int]:
@@ -189,84 +96,7 @@ def assign_chunks(chunk_ids: Iterable[int], process_index: int, process_count: i
     return [c for j, c in enumerate(sorted(chunk_ids)) if j % process_count == process_index]
 
 
-def content_sha256(arrays: Mapping[str, np.ndarray]) -> str:
-    """sha256 (hex) of a chunk's arrays: each name, dtype, shape and bytes, in name order."""
-    h = hashlib.sha256()
-    for name in sorted(arrays):
-        a = np.ascontiguousarray(arrays[name])
-        h.update(json.dumps([name, a.dtype.str, list(a.shape)]).encode("utf-8") + b"\0")
-        h.update(a.tobytes())
-    return h.hexdigest()
-
-
-# -- atomic file writes -------------------------------------------------------------------------
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _tmp_name(target: Path) -> Path:
-    return target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-
-
-def _write_atomic(target: Path, write) -> None:
-    """Write via ``write(fileobj)`` to a temporary file, fsync, and rename onto ``target``."""
-    tmp = _tmp_name(target)
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(target.parent)
-
-
 # -- the store ----------------------------------------------------------------------------------
-
-
-class ChunkClaim:
-    """A held claim on one chunk: a heartbeat thread touches the claim file until `release`."""
-
-    def __init__(self, path: Path, token: str, *, interval: float):
-        self.path, self.token = path, token
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, args=(interval,), daemon=True)
-        self._thread.start()
-
-    def _beat(self, interval: float) -> None:
-        while not self._stop.wait(interval):
-            try:
-                os.utime(self.path)
-            except OSError:
-                return
-
-    def release(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        try:
-            if json.loads(self.path.read_text(encoding="utf-8")).get("token") == self.token:
-                self.path.unlink(missing_ok=True)
-        except (OSError, ValueError):
-            pass
-
-    def __enter__(self) -> ChunkClaim:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.release()
 
 
 class Store:
@@ -329,7 +159,7 @@ class Store:
             cls._create(root, ckey, khash, n_chunks, info)
         manifest = cls._read_manifest(manifest_path)
         if manifest["key_hash"] != khash or manifest["key"] != ckey:
-            diffs = _key_differences(manifest["key"], ckey)
+            diffs = key_differences(manifest["key"], ckey)
             raise StoreKeyMismatch(
                 f"store at {root} holds outputs for a different key: " + "; ".join(diffs or ["key hash differs"])
                 + ". Use another folder (e.g. jaxjudge.store.store_path(base, key))."
@@ -358,8 +188,6 @@ class Store:
     @staticmethod
     def _create(root: Path, ckey: dict, khash: str, n_chunks: int | None, info: Mapping[str, Any] | None) -> None:
         (root / _CHUNKS).mkdir(parents=True, exist_ok=True)
-        from jaxjudge import __version__  # noqa: PLC0415
-
         manifest = {
             "format": FORMAT,
             "key_hash": khash,
@@ -371,7 +199,7 @@ class Store:
         }
         data = (json.dumps(manifest, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
         target = root / _MANIFEST
-        tmp = _tmp_name(target)
+        tmp = tmp_name(target)
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
@@ -387,7 +215,7 @@ class Store:
                 os.replace(tmp, target)
         finally:
             tmp.unlink(missing_ok=True)
-        _fsync_dir(root)
+        fsync_dir(root)
 
     # -- chunks ---------------------------------------------------------------------------------
 
@@ -417,74 +245,7 @@ class Store:
         """
         if self.has_chunk(i):
             return None
-        path = self.claim_path(i)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        token = uuid.uuid4().hex
-        record = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": token})
-        for _ in range(2):
-            try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                if not self._take_over_stale(path, stale_after):
-                    return None
-                continue
-            with os.fdopen(fd, "w") as f:
-                f.write(record)
-            claim = ChunkClaim(path, token, interval=max(stale_after / 6, 0.05))
-            if self.has_chunk(i):  # written between the first look and the claim
-                claim.release()
-                return None
-            return claim
-        return None
-
-    @staticmethod
-    def _claim_is_stale(path: Path, text: str, stale_after: float) -> bool:
-        try:
-            age = time.time() - path.stat().st_mtime
-        except FileNotFoundError:
-            return False
-        if age > stale_after:
-            return True
-        try:
-            holder = json.loads(text)
-            host, pid = holder["host"], int(holder["pid"])
-        except (ValueError, KeyError, TypeError):
-            return False  # half-written by its creator just now: let the age decide
-        if host != socket.gethostname():
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        return False
-
-    def _take_over_stale(self, path: Path, stale_after: float) -> bool:
-        """Remove a stale claim; True if it was stale (and is now gone)."""
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return True
-        except OSError:
-            return False
-        if not self._claim_is_stale(path, text, stale_after):
-            return False
-        aside = path.with_name(f"{path.name}.{uuid.uuid4().hex[:8]}.stale")
-        try:
-            os.rename(path, aside)
-        except FileNotFoundError:
-            return True  # another process removed it first
-        try:
-            if aside.read_text(encoding="utf-8") != text:  # a fresh claim replaced it meanwhile: put it back
-                try:
-                    os.link(aside, path)
-                except FileExistsError:
-                    pass
-                return False
-            return True
-        finally:
-            aside.unlink(missing_ok=True)
+        return claim_file(self.claim_path(i), lambda: self.has_chunk(i), stale_after=stale_after)
 
     def _total(self, n_chunks: int | None) -> int:
         n = n_chunks if n_chunks is not None else self.n_chunks
@@ -543,7 +304,7 @@ class Store:
         entries = {**arrays, _SEAL: np.asarray(json.dumps(seal, sort_keys=True))}
         target = self.chunk_path(i)
         target.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(target, lambda f: np.savez(f, **entries))
+        write_atomic(target, lambda f: np.savez(f, **entries))
         return target
 
     def _read_raw(self, i: int) -> tuple[dict[str, np.ndarray], dict[str, Any] | None]:
@@ -673,10 +434,10 @@ class Store:
             new._write_sealed(i, arrays, origin="extend_key")
         manifest = {**self.meta, "key": new_key, "key_hash": new_hash}
         target = self.root / _MANIFEST
-        tmp = _tmp_name(target)
+        tmp = tmp_name(target)
         tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
         os.replace(tmp, target)
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
         self.meta, self.key, self.key_hash = manifest, new_key, new_hash
         return {"resealed": len(todo), "already": already}
 
@@ -716,35 +477,6 @@ class Store:
                     )
         return {name: np.concatenate([p[name] for p in parts], axis=0) for name in names}
 
-    def merge_from(self, other: Store | str | os.PathLike) -> list[int]:
-        """Copy the chunks of another store with the same key into this one.
-
-        A chunk present in both must hold identical arrays (a conflict raises).
-
-        Returns:
-          The chunk indices copied.
-        """
-        src = other if isinstance(other, Store) else Store.open(other)
-        if src.key_hash != self.key_hash:
-            diffs = _key_differences(src.key, self.key)
-            raise StoreKeyMismatch(f"cannot merge {src.root} into {self.root}: " + "; ".join(diffs or ["key hash differs"]))
-        copied = []
-        for i in src.completed_chunks():
-            if self.has_chunk(i):
-                a, b = src.read_chunk(i), self.read_chunk(i)
-                same = sorted(a) == sorted(b) and all(
-                    a[k].shape == b[k].shape and np.array_equal(a[k], b[k], equal_nan=a[k].dtype.kind in "fc")
-                    for k in a
-                )
-                if not same:
-                    raise StoreError(f"chunk {i} differs between {src.root} and {self.root}")
-                continue
-            target = self.chunk_path(i)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            _write_atomic(target, lambda f, s=src.chunk_path(i): f.write(Path(s).read_bytes()))
-            copied.append(i)
-        return copied
-
 
 def seal_store(root: str | os.PathLike) -> dict[str, int]:
     """Seal the chunks of a store written before chunks carried seals, trusting their content.
@@ -763,29 +495,3 @@ def seal_store(root: str | os.PathLike) -> dict[str, int]:
       StoreError: a chunk unreadable, with bad example ids, or sealed but not matching its seal.
     """
     return Store.open(root).seal()
-
-
-def merge_stores(dest: str | os.PathLike, sources: Sequence[str | os.PathLike | Store]) -> Store:
-    """Merge stores written by several processes (same key) into ``dest``.
-
-    ``dest`` may be one of the sources or a new folder; it is created with the sources' key.
-
-    Raises:
-      StoreKeyMismatch: the sources (or an existing ``dest``) have different keys.
-    """
-    if not sources:
-        raise ValueError("merge_stores: no sources")
-    opened = [s if isinstance(s, Store) else Store.open(s) for s in sources]
-    first = opened[0]
-    for s in opened[1:]:
-        if s.key_hash != first.key_hash:
-            diffs = _key_differences(first.key, s.key)
-            raise StoreKeyMismatch(f"cannot merge {s.root} with {first.root}: " + "; ".join(diffs or ["key hash differs"]))
-    n_values = {s.n_chunks for s in opened if s.n_chunks is not None}
-    if len(n_values) > 1:
-        raise StoreKeyMismatch(f"cannot merge stores with different n_chunks {sorted(n_values)}")
-    out = Store.open(dest, first.key, n_chunks=next(iter(n_values), None), info=first.meta.get("info"))
-    for s in opened:
-        if Path(s.root).resolve() != Path(out.root).resolve():
-            out.merge_from(s)
-    return out

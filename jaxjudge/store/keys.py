@@ -1,14 +1,18 @@
-"""Building store keys: what an extraction's outputs depend on, as one JSON-able dict."""
+"""Store keys: their canonical JSON form and hash, key differences, content and file hashes."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["extraction_key", "file_sha256", "ids_digest"]
+import numpy as np
+
+__all__ = ["canonical_key", "content_sha256", "file_sha256", "hash_key", "ids_digest", "key_differences"]
 
 
 _SHA_CACHE: dict[tuple[str, int, int], str] = {}
@@ -37,54 +41,74 @@ def ids_digest(example_ids: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(example_ids).encode("utf-8")).hexdigest()
 
 
-def _describe(value: Any) -> Any:
-    to_key = getattr(value, "to_key", None)
-    return to_key() if callable(to_key) else value
+def _normalise(value: Any, path: str) -> Any:
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        if not math.isfinite(float(value)):
+            raise ValueError(f"store key {path}: non-finite number {value!r}")
+        return float(value)
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, np.ndarray):
+        return _normalise(value.tolist(), path)
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise TypeError(f"store key {path}: mapping keys must be str, got {k!r}")
+            out[k] = _normalise(v, f"{path}.{k}")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_normalise(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    raise TypeError(f"store key {path}: {type(value).__name__} is not JSON-able; use str/number/bool/list/dict")
 
 
-def extraction_key(
-    *,
-    model_sha256: str,
-    template: Any,
-    scale: Any,
-    example_ids: Sequence[str],
-    chunk_size: int,
-    chat: Any = None,
-    candidates: Any = None,
-    **extra: Any,
-) -> dict[str, Any]:
-    """The key of one extraction run (model x template x scale x prompt style x examples).
+def canonical_key(key: Mapping[str, Any]) -> dict[str, Any]:
+    """The key with tuples as lists, numpy scalars/arrays as Python values, paths as str.
 
-    Args:
-      model_sha256: hash of the model file(s) (`file_sha256`).
-      template: a `Template` (its `to_key()` is recorded) or a JSON-able description.
-      scale: a `ScoreScale` or description.
-      example_ids: the ordered work list; recorded as count + digest.
-      chunk_size: examples per chunk (chunk i holds examples ``[i*chunk_size, (i+1)*chunk_size)``).
-      chat: the `ChatFormat` (None records the raw prompt style).
-      candidates: the `ScoreCandidates` (their token ids pin the tokenizer's behaviour).
-      **extra: anything else the outputs depend on (overflow policy, max_tokens, top_k, dtype).
-
-    Returns:
-      A dict for `Store.open`.
+    Raises:
+      TypeError: a value that has no JSON form (the message names where it is).
     """
-    if not isinstance(model_sha256, str) or not model_sha256:
-        raise ValueError("model_sha256 must be a non-empty str")
-    if not isinstance(chunk_size, int) or chunk_size <= 0:
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
-    key = {
-        "model_sha256": model_sha256,
-        "template": _describe(template),
-        "scale": _describe(scale),
-        "style": "raw" if chat is None else "chat",
-        "chat": None if chat is None else _describe(chat),
-        "candidates": None if candidates is None else _describe(candidates),
-        "n_examples": len(example_ids),
-        "example_ids_sha256": ids_digest(example_ids),
-        "chunk_size": chunk_size,
-    }
-    for name, value in extra.items():
-        if name in key:
-            raise ValueError(f"extra key {name!r} clashes with a standard key entry")
-        key[name] = _describe(value)
-    return key
+    if not isinstance(key, Mapping):
+        raise TypeError(f"store key must be a dict, got {type(key).__name__}")
+    return _normalise(key, "key")
+
+
+def _key_json(key: Mapping[str, Any]) -> str:
+    return json.dumps(canonical_key(key), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def hash_key(key: Mapping[str, Any]) -> str:
+    """sha256 (hex) of the key's canonical JSON (sorted keys, no whitespace)."""
+    return hashlib.sha256(_key_json(key).encode("utf-8")).hexdigest()
+
+
+def _short(value: Any, n: int = 80) -> str:
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def key_differences(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
+    """One line per entry where two keys differ (missing on either side, or another value)."""
+    diffs = []
+    for k in sorted(set(stored) | set(wanted)):
+        if k not in stored:
+            diffs.append(f"'{k}' is not in the stored key (requested {_short(wanted[k])})")
+        elif k not in wanted:
+            diffs.append(f"'{k}' is missing from the requested key (stored {_short(stored[k])})")
+        elif stored[k] != wanted[k]:
+            diffs.append(f"'{k}' differs (stored {_short(stored[k])}, requested {_short(wanted[k])})")
+    return diffs
+
+
+def content_sha256(arrays: Mapping[str, np.ndarray]) -> str:
+    """sha256 (hex) of a chunk's arrays: each name, dtype, shape and bytes, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(json.dumps([name, a.dtype.str, list(a.shape)]).encode("utf-8") + b"\0")
+        h.update(a.tobytes())
+    return h.hexdigest()
