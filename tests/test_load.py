@@ -256,15 +256,15 @@ def test_keys_and_hashes(tmp_path, monkeypatch):
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF" + bytes(range(200)))
     memo = tmp_path / "memo"
-    assert jc.file_sha256(f, memo) == hashlib.sha256(f.read_bytes()).hexdigest()
+    assert jc.memo_file_sha256(f, memo) == hashlib.sha256(f.read_bytes()).hexdigest()
     # The memo answers while size and mtime are unchanged...
-    monkeypatch.setattr(jc, "_hash_file", lambda p: (_ for _ in ()).throw(AssertionError("rehashed")))
-    assert jc.file_sha256(f, memo) == hashlib.sha256(f.read_bytes()).hexdigest()
+    monkeypatch.setattr(jc, "file_sha256", lambda *a, **k: (_ for _ in ()).throw(AssertionError("rehashed")))
+    assert jc.memo_file_sha256(f, memo) == hashlib.sha256(f.read_bytes()).hexdigest()
     monkeypatch.undo()
     # ...and an edit (new size and mtime) is hashed again.
     f.write_bytes(b"GGUF" + bytes(range(201)))
     os.utime(f, ns=(1, 1))
-    assert jc.file_sha256(f, memo) == hashlib.sha256(f.read_bytes()).hexdigest()
+    assert jc.memo_file_sha256(f, memo) == hashlib.sha256(f.read_bytes()).hexdigest()
     monkeypatch.setenv("JAXJUDGE_CACHE", str(tmp_path / "env"))
     assert jc.cache_root() == tmp_path / "env"
     assert jc.cache_root(tmp_path / "arg") == tmp_path / "arg"
@@ -363,7 +363,7 @@ def test_memo_sees_a_same_size_edit_with_the_mtime_put_back(tmp_path, monkeypatc
     f.write_bytes(b"GGUF" + bytes(range(200)))
     memo = tmp_path / "memo"
     before = f.stat()
-    old = jc.file_sha256(f, memo)
+    old = jc.memo_file_sha256(f, memo)
     with open(f, "r+b") as fh:  # flip one byte in place: same size, same inode
         fh.seek(100)
         byte = fh.read(1)
@@ -371,7 +371,7 @@ def test_memo_sees_a_same_size_edit_with_the_mtime_put_back(tmp_path, monkeypatc
         fh.write(bytes([byte[0] ^ 0xFF]))
     os.utime(f, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert (f.stat().st_size, f.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
-    new = jc.file_sha256(f, memo)
+    new = jc.memo_file_sha256(f, memo)
     assert new != old and new == hashlib.sha256(f.read_bytes()).hexdigest()
     # The conversion cache is keyed on that digest, so the stale conversion is not restored.
     assert jc.cache_key(new, "float32") != jc.cache_key(old, "float32")
@@ -381,13 +381,13 @@ def test_verify_bypasses_the_memo(tmp_path):
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF" + bytes(range(50)))
     memo = tmp_path / "memo"
-    real = jc.file_sha256(f, memo)
+    real = jc.memo_file_sha256(f, memo)
     record = json.loads((memo / "sha256-memo.json").read_text())
     record[str(f.resolve())]["sha256"] = "0" * 64  # a memo that lies
     (memo / "sha256-memo.json").write_text(json.dumps(record))
-    assert jc.file_sha256(f, memo) == "0" * 64  # the memo is trusted as a speed-up...
-    assert jc.file_sha256(f, memo, verify=True) == real  # ...which --verify bypasses
-    assert jc.file_sha256(f, memo) == real  # and refreshes
+    assert jc.memo_file_sha256(f, memo) == "0" * 64  # the memo is trusted as a speed-up...
+    assert jc.memo_file_sha256(f, memo, verify=True) == real  # ...which --verify bypasses
+    assert jc.memo_file_sha256(f, memo) == real  # and refreshes
 
 
 def test_load_refuses_a_source_with_another_sha256_before_reading_weights(tmp_path, monkeypatch):

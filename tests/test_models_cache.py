@@ -190,9 +190,9 @@ def test_sequence_nll_matches_forward_log_softmax(judge):
         assert s == pytest.approx(ref, abs=1e-4)
     # Padding side and chunking do not matter.
     tokens, mask = D.pad_batch(seqs, side="right")
-    s2, c2 = D.sequence_nll(judge.graphdef, judge.state, tokens, mask, chunk=4)
-    np.testing.assert_allclose(np.asarray(s2), sums, atol=1e-4)
-    np.testing.assert_array_equal(np.asarray(c2), counts)
+    out = judge.token_nll(tokens, mask, chunk=4)
+    np.testing.assert_allclose(np.asarray(out.sums_b), sums, atol=1e-4)
+    np.testing.assert_array_equal(np.asarray(out.counts_b), counts)
 
 
 def test_bfloat16_prefix_matches_bfloat16_forward():

@@ -59,7 +59,7 @@ from jaxjudge.report.stores import (
     content_free_examples,
     contrastive_generate_match,
     job_setup,
-    key_differences,
+    key_mismatches,
     store_match,
 )
 from jaxjudge.store import Store
@@ -345,7 +345,7 @@ def upgrade_stores(
         if job.role == "contrastive_generate":
             want.update(contrastive_generate_match(cfg, job.model))
         if "setup" in store.key:
-            diff = key_differences(store.key, {**want, "setup": setup})
+            diff = key_mismatches(store.key, {**want, "setup": setup})
             if diff:
                 raise ConfigError(f"store {where}: its key differs from this config: {'; '.join(diff)}")
             counts["current"] += 1
@@ -363,7 +363,7 @@ def upgrade_stores(
                     contexts[job.model] = _default_context_length(path)
                 ctx = contexts[job.model]
             want["context_length"] = ctx
-        diff = key_differences(store.key, want)
+        diff = key_mismatches(store.key, want)
         if diff:
             raise ConfigError(f"store {where}: its key differs from this config: {'; '.join(diff)}")
         check_store_model(store.key, cfg.model(job.model), where)

@@ -22,7 +22,6 @@ never gathered on one.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -43,13 +42,14 @@ from jaxjudge.models.config import DecoderConfig, config_from_hf
 from jaxjudge.models.convert import abstract_model
 from jaxjudge.models.decoder import Decoder
 from jaxjudge.models.layers import as_dtype
+from jaxjudge.store import file_sha256
 
 __all__ = [
     "FORMAT_VERSION",
     "CachedJudge",
     "cache_root",
     "cache_key",
-    "file_sha256",
+    "memo_file_sha256",
     "source_sha256",
     "save_converted",
     "load_converted",
@@ -84,15 +84,7 @@ def cache_key(sha256: str, dtype: Any) -> str:
     return f"{sha256}-{dtype_name(dtype)}-v{FORMAT_VERSION}"
 
 
-def _hash_file(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
-def file_sha256(path: str | os.PathLike[str], memo_dir: str | os.PathLike[str] | None = None, *,
+def memo_file_sha256(path: str | os.PathLike[str], memo_dir: str | os.PathLike[str] | None = None, *,
                 verify: bool = False) -> str:
     """sha256 of a file, remembered across calls by (path, size, mtime, inode, ctime).
 
@@ -124,7 +116,7 @@ def file_sha256(path: str | os.PathLike[str], memo_dir: str | os.PathLike[str] |
         hit = memo.get(str(path))
         if not verify and isinstance(hit, dict) and hit.get("stamp") == stamp and isinstance(hit.get("sha256"), str):
             return hit["sha256"]
-    digest = _hash_file(path)
+    digest = file_sha256(path, block_size=1 << 22, fresh=verify)
     if memo_path is not None:
         memo[str(path)] = {"stamp": stamp, "sha256": digest}
         memo_path.parent.mkdir(parents=True, exist_ok=True)
@@ -136,12 +128,12 @@ def file_sha256(path: str | os.PathLike[str], memo_dir: str | os.PathLike[str] |
 
 def source_sha256(source: str | os.PathLike[str], memo_dir: str | os.PathLike[str] | None = None, *,
                   verify: bool = False) -> str:
-    """Content hash of a model source: a GGUF file's sha256 (memoised, see :func:`file_sha256`;
+    """Content hash of a model source: a GGUF file's sha256 (memoised, see :func:`memo_file_sha256`;
     ``verify`` bypasses the memo), or a Hugging Face folder's hash over its config, tokenizer
     and safetensors files (always hashed)."""
     path = Path(source)
     if path.is_file():
-        return file_sha256(path, memo_dir, verify=verify)
+        return memo_file_sha256(path, memo_dir, verify=verify)
     return hf.source_sha256(path)
 
 

@@ -60,7 +60,7 @@ from jaxjudge.models.decoder_config import DecoderConfig, rope_inverse_frequenci
 from jaxjudge.models.generation import generate, sample_key
 from jaxjudge.models.kvcache import KVCache, default_positions, init_cache, pad_batch
 from jaxjudge.models.layers import DTYPES, MLP, Embedding, Projection, RMSNorm, as_dtype, softcap
-from jaxjudge.models.nll import next_token_nll, next_token_targets, sequence_nll
+from jaxjudge.models.nll import next_token_nll, next_token_targets
 
 __all__ = [
     "Decoder",
@@ -72,7 +72,6 @@ __all__ = [
     "forward",
     "generate",
     "sample_key",
-    "sequence_nll",
     "next_token_targets",
     "next_token_nll",
     "DTYPES",

@@ -1,57 +1,17 @@
-"""Negative log-likelihood of token sequences under the decoder, with the head run in chunks."""
+"""Next-token negative log-likelihood under the decoder, with the head run in chunks (the jitted
+sequence NLL built on it is `jaxjudge.models.primitives.token_nll`)."""
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
-
-from jaxjudge.models.kvcache import default_positions
 
 if TYPE_CHECKING:  # annotations only; the decoder module imports this one
     from jaxjudge.models.decoder import Decoder
 
-__all__ = ["sequence_nll", "next_token_targets", "next_token_nll"]
-
-
-@functools.partial(jax.jit, static_argnames=("graphdef", "chunk"))
-def sequence_nll(
-    graphdef: nnx.GraphDef,
-    state: nnx.State,
-    tokens_bt: jax.Array,
-    mask_bt: jax.Array,
-    count_bt: jax.Array | None = None,
-    *,
-    chunk: int = 128,
-) -> tuple[jax.Array, jax.Array]:
-    """Summed negative log-likelihood of each sequence's tokens after its first real token.
-
-    The output head runs over ``chunk`` positions at a time, so at most a [B, chunk, V] block
-    of logits exists at once.
-
-    Args:
-        graphdef, state: ``nnx.split(decoder)``.
-        tokens_bt: token ids [B, T] (any padding side).
-        mask_bt: True for real tokens [B, T].
-        count_bt: optional [B, T] bool, the slots whose next token counts (slot j predicts the
-            token at j + 1); None counts every token after the first.
-        chunk: positions per head evaluation (static).
-
-    Returns:
-        (summed NLL in nats [B] float32, number of predicted tokens [B] int32). The mean NLL
-        (log-perplexity) is their ratio.
-    """
-    model = nnx.merge(graphdef, state)
-    mask_bt = mask_bt.astype(bool)
-    positions_bt = default_positions(mask_bt)
-    h_btd, _ = model.trunk(tokens_bt, positions_bt, mask_bt)
-    target_bt, use_bt = next_token_targets(tokens_bt, mask_bt)
-    if count_bt is not None:
-        use_bt = use_bt & count_bt.astype(bool)
-    return next_token_nll(model, h_btd, target_bt, use_bt, chunk=chunk), jnp.sum(use_bt, axis=1).astype(jnp.int32)
+__all__ = ["next_token_targets", "next_token_nll"]
 
 
 def next_token_targets(tokens_bt: jax.Array, mask_bt: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -64,7 +64,7 @@ __all__ = [
     "content_free_examples",
     "job_prompts",
     "job_setup",
-    "key_differences",
+    "key_mismatches",
     "load_cells",
 ]
 
@@ -190,7 +190,7 @@ def job_setup(cfg: Any, job: ExtractionJob, examples: Any) -> dict[str, Any]:
     }
 
 
-def key_differences(stored: Mapping[str, Any], wanted: Mapping[str, Any], prefix: str = "") -> list[str]:
+def key_mismatches(stored: Mapping[str, Any], wanted: Mapping[str, Any], prefix: str = "") -> list[str]:
     """``"field: stored X, wanted Y"`` for each entry of ``wanted`` the stored key differs on
     (nested mappings compared field by field, named with dots)."""
     out = []
@@ -199,7 +199,7 @@ def key_differences(stored: Mapping[str, Any], wanted: Mapping[str, Any], prefix
         if isinstance(v, Mapping) and isinstance(got, Mapping):
             # Within a nested mapping an entry on either side counts (an option set at
             # extraction and unset now differs too).
-            out += key_differences(got, {**{e: None for e in got}, **v}, f"{prefix}{k}.")
+            out += key_mismatches(got, {**{e: None for e in got}, **v}, f"{prefix}{k}.")
         elif got != v:
             out.append(f"{prefix}{k}: stored {got!r}, wanted {v!r}")
     return out
@@ -260,7 +260,7 @@ class StoreIndex:
             raise StoreLookupError(msg + " (run `jaxjudge extract` for this config)")
         best = max(self.stores, key=lambda s: (sum(s.key.get(k) == v for k, v in want.items() if k != "setup"),
                                                s.key.get("setup") == want.get("setup")))
-        diff = key_differences(best.key, want)
+        diff = key_mismatches(best.key, want)
         if "setup" in want and "setup" not in best.key and len(diff) == 1:
             raise StoreLookupError(
                 f"store {best.root} was written before stores recorded their setup (prompt style, keyed engine "

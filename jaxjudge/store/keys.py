@@ -15,16 +15,19 @@ import numpy as np
 __all__ = ["canonical_key", "content_sha256", "file_sha256", "hash_key", "ids_digest", "key_differences"]
 
 
-_SHA_CACHE: dict[tuple[str, int, int], str] = {}
+_SHA_CACHE: dict[tuple[str, int, int, int], str] = {}
 
 
-def file_sha256(path: str | os.PathLike, *, block_size: int = 1 << 20) -> str:
-    """sha256 (hex) of a file's bytes, read in blocks (model files are gigabytes); cached per
-    (path, size, modification time) within the process."""
+def file_sha256(path: str | os.PathLike, *, block_size: int = 1 << 20, fresh: bool = False) -> str:
+    """sha256 (hex) of a file's bytes, read in blocks (model files are gigabytes).
+
+    Cached within the process per (path, size, modification and status-change times); ``fresh``
+    hashes the bytes again (and refreshes the cache).
+    """
     p = Path(path)
     st = p.stat()
-    key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
-    if key not in _SHA_CACHE:
+    key = (str(p.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if fresh or key not in _SHA_CACHE:
         h = hashlib.sha256()
         with open(p, "rb") as f:
             while block := f.read(block_size):
