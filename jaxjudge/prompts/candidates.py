@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import tokenizers
 
 from jaxjudge.prompts.scale import ScoreScale
 from jaxjudge.prompts.template import RenderedPrompt
@@ -53,8 +54,6 @@ class CandidateTokenizationError(ValueError):
 
 def as_tokenizer(tokenizer: Any):
     """Return the `tokenizers.Tokenizer` behind ``tokenizer`` (itself, or ``.backend_tokenizer``)."""
-    import tokenizers  # noqa: PLC0415
-
     if isinstance(tokenizer, tokenizers.Tokenizer):
         return tokenizer
     backend = getattr(tokenizer, "backend_tokenizer", None)
