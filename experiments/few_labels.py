@@ -44,7 +44,8 @@ from collections.abc import Sequence
 from jaxjudge.data import DataError
 from jaxjudge.experiment import ConfigError, ExperimentConfig, TaskSpec, collect_metadata, command_line, run_dir
 from jaxjudge.report import StoreLookupError
-from jaxjudge.report.few_labels import FewLabelsConfig, run_few_labels
+from jaxjudge.experiment.few_labels import FewLabelsConfig
+from jaxjudge.report.few_labels import FewLabelsError, run_few_labels
 from jaxjudge.report.few_labels_write import write_few_labels
 
 from registry import CPU_SUMMEVAL_SUBSET, QWEN_05B, STSB_SELECTION
@@ -104,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = get_config(args.config).with_overrides(args.overrides)
         stores = args.stores or cfg.base.store_root
         result = run_few_labels(cfg, stores, check_model=not args.no_check_model)
-    except (ConfigError, DataError, StoreLookupError, FileNotFoundError) as e:
+    except (ConfigError, DataError, FewLabelsError, StoreLookupError, FileNotFoundError) as e:
         print(f"few_labels: {e}", file=sys.stderr)
         return 2
     out = run_dir(cfg.base, args.run, root=args.results)

@@ -13,6 +13,7 @@ Entry points (the ``jaxjudge`` command calls them):
 """
 
 from jaxjudge.experiment.checks import check_tokenizer, validate_config
+from jaxjudge.experiment.few_labels import FewLabelsConfig
 from jaxjudge.experiment.jobs import JobResult, job_store_path, load_tokenizer, run_extractions, upgrade_stores
 from jaxjudge.experiment.loader import load_config
 from jaxjudge.experiment.metadata import collect_metadata, command_line, portable_path, run_dir
@@ -33,6 +34,7 @@ from jaxjudge.experiment.schema import (
 from jaxjudge.report.stores import Cell, ExtractionJob, cells
 
 __all__ = [
+    "FewLabelsConfig",
     "Cell",
     "ConfigError",
     "ExperimentConfig",

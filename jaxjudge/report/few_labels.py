@@ -40,11 +40,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-import typing
 from typing import Any
 
 import jax
@@ -53,14 +50,12 @@ from scipy.stats import norm
 
 from jaxjudge import metrics as M
 from jaxjudge.data.tasks import TASKS, load_task_data, task_dev_docs
-from jaxjudge.experiment import schema as C  # upward (report -> experiment): FewLabelsConfig belongs in experiment
-from jaxjudge.experiment.typed import parse_text
 from jaxjudge.report.stores import StoreIndex, cells, load_cells
 from jaxjudge.report.cell import evaluate_cell
 from jaxjudge.report.cell_inputs import MethodOptions, make_splits
 
 __all__ = [
-    "FewLabelsConfig",
+    "FewLabelsError",
     "CellPredictions",
     "judge_predictions",
     "label_saving",
@@ -74,94 +69,8 @@ HUMAN_ONLY = "human only"
 PPI_PLAIN = "vanilla + labels (PPI, lam=1)"
 
 
-@dataclass(frozen=True)
-class FewLabelsConfig:
-    """The few-labels experiment: a report config (whose stores give the judge's predictions)
-    and the label-sampling protocol.
-
-    Attributes:
-      base: the `ExperimentConfig` whose tasks, scales, methods, splits and ``store_root`` make
-        the predictions (its ``name``/``run`` name the results folder).
-      score: the reading used, ``"expected@<T>"`` (a temperature of ``base``) or ``"greedy"``.
-      n_labels: numbers of human labels drawn.
-      repeats: draws per n (seeded).
-      seed: seed of the draws.
-      alpha: 1 - confidence level of every interval.
-      clip: clip PPI++'s lam to [0, 1].
-      min_clusters: fewest documents for the cluster-robust variance of the all-items mean.
-      pair: two system names for the paired difference, or None (the two systems of highest
-        mean vanilla judge score).
-      kendall_n_boot: document-bootstrap resamples of the system-level tau.
-      figure_scales: the ranges drawn in the width-against-n figure (None: every range).
-    """
-
-    base: C.ExperimentConfig
-    score: str = "expected@0.2"
-    n_labels: tuple[int, ...] = (25, 50, 100, 200)
-    repeats: int = 200
-    seed: int = 0
-    alpha: float = 0.05
-    clip: bool = False
-    min_clusters: int = 20
-    pair: tuple[str, str] | None = None
-    kendall_n_boot: int = 1000
-    figure_scales: tuple[str, ...] | None = None
-
-    def __post_init__(self) -> None:
-        w = "FewLabelsConfig"
-        if not isinstance(self.base, C.ExperimentConfig):
-            raise C.ConfigError(f"{w}.base must be an ExperimentConfig, got {type(self.base).__name__}")
-        kinds = [f"expected@{t:g}" for t in self.base.temperatures] + (["greedy"] if self.base.greedy else [])
-        if self.score not in kinds:
-            raise C.ConfigError(f"{w}.score {self.score!r} is not a reading of the base config; use one of {kinds}")
-        ns = tuple(int(n) for n in self.n_labels)
-        if not ns or any(n < 2 for n in ns) or list(ns) != sorted(set(ns)):
-            raise C.ConfigError(f"{w}.n_labels must be increasing integers >= 2, got {self.n_labels!r}")
-        object.__setattr__(self, "n_labels", ns)
-        for name in ("repeats", "kendall_n_boot", "min_clusters"):
-            if int(getattr(self, name)) < 1:
-                raise C.ConfigError(f"{w}.{name} must be >= 1, got {getattr(self, name)!r}")
-        if not 0 < self.alpha < 1:
-            raise C.ConfigError(f"{w}.alpha must be in (0, 1), got {self.alpha!r}")
-        if self.pair is not None and (len(self.pair) != 2 or self.pair[0] == self.pair[1]):
-            raise C.ConfigError(f"{w}.pair must name two different systems, got {self.pair!r}")
-        if self.figure_scales is not None:
-            bad = sorted(set(self.figure_scales) - set(self.base.scales))
-            if bad:
-                raise C.ConfigError(f"{w}.figure_scales {bad} are not scales of the base config {self.base.scales}")
-
-    @property
-    def name(self) -> str:
-        return self.base.name
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "base"}
-        return json.loads(json.dumps(d, default=list))
-
-    def with_overrides(self, overrides: Sequence[str]) -> FewLabelsConfig:
-        """A copy with fields replaced from ``field=value`` strings; ``base.<field>=value``
-        overrides a field of the base config.
-
-        Raises:
-          ConfigError: an unknown field (named) or a bad value.
-        """
-        own, base = {}, []
-        known = [f.name for f in dataclasses.fields(self) if f.name != "base"]
-        for item in overrides:
-            if "=" not in item:
-                raise C.ConfigError(f"override {item!r} must look like field=value")
-            k, v = (s.strip() for s in item.split("=", 1))
-            if k.startswith("base."):
-                base.append(f"{k[len('base.'):]}={v}")
-            elif k in known:
-                val = parse_text(f"FewLabelsConfig.{k}", v, typing.get_type_hints(FewLabelsConfig)[k])
-                if k in ("n_labels", "figure_scales") and not isinstance(val, (tuple, list)):
-                    val = (val,)
-                own[k] = val
-            else:
-                raise C.ConfigError(f"FewLabelsConfig has no field {k!r} (fields: {known}; base.<field> for the report config)")
-        new_base = C.with_overrides(self.base, base) if base else self.base
-        return dataclasses.replace(self, base=new_base, **own)
+class FewLabelsError(ValueError):
+    """A few-labels request the data cannot answer (e.g. a pair naming absent systems)."""
 
 
 @dataclass
@@ -200,7 +109,7 @@ def _systems_of(task: str, ids: np.ndarray) -> np.ndarray | None:
     return np.asarray([str(i).split("/", 1)[1] for i in ids.tolist()])
 
 
-def judge_predictions(cfg: FewLabelsConfig, store_root: str | os.PathLike | None = None, *,
+def judge_predictions(cfg: Any, store_root: str | os.PathLike | None = None, *,
                       check_model: bool = True) -> tuple[list[CellPredictions], list[str]]:
     """Every cell's test-side predictions of every method, from the stores (no forward pass).
 
@@ -267,7 +176,7 @@ class _Estimand:
     note: str | None = None
 
 
-def _estimands(cp: CellPredictions, cfg: FewLabelsConfig) -> list[_Estimand]:
+def _estimands(cp: CellPredictions, cfg: Any) -> list[_Estimand]:
     out = []
     codes, k, _ = M.encode_groups(cp.groups)
     clustered = k < cp.human.size and k >= cfg.min_clusters
@@ -290,7 +199,7 @@ def _estimands(cp: CellPredictions, cfg: FewLabelsConfig) -> list[_Estimand]:
     pair = cfg.pair or tuple(sorted(names, key=lambda s: (-means[s], s))[:2])
     missing = [s for s in pair if s not in names]
     if missing:
-        raise C.ConfigError(f"few_labels: pair names systems {missing} not among {names}")
+        raise FewLabelsError(f"few_labels: pair names systems {missing} not among {names}")
     a, b = pair
     docs = sorted(set(cp.groups[cp.systems == a].tolist()) & set(cp.groups[cp.systems == b].tolist()))
 
@@ -311,7 +220,7 @@ def _draws(judge, human, masks, groups, *, method: str, num_groups: int | None, 
                                          clip=clip))(masks)
 
 
-def label_saving(cp: CellPredictions, cfg: FewLabelsConfig) -> list[dict[str, Any]]:
+def label_saving(cp: CellPredictions, cfg: Any) -> list[dict[str, Any]]:
     """Interval widths against the number of human labels for every estimand of one cell.
 
     Returns:
@@ -355,7 +264,7 @@ def label_saving(cp: CellPredictions, cfg: FewLabelsConfig) -> list[dict[str, An
     return rows
 
 
-def system_level(cp: CellPredictions, cfg: FewLabelsConfig) -> list[dict[str, Any]]:
+def system_level(cp: CellPredictions, cfg: Any) -> list[dict[str, Any]]:
     """Kendall tau-b between the judge's and the humans' system rankings, per method.
 
     Returns:
@@ -386,7 +295,7 @@ def _pearson(x: np.ndarray, y: np.ndarray) -> float | None:
     return float(np.corrcoef(x, y)[0, 1])
 
 
-def run_few_labels(cfg: FewLabelsConfig, store_root: str | os.PathLike | None = None, *,
+def run_few_labels(cfg: Any, store_root: str | os.PathLike | None = None, *,
                    check_model: bool = True) -> dict[str, Any]:
     """The whole experiment: predictions, label saving, system level.
 

@@ -16,7 +16,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from jaxjudge.report.few_labels import HUMAN_ONLY, PPI_PLAIN, FewLabelsConfig
+from jaxjudge.report.few_labels import HUMAN_ONLY, PPI_PLAIN
 
 __all__ = ["markdown", "plot_widths", "write_few_labels"]
 
@@ -47,7 +47,7 @@ def _summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def markdown(result: dict[str, Any], cfg: FewLabelsConfig, metadata: Mapping[str, Any]) -> str:
+def markdown(result: dict[str, Any], cfg: Any, metadata: Mapping[str, Any]) -> str:
     """The run's results.md."""
     p = [f"# {cfg.name}", ""]
     if metadata.get("command"):
@@ -127,7 +127,7 @@ def markdown(result: dict[str, Any], cfg: FewLabelsConfig, metadata: Mapping[str
     return "\n".join(p)
 
 
-def plot_widths(result: dict[str, Any], cfg: FewLabelsConfig, out_dir: str | os.PathLike) -> list[Path]:
+def plot_widths(result: dict[str, Any], cfg: Any, out_dir: str | os.PathLike) -> list[Path]:
     """One PNG per (judge, task, aspect, range): interval width against n, one line per method,
     one panel per estimand kind (per-system widths averaged over systems)."""
 
@@ -181,7 +181,7 @@ def _csv(result: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def write_few_labels(result: dict[str, Any], cfg: FewLabelsConfig, out_dir: str | os.PathLike,
+def write_few_labels(result: dict[str, Any], cfg: Any, out_dir: str | os.PathLike,
                      metadata: dict[str, Any]) -> dict[str, Path]:
     """results.json, results.csv, results.md, figures/*.png and metadata.json in ``out_dir``."""
     out = Path(out_dir)
