@@ -635,15 +635,20 @@ def test_render_pair_prompts():
 # Length bias
 
 
-def test_correlation_helpers_match_scipy():
-    rng = np.random.default_rng(2)
-    x = rng.integers(0, 6, 40).astype(float)  # many ties
-    y = x + rng.normal(0, 2, 40)
-    assert _stats.pearson(x, y) == pytest.approx(scipy.stats.pearsonr(x, y)[0], abs=1e-12)
-    assert _stats.spearman(x, y) == pytest.approx(scipy.stats.spearmanr(x, y)[0], abs=1e-12)
-    np.testing.assert_allclose(_stats.average_ranks(x), scipy.stats.rankdata(x))
+def test_correlation_helpers_hand_computed():
+    # Centred x = (-1.5, -.5, .5, 1.5), y = (-1.5, .5, -.5, 1.5): sxy = 4, sxx = syy = 5.
+    x, y = np.array([1.0, 2.0, 3.0, 4.0]), np.array([1.0, 3.0, 2.0, 4.0])
+    assert _stats.pearson(x, y) == pytest.approx(0.8, abs=1e-12)
+    assert _stats.spearman(x ** 3, np.exp(y)) == pytest.approx(0.8, abs=1e-12)  # ranks only
+    # Ties take their average rank: (1, 1, 2, 3) -> (1.5, 1.5, 3, 4).
+    np.testing.assert_array_equal(_stats.average_ranks(np.array([1.0, 1.0, 2.0, 3.0])), [1.5, 1.5, 3.0, 4.0])
+    # Spearman with ties is Pearson on the average ranks: (1.5, 1.5, 3, 4) vs (1, 2, 3, 4):
+    # centred (-1, -1, .5, 1.5) and (-1.5, -.5, .5, 1.5): sxy = 4.5, sxx = 4.5, syy = 5.
+    assert _stats.spearman(np.array([1.0, 1.0, 2.0, 3.0]), x) == pytest.approx(np.sqrt(0.9), abs=1e-12)
     with pytest.raises(ValueError, match="y is constant"):
-        _stats.pearson(x, np.ones(40))
+        _stats.pearson(x, np.ones(4))
+    with pytest.raises(ValueError, match="lengths is constant"):
+        _stats.spearman(np.full(4, 2.0), y, x_name="lengths")
 
 
 def test_length_bias_against_numpy_reference():

@@ -151,20 +151,15 @@ def test_gemma3_models_load_bfloat16_bound(gemma3, tmp_path_factory):
 
 
 def test_gemma3_model_spec_and_experiment_variant():
-    import importlib.util
     from pathlib import Path
 
     from experiments.registry import GEMMA3_270M
-    from jaxjudge.experiment import resolve_model_path, validate_config
+    from jaxjudge.experiment import load_config, resolve_model_path, validate_config
     from jaxjudge.store import file_sha256
 
     path = resolve_model_path(GEMMA3_270M)
     assert path == jg.gguf_dir() / FILE
-    spec = importlib.util.spec_from_file_location(
-        "score_range_bias", Path(__file__).resolve().parents[1] / "experiments" / "score_range_bias.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    cfg = module.get_config("gemma3")
+    cfg = load_config(f"{Path(__file__).resolve().parents[1] / 'experiments' / 'score_range_bias.py'}:gemma3")
     assert cfg.models == (GEMMA3_270M,) and cfg.prompt_style == "raw"  # a base model: no chat template
     validate_config(cfg, check_files=False)
     if path.is_file():

@@ -1,17 +1,18 @@
 """Small float64 statistics the diagnostics need.
 
-The diagnostics report float64 values, so their correlations are computed here in numpy rather
-than with the float32 JAX metrics of `jaxjudge.metrics` (which differ in the eighth digit).
+The diagnostics report float64 values, so their correlations come from scipy (float64) rather
+than from the float32 JAX metrics of `jaxjudge.metrics` (which differ in the eighth digit); the
+weighted forms below are batched over bootstrap replicates, which scipy does not offer.
 Correlations here raise on constant input instead of returning NaN, so no undefined value can
 leak into a report.
 """
 
 from __future__ import annotations
 
-import math
 from statistics import NormalDist
 
 import numpy as np
+from scipy.stats import pearsonr, rankdata, spearmanr
 from scipy.stats import t as student_t
 
 
@@ -35,43 +36,33 @@ def t_two_sided_p(t: float, df: int) -> float:
 
 
 def average_ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks 1..N with ties given their average rank.
+    """Ranks 1..N with ties given their average rank (`scipy.stats.rankdata`), float64 [N]."""
+    return rankdata(x, method="average").astype(np.float64)
 
-    Args:
-      x: float array [N].
 
-    Returns:
-      float64 ranks [N].
-    """
-    order = np.argsort(x, kind="stable")
-    sorted_x = x[order]
-    # A new tie block starts wherever the sorted value changes.
-    starts = np.r_[True, sorted_x[1:] != sorted_x[:-1]]
-    block = np.cumsum(starts) - 1  # [N] block index in sorted order
-    first = np.flatnonzero(starts)  # [U] 0-based first position of each block
-    sizes = np.diff(np.r_[first, x.shape[0]])  # [U]
-    block_rank = first + (sizes + 1) / 2.0  # average of positions first+1 .. first+size
-    ranks = np.empty(x.shape[0], dtype=np.float64)
-    ranks[order] = block_rank[block]
-    return ranks
+def _check_not_constant(x: np.ndarray, name: str) -> None:
+    # Relative threshold: a vector that is constant up to rounding has no defined correlation.
+    xc = x - x.mean()
+    if float(xc @ xc) <= 1e-24 * max(1.0, float(x @ x)):
+        raise ValueError(f"correlation undefined: {name} is constant")
 
 
 def pearson(x: np.ndarray, y: np.ndarray, *, x_name: str = "x", y_name: str = "y") -> float:
-    """Pearson correlation of two float vectors [N]; raises if either is constant."""
-    xc, yc = x - x.mean(), y - y.mean()
-    sxx, syy = float(xc @ xc), float(yc @ yc)
-    # Relative threshold: a vector that is constant up to rounding has no defined correlation.
-    if sxx <= 1e-24 * max(1.0, float(x @ x)):
-        raise ValueError(f"correlation undefined: {x_name} is constant")
-    if syy <= 1e-24 * max(1.0, float(y @ y)):
-        raise ValueError(f"correlation undefined: {y_name} is constant")
-    r = float(xc @ yc) / math.sqrt(sxx * syy)
-    return max(-1.0, min(1.0, r))
+    """Pearson correlation of two float vectors [N] (`scipy.stats.pearsonr`); raises if either
+    is constant."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    _check_not_constant(x, x_name)
+    _check_not_constant(y, y_name)
+    return max(-1.0, min(1.0, float(pearsonr(x, y)[0])))
 
 
 def spearman(x: np.ndarray, y: np.ndarray, *, x_name: str = "x", y_name: str = "y") -> float:
-    """Spearman correlation (Pearson on average ranks); raises if either is constant."""
-    return pearson(average_ranks(x), average_ranks(y), x_name=x_name, y_name=y_name)
+    """Spearman correlation (`scipy.stats.spearmanr`, average ranks for ties); raises if either
+    is constant."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    _check_not_constant(x, x_name)
+    _check_not_constant(y, y_name)
+    return max(-1.0, min(1.0, float(spearmanr(x, y)[0])))
 
 
 def weighted_pearson(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -6,11 +6,11 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
+from flax import nnx, struct
 
 from jaxjudge.models.kvcache import KVCache, default_positions
 
-__all__ = ["sample_key", "generate"]
+__all__ = ["DecodeState", "sample_key", "generate"]
 
 
 def sample_key(seed_key: jax.Array, step: int | jax.Array, row: int | jax.Array) -> jax.Array:
@@ -34,6 +34,27 @@ def _sample(logits_bv: jax.Array, key: jax.Array, step: jax.Array, temperature: 
     rows_b = jnp.arange(logits_bv.shape[0])
     keys_b = jax.vmap(lambda r: sample_key(key, step, r))(rows_b)
     return jax.vmap(jax.random.categorical)(keys_b, scaled_bv).astype(jnp.int32)
+
+
+@struct.dataclass
+class DecodeState:
+    """The carry of `generate`'s decoding loop.
+
+    Attributes:
+        step: g, the index of the token sampled next (int32 scalar).
+        logits_bv: next-token logits [B, V] float32.
+        cache: the KV cache the next token is written into.
+        done_b: rows that have emitted an end token [B] bool.
+        lengths_b: tokens counted per row, up to and including its first end token [B] int32.
+        tokens_bg: tokens so far [B, G] int32 (``pad_id`` after a row has ended).
+    """
+
+    step: jax.Array
+    logits_bv: jax.Array
+    cache: KVCache
+    done_b: jax.Array
+    lengths_b: jax.Array
+    tokens_bg: jax.Array
 
 
 @functools.partial(
@@ -91,26 +112,24 @@ def generate(
         done_b = done_b | jnp.isin(tok_b, eos)
         return tok_b, out_b, done_b, lengths_b
 
-    def body(carry):
-        g, logits_bv, cache, done_b, lengths_b, out_bg = carry
-        tok_b, out_b, done_b, lengths_b = step(logits_bv, done_b, lengths_b, g)
-        out_bg = jax.lax.dynamic_update_slice(out_bg, out_b[:, None], (0, g))
+    def body(st: DecodeState) -> DecodeState:
+        g = st.step
+        tok_b, out_b, done_b, lengths_b = step(st.logits_bv, st.done_b, st.lengths_b, g)
+        tokens_bg = jax.lax.dynamic_update_slice(st.tokens_bg, out_b[:, None], (0, g))
         mask_b1 = jnp.ones((b, 1), bool)
-        pos_b1 = default_positions(mask_b1, cache, prefix)
+        pos_b1 = default_positions(mask_b1, st.cache, prefix)
         logits_b1v, cache = model(tok_b[:, None], pos_b1, mask_b1, jnp.zeros((b, 1), jnp.int32),
-                                  cache, prefix)
-        return g + 1, logits_b1v[:, 0].astype(jnp.float32), cache, done_b, lengths_b, out_bg
+                                  st.cache, prefix)
+        return DecodeState(g + 1, logits_b1v[:, 0].astype(jnp.float32), cache, done_b, lengths_b, tokens_bg)
 
-    def more(carry):
-        g, done_b = carry[0], carry[3]
-        return (g < max_new_tokens - 1) & ~jnp.all(done_b)
+    def more(st: DecodeState) -> jax.Array:
+        return (st.step < max_new_tokens - 1) & ~jnp.all(st.done_b)
 
-    out_bg = jnp.full((b, max_new_tokens), pad_id, jnp.int32)
-    carry = (jnp.asarray(0, jnp.int32), logits_bv.astype(jnp.float32), cache, jnp.zeros((b,), bool),
-             jnp.zeros((b,), jnp.int32), out_bg)
-    g, logits_bv, cache, done_b, lengths_b, out_bg = jax.lax.while_loop(more, body, carry)
+    start = DecodeState(jnp.asarray(0, jnp.int32), logits_bv.astype(jnp.float32), cache, jnp.zeros((b,), bool),
+                        jnp.zeros((b,), jnp.int32), jnp.full((b, max_new_tokens), pad_id, jnp.int32))
+    st = jax.lax.while_loop(more, body, start)
     # The last token needs no forward pass (nothing reads its logits); an early stop leaves
     # every row ended, and the step below then writes only padding.
-    _, out_b, done_b, lengths_b = step(logits_bv, done_b, lengths_b, g)
-    out_bg = jax.lax.dynamic_update_slice(out_bg, out_b[:, None].astype(jnp.int32), (0, g))
-    return out_bg, lengths_b, cache
+    _, out_b, _, lengths_b = step(st.logits_bv, st.done_b, st.lengths_b, st.step)
+    out_bg = jax.lax.dynamic_update_slice(st.tokens_bg, out_b[:, None].astype(jnp.int32), (0, st.step))
+    return out_bg, lengths_b, st.cache
