@@ -47,22 +47,23 @@ def _check_not_constant(x: np.ndarray, name: str) -> None:
         raise ValueError(f"correlation undefined: {name} is constant")
 
 
-def pearson(x: np.ndarray, y: np.ndarray, *, x_name: str = "x", y_name: str = "y") -> float:
-    """Pearson correlation of two float vectors [N] (`scipy.stats.pearsonr`); raises if either
-    is constant."""
+def _checked(corr, x: np.ndarray, y: np.ndarray, x_name: str, y_name: str) -> float:
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
     _check_not_constant(x, x_name)
     _check_not_constant(y, y_name)
-    return max(-1.0, min(1.0, float(pearsonr(x, y)[0])))
+    return max(-1.0, min(1.0, float(corr(x, y)[0])))
+
+
+def pearson(x: np.ndarray, y: np.ndarray, *, x_name: str = "x", y_name: str = "y") -> float:
+    """Pearson correlation of two float vectors [N] (`scipy.stats.pearsonr`); raises if either
+    is constant."""
+    return _checked(pearsonr, x, y, x_name, y_name)
 
 
 def spearman(x: np.ndarray, y: np.ndarray, *, x_name: str = "x", y_name: str = "y") -> float:
     """Spearman correlation (`scipy.stats.spearmanr`, average ranks for ties); raises if either
     is constant."""
-    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-    _check_not_constant(x, x_name)
-    _check_not_constant(y, y_name)
-    return max(-1.0, min(1.0, float(spearmanr(x, y)[0])))
+    return _checked(spearmanr, x, y, x_name, y_name)
 
 
 def weighted_pearson(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
