@@ -132,28 +132,37 @@ def _midranks(v, w, groups, num_groups: int) -> jax.Array:
     rank_i = (weight of rows in i's group with a smaller value) + (weight of i's tie block)/2.
     With integer weights this is the average rank of the repeated data minus 1/2, and a
     constant shift does not change a correlation. Rows of weight 0 get a rank but add no
-    weight, so they cannot move anyone else's rank.
+    weight, so they cannot move anyone else's rank: their values need not be masked.
+
+    The sort, the tie blocks and the permutation depend on `v` and `groups` only, never on
+    `w`. Under a vmap over weights (the bootstrap) they are computed once for the batch; each
+    resample pays one cumulative sum and gathers, no sort and no scatter.
     """
     n = v.shape[0]
+    idx = jnp.arange(n)
     if num_groups == 1:
         order = jnp.argsort(v)
     else:
         order = jnp.lexsort((v, groups))  # primary key: group, then value
-    vs, gs, ws = v[order], groups[order], w[order]
-    new_block = jnp.concatenate(
-        [jnp.ones((1,), bool), (vs[1:] != vs[:-1]) | (gs[1:] != gs[:-1])]
-    )
-    block = jnp.cumsum(new_block) - 1  # tie-block id per sorted row [N]
-    block_w = jax.ops.segment_sum(ws, block, num_segments=n)
-    before_block = jnp.cumsum(block_w) - block_w  # weight sorted before each block, all groups
-    group_w = _seg_sum(w, groups, num_groups)
-    before_group = jnp.cumsum(group_w) - group_w
-    rank_sorted = before_block[block] - before_group[gs] + 0.5 * block_w[block]
-    return jnp.zeros((n,), _F32).at[order].set(rank_sorted)
+    inverse = jnp.argsort(order)  # sorted position of each row
+    vs, gs = v[order], groups[order]
+    new_group = jnp.concatenate([jnp.ones((1,), bool), gs[1:] != gs[:-1]])
+    new_block = new_group | jnp.concatenate([jnp.ones((1,), bool), vs[1:] != vs[:-1]])
+    last = jnp.concatenate([new_block[1:], jnp.ones((1,), bool)])  # last row of its tie block
+    block_start = jax.lax.cummax(jnp.where(new_block, idx, 0))  # [N] sorted positions
+    block_end = jax.lax.cummin(jnp.where(last, idx, n - 1), reverse=True)
+    group_start = jax.lax.cummax(jnp.where(new_group, idx, 0))
+    ws = w[order]
+    through = jnp.cumsum(ws)  # weight sorted at or before each position
+    before = through - ws  # weight sorted strictly before each position
+    block_w = through[block_end] - before[block_start]
+    rank_sorted = before[block_start] - before[group_start] + 0.5 * block_w
+    return rank_sorted[inverse]
 
 
 def _spearman_groups(x, y, w, groups, num_groups: int) -> jax.Array:
-    x, y, w, _ = _prepare(x, y, w)
+    # Ranks from the unmasked values (see `_midranks`): under a bootstrap's vmap over `w` the
+    # sorts of x and y are then shared by the whole batch.
     rx = _midranks(x, w, groups, num_groups)
     ry = _midranks(y, w, groups, num_groups)
     # Ties map to equal ranks exactly, so constancy of the ranks equals constancy of x, y.
