@@ -67,7 +67,7 @@ def _demo_config_path() -> Path:
     raise SystemExit("jaxjudge demo: experiments/demo.py not found (run it from the repository)")
 
 
-def _enable_compile_cache() -> None:
+def enable_compile_cache() -> None:
     """Keep compiled XLA programs on disk: a repeated run skips most of its compile time.
 
     ``$JAXJUDGE_XLA_CACHE`` (default ``~/.cache/jaxjudge/xla``); set it to an empty string to
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = f"{_demo_config_path()}" + (":ci" if args.ci else "")
     else:
         spec = args.config
-    _enable_compile_cache()
+    enable_compile_cache()
     try:
         cfg = load_config(spec, args.overrides)
         if args.run is not None:  # checked before any work: a run is one folder under the results root

@@ -155,3 +155,26 @@ def test_bootstrap_bad_inputs():
     with pytest.warns(RuntimeWarning, match="resamples gave NaN"):
         ci = jm.bootstrap_ci(weighted_pearson, (xs, xs), None, n_boot=200)
     assert ci.estimate == pytest.approx(1.0) and np.isfinite(ci.low)
+
+
+def test_consts_reach_the_statistic_untouched_and_arrays_may_be_empty():
+    """A statistic reading its rows through an index table (`consts`) sees the same resamples
+    as the same statistic given the rows as arrays."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=40).astype(np.float32)
+    groups = np.repeat(np.arange(10), 4)
+    order = rng.permutation(40).astype(np.int32)  # any layout of the rows
+
+    def by_rows(v, w):
+        return jnp.sum(v * w) / jnp.sum(w)
+
+    def by_index(index, v_laid_out, w):
+        return jnp.sum(v_laid_out * w[index]) / jnp.sum(w[index])
+
+    est_a, reps_a = jm.bootstrap_distribution(by_rows, (x,), groups, n_boot=50, seed=4)
+    est_b, reps_b = jm.bootstrap_distribution(by_index, (), groups, n_boot=50, seed=4, consts=(order, x[order]))
+    np.testing.assert_allclose(np.asarray(reps_b), np.asarray(reps_a), rtol=1e-5)
+    assert float(est_b) == pytest.approx(float(est_a), abs=1e-6)
+    assert float(est_a) == pytest.approx(float(x.mean()), abs=1e-6)
+    with pytest.raises(TypeError, match="non-empty"):
+        jm.bootstrap_distribution(by_rows, (), None, n_boot=5)

@@ -34,6 +34,7 @@ from jaxjudge.report import (
     write_csv,
     write_run,
 )
+from jaxjudge.metrics.fold_stat import fold_arrays, fold_mean_stat
 from jaxjudge.metrics.tau_b import sign_matrix, tau_b_doc, tau_b_pooled
 from jaxjudge.report import grids as C
 from jaxjudge.report.methods import METHODS, ROLES
@@ -162,6 +163,54 @@ def test_kendall_quadratic_form_matches_metrics_and_scipy():
     assert float(pooled(sx, sy, jnp.asarray(w))) == pytest.approx(float(M.kendall(x, y, weights=w)), abs=1e-6)
     doc = float(jax.jit(tau_b_doc, static_argnums=4)(sx, sy, jnp.asarray(w), jnp.asarray(codes.codes), codes.num_groups))
     assert doc == pytest.approx(float(M.grouped("kendall", x, y, codes.codes, weights=w)), abs=1e-6)
+
+
+def test_cell_statistic_per_fold_layout_equals_literal_resample():
+    """One bootstrap resample of the cell statistic (folds of unequal size, parse failures,
+    a delta) against scipy on the literally repeated test rows of each fold."""
+    rng = np.random.default_rng(5)
+    per, n_groups = 5, 12
+    n = per * n_groups
+    group = np.repeat(np.arange(n_groups), per)
+    fold_of_group = np.array([0] * 5 + [1] * 4 + [2] * 3)  # fold sizes 25, 20, 15: padding
+    test = (fold_of_group[group][:, None] == np.arange(3)[None]).astype(np.float32)  # [N, F]
+    pred = rng.integers(1, 6, (n, 3)).astype(np.float32)  # many ties
+    base = pred + rng.normal(0, 1, (n, 3)).astype(np.float32)
+    human = (np.round(rng.uniform(1, 5, n) * 3) / 3).astype(np.float32)
+    ok = np.ones(n, np.float32)
+    ok[[3, 31]] = 0  # parse failures: weight 0 wherever they are
+    valid = ok.copy()
+    drawn = np.array([0, 0, 2, 3, 5, 6, 6, 7, 9, 10, 11, 11])  # groups 1, 4, 8 left out, some twice
+    w = np.bincount(drawn, minlength=n_groups)[group].astype(np.float32)  # one resample
+    names = ("spearman", "kendall", "mse", "validity", "spearman_doc", "kendall_doc", "delta_spearman")
+    arrays = fold_arrays(pred, base, human, np.clip(human - 1, 0, 4), np.zeros((n, 3, 5), np.float32),
+                         test, ok, valid, group, kendall=True)
+    got = np.asarray(jax.jit(fold_mean_stat(names, n_groups))(*arrays, jnp.asarray(w)))
+
+    def rep(v, sel):
+        return np.repeat(v[sel], w[sel].astype(int))
+
+    want = {k: [] for k in names}
+    for f in range(3):
+        sel = (test[:, f] > 0) & (w > 0) & (ok > 0)
+        x, y, xb = rep(pred[:, f], sel), rep(human, sel), rep(base[:, f], sel)
+        want["spearman"].append(st.spearmanr(x, y).statistic)
+        want["kendall"].append(st.kendalltau(x, y).statistic)
+        want["mse"].append(np.mean((x - y) ** 2))
+        rows = test[:, f] * w
+        want["validity"].append(np.sum(rows * valid) / np.sum(rows))
+        want["delta_spearman"].append(st.spearmanr(x, y).statistic - st.spearmanr(xb, y).statistic)
+        for name, fn in (("spearman_doc", st.spearmanr), ("kendall_doc", st.kendalltau)):
+            vals, wts = [], []
+            for g in np.unique(group[sel]):
+                in_g = sel & (group == g)
+                xg, yg = rep(pred[:, f], in_g), rep(human, in_g)
+                if np.unique(xg).size > 1 and np.unique(yg).size > 1:
+                    vals.append(fn(xg, yg).statistic)
+                    wts.append(w[in_g].mean())
+            want[name].append(np.average(vals, weights=wts))
+    for i, name in enumerate(names):
+        assert got[i] == pytest.approx(np.mean(want[name]), abs=1e-5), name
 
 
 def test_distribution_calibration_fits_dev_labels_only(biased):

@@ -42,7 +42,7 @@ class Interval(NamedTuple):
 
 
 StatFn = Callable[..., jax.Array]
-"""`stat_fn(*arrays, weights) -> scalar`; `weights` float `[N]`, 0 for rows not drawn."""
+"""`stat_fn(*arrays, *consts, weights) -> scalar`; `weights` float `[N]`, 0 for rows not drawn."""
 
 
 def resample_weights(key: jax.Array, groups: jax.Array, num_groups: int) -> jax.Array:
@@ -65,6 +65,7 @@ def resample_weights(key: jax.Array, groups: jax.Array, num_groups: int) -> jax.
 def _replicates(
     stat_fn: StatFn,
     arrays: tuple[jax.Array, ...],
+    consts: tuple[jax.Array, ...],
     groups: jax.Array,
     key: jax.Array,
     *,
@@ -77,7 +78,7 @@ def _replicates(
         w = resample_weights(k, groups, num_groups)
         # The point estimate (all weights 1) rides along as item 0, so that stat_fn is traced
         # and compiled once, in its batched form only.
-        return stat_fn(*arrays, jnp.where(is_estimate, 1.0, w))
+        return stat_fn(*arrays, *consts, jnp.where(is_estimate, 1.0, w))
 
     keys = jax.random.split(key, n_boot + 1)
     # Pad to a whole number of batches: a remainder batch would be traced and compiled again.
@@ -90,10 +91,14 @@ def _replicates(
 
 
 def _prepare(arrays, groups, mask):
-    if not isinstance(arrays, (tuple, list)) or not arrays:
-        raise TypeError("arrays must be a non-empty tuple of arrays sharing the row axis")
+    if not isinstance(arrays, (tuple, list)) or not (arrays or groups is not None):
+        raise TypeError("arrays must be a non-empty tuple of arrays sharing the row axis "
+                        "(it may be empty when groups gives the rows)")
     arrays = tuple(jnp.asarray(a) for a in arrays)
-    n = arrays[0].shape[0] if arrays[0].ndim else None
+    if arrays:
+        n = arrays[0].shape[0] if arrays[0].ndim else None
+    else:
+        n = int(np.shape(groups)[0]) if np.ndim(groups) else None
     for i, a in enumerate(arrays):
         if a.ndim == 0 or a.shape[0] != n:
             raise ValueError(
@@ -138,19 +143,24 @@ def bootstrap_distribution(
     *,
     mask: Any | None = None,
     batch_size: int = 128,
+    consts: tuple[Any, ...] = (),
 ) -> tuple[jax.Array, jax.Array]:
     """Point estimate and bootstrap replicates of `stat_fn`, resampling whole groups.
 
     Args:
-      stat_fn: `stat_fn(*arrays, weights) -> scalar`, jittable, treating `weights` `[N]` as
-        row multiplicities (the metrics here take `weights=`). It is a static argument of the
-        jitted loop: pass the same function object across calls to reuse the compilation.
-      arrays: arrays sharing the leading axis N (paired: all get the same resample).
+      stat_fn: `stat_fn(*arrays, *consts, weights) -> scalar`, jittable, treating `weights`
+        `[N]` as row multiplicities (the metrics here take `weights=`). It is a static
+        argument of the jitted loop: pass the same function object across calls to reuse the
+        compilation.
+      arrays: arrays sharing the leading axis N (paired: all get the same resample); may be
+        empty when `groups` is given and the statistic reads only `consts`.
       groups: `[N]` group ids of any type (source documents), or None for the iid bootstrap.
       n_boot: number of resamples.
       seed: PRNG seed; the same seed gives the same resamples.
       mask: bool `[N]` or None; only selected rows (and groups having one) take part.
       batch_size: resamples evaluated together (memory vs speed).
+      consts: arrays of any shape passed to `stat_fn` after `arrays`, untouched by `mask`
+        (e.g. a statistic's own row layout, indexing `weights`).
 
     Returns:
       `(estimate, replicates [n_boot])`, float32.
@@ -161,6 +171,7 @@ def bootstrap_distribution(
     return _replicates(
         stat_fn,
         arrays,
+        tuple(jnp.asarray(c) for c in consts),
         codes,
         jax.random.key(seed),
         num_groups=num_groups,
@@ -170,9 +181,9 @@ def bootstrap_distribution(
 
 
 @functools.partial(jax.jit, static_argnames=("stat_fn", "num_groups", "batch_size"))
-def _jackknife(stat_fn, arrays, groups, *, num_groups: int, batch_size: int) -> jax.Array:
+def _jackknife(stat_fn, arrays, consts, groups, *, num_groups: int, batch_size: int) -> jax.Array:
     def one(g):
-        return stat_fn(*arrays, (groups != g).astype(jnp.float32))
+        return stat_fn(*arrays, *consts, (groups != g).astype(jnp.float32))
 
     return jax.lax.map(one, jnp.arange(num_groups), batch_size=batch_size)
 
@@ -184,6 +195,7 @@ def jackknife_distribution(
     *,
     mask: Any | None = None,
     batch_size: int = 128,
+    consts: tuple[Any, ...] = (),
 ) -> jax.Array:
     """Leave-one-group-out values of `stat_fn`: `[G]` (or `[G, S]` for a vector statistic).
 
@@ -191,7 +203,8 @@ def jackknife_distribution(
     Args: as `bootstrap_distribution`.
     """
     arrays, codes, num_groups = _prepare(arrays, groups, mask)
-    return _jackknife(stat_fn, arrays, codes, num_groups=num_groups, batch_size=int(min(batch_size, num_groups)))
+    return _jackknife(stat_fn, arrays, tuple(jnp.asarray(c) for c in consts), codes, num_groups=num_groups,
+                      batch_size=int(min(batch_size, num_groups)))
 
 
 def expanded_levels(num_groups: int, alpha: float = 0.05) -> tuple[float, float]:

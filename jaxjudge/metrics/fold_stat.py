@@ -20,9 +20,12 @@ import numpy as np
 from jaxjudge.metrics.bootstrap import bca_quantiles, expanded_levels
 from jaxjudge.metrics.correlation import get_metric, grouped
 from jaxjudge.metrics.distribution import sdd_from_logprobs
-from jaxjudge.metrics.tau_b import tau_b_doc, tau_b_pooled
+from jaxjudge.metrics.tau_b import sign_matrix, tau_b_doc, tau_b_pooled
 
-__all__ = ["MIN_CI_GROUPS", "NAN_SHARE_MAX", "fold_mean_point", "fold_mean_stat", "interval_summary", "needs_signs"]
+__all__ = [
+    "MIN_CI_GROUPS", "NAN_SHARE_MAX", "fold_arrays", "fold_layout", "fold_mean_point", "fold_mean_stat",
+    "interval_summary", "needs_signs",
+]
 
 NAN_SHARE_MAX = 0.05
 """Above this share of undefined bootstrap resamples a cell prints no interval (the survivors
@@ -40,19 +43,63 @@ def needs_signs(names: tuple[str, ...] | list[str]) -> bool:
     return any(n in ("kendall", "kendall_doc") for n in names)
 
 
+def fold_layout(test_nf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each fold's test rows, padded to the largest fold: `(index [F, M] int32, pad [F, M])`.
+
+    `index[f, s]` is the row of fold f's s-th test row (0 for a padding slot) and `pad` is 1
+    on real slots, 0 on padding. A fold's metric reads its test rows only (every other row
+    has weight 0 there), so the statistic works on `[F, M]` arrays, not `[N, F]`: k folds
+    cost one fold's worth of rows each, and Kendall's pair matrices shrink k^2-fold.
+    """
+    test = np.asarray(test_nf) > 0  # [N, F]
+    members = [np.flatnonzero(test[:, f]) for f in range(test.shape[1])]
+    m = max(1, max(len(r) for r in members))
+    index = np.zeros((len(members), m), np.int32)
+    pad = np.zeros((len(members), m), np.float32)
+    for f, r in enumerate(members):
+        index[f, : len(r)] = r
+        pad[f, : len(r)] = 1.0
+    return index, pad
+
+
+def fold_arrays(pred_nf, base_nf, human, hrel, probs_nfk, test_nf, ok, valid, codes, *, kendall: bool):
+    """The statistic's inputs in the per-fold layout of `fold_layout` (numpy in, numpy out).
+
+    Args (leading axis N): pred `[N, F]`, base `[N, F]` (for deltas), human on the scale
+    `[N]`, human minus lo `[N]` (SDD), log-probs `[N, F, K]`, test `[N, F]`, ok `[N]` (finite
+    prediction), valid `[N]`, group codes `[N]`; `kendall`: whether to build the sign matrices.
+
+    Returns:
+      ``(index, pad, pred, base, human, hrel, probs, ok, valid, codes, sx, sy)``, each `[F, M, ...]`:
+      sx = sign(pred_i - pred_j) and sy = sign(human_i - human_j) int8 `[F, M, M]` within each
+      fold (`[F, M, 1]` placeholders without `kendall`; see `jaxjudge.metrics.tau_b.sign_matrix`).
+    """
+    index, pad = fold_layout(test_nf)
+    f = index.shape[0]
+    cols = np.arange(f)[:, None]
+    pred = np.asarray(pred_nf, np.float32)[index, cols]
+    base = np.asarray(base_nf, np.float32)[index, cols]
+    human_f = np.asarray(human, np.float32)[index]
+    probs = np.asarray(probs_nfk, np.float32)[index, cols]
+    if kendall:
+        sx, sy = sign_matrix(pred), sign_matrix(human_f)
+    else:
+        sx = sy = np.zeros(index.shape + (1,), np.int8)
+    return (index, pad, pred, base, human_f, np.asarray(hrel, np.float32)[index], probs,
+            np.asarray(ok, np.float32)[index], np.asarray(valid, np.float32)[index],
+            np.asarray(codes, np.int32)[index], sx, sy)
+
+
 @functools.lru_cache(maxsize=64)
 def fold_mean_stat(names: tuple[str, ...], num_groups: int):
-    """`stat(*arrays, w) -> [S]`: every statistic of `names`, averaged over folds.
+    """`stat(*fold_arrays, w) -> [S]`: every statistic of `names`, averaged over folds.
 
     Names are metric names (`get_metric`), ``<metric>_doc`` (per-document mean, `grouped`),
     ``validity``, ``sdd`` and ``delta_<metric>[_doc]`` (the prediction's metric minus the
     baseline's, on the same weights).
 
-    Arrays (leading axis N): pred `[N, F]`, base `[N, F]` (for deltas), human on the scale
-    `[N]`, human minus lo `[N]` (SDD), log-probs `[N, F, K]`, test `[N, F]` float, ok `[N]`
-    (finite prediction), valid `[N]`, group codes `[N]`, and for Kendall the int8 sign matrices
-    sign(pred_i - pred_j) `[N, F, N]` and sign(human_i - human_j) `[N, N]` (placeholders
-    `[N, F, 1]`, `[N, 1]` otherwise; see `jaxjudge.metrics.tau_b.sign_matrix`).
+    The inputs are `fold_arrays`' tuple and the row weights `w` `[N]` (a bootstrap resample's
+    multiplicities; None for the original rows): fold f's slot s weighs `w[index[f, s]]`.
     """
 
     def metric(name, pred, human, codes, ww):
@@ -60,9 +107,9 @@ def fold_mean_stat(names: tuple[str, ...], num_groups: int):
             return grouped(name[: -len("_doc")], pred, human, codes, num_groups=num_groups, weights=ww)
         return get_metric(name)(pred, human, weights=ww)
 
-    def stat(pred_nf, base_nf, human, hrel, probs_nfk, test_nf, ok, valid, codes, sx_nfn, sy_nn, w):
-        def per_fold(pred, base, probs, test, sx):
-            rows = w * test  # [N] multiplicity of each test row in this resample
+    def stat(index, pad, pred_f, base_f, human_f, hrel_f, probs_f, ok_f, valid_f, codes_f, sx_f, sy_f, w):
+        def per_fold(idx, real, pred, base, human, hrel, probs, ok, valid, codes, sx, sy):
+            rows = real if w is None else w[idx] * real  # [M] multiplicity of each test row
             ww = rows * ok
             out = []
             for name in names:
@@ -71,9 +118,9 @@ def fold_mean_stat(names: tuple[str, ...], num_groups: int):
                 elif name == "sdd":
                     out.append(sdd_from_logprobs(probs, hrel, 0, weights=ww))
                 elif name == "kendall":
-                    out.append(tau_b_pooled(sx, sy_nn, ww))
+                    out.append(tau_b_pooled(sx, sy, ww))
                 elif name == "kendall_doc":
-                    out.append(tau_b_doc(sx, sy_nn, ww, codes, num_groups))
+                    out.append(tau_b_doc(sx, sy, ww, codes, num_groups))
                 elif name.startswith("delta_"):
                     inner = name[len("delta_"):]
                     out.append(metric(inner, pred, human, codes, ww) - metric(inner, base, human, codes, ww))
@@ -81,7 +128,8 @@ def fold_mean_stat(names: tuple[str, ...], num_groups: int):
                     out.append(metric(name, pred, human, codes, ww))
             return jnp.stack(out)
 
-        per = jax.vmap(per_fold, in_axes=(1, 1, 1, 1, 1))(pred_nf, base_nf, probs_nfk, test_nf, sx_nfn)  # [F, S]
+        per = jax.vmap(per_fold)(index, pad, pred_f, base_f, human_f, hrel_f, probs_f, ok_f, valid_f, codes_f,
+                                 sx_f, sy_f)  # [F, S]
         return jnp.mean(per, axis=0)
 
     stat.__name__ = "cell_stat_" + "_".join(names)
@@ -92,7 +140,7 @@ def fold_mean_stat(names: tuple[str, ...], num_groups: int):
 def fold_mean_point(names: tuple[str, ...], num_groups: int):
     """`fold_mean_stat` on the original rows (unit weights), jitted: the point estimates."""
     stat = fold_mean_stat(names, num_groups)
-    return jax.jit(lambda *arrays: stat(*arrays, jnp.ones_like(arrays[2])))
+    return jax.jit(lambda *arrays: stat(*arrays, None))
 
 
 def interval_summary(

@@ -17,12 +17,10 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 
 from jaxjudge import metrics as M
-from jaxjudge.metrics.fold_stat import fold_mean_point, fold_mean_stat, interval_summary, needs_signs
-from jaxjudge.metrics.tau_b import sign_matrix
+from jaxjudge.metrics.fold_stat import fold_arrays, fold_mean_point, fold_mean_stat, interval_summary, needs_signs
 from jaxjudge.report.cell_inputs import MethodOptions
 from jaxjudge.select import Splits
 
@@ -143,31 +141,28 @@ def score_stats(
     kendall = needs_signs(ci_names + point_names)
     pred_r = pred_fn[:, rows]
     pred_clean = np.nan_to_num(pred_r)  # NaN rows (parse failures) carry weight 0
-    human = ctx["human"][rows]
-    arrays = (
-        jnp.asarray(pred_clean.T, jnp.float32),  # [n, F]
-        jnp.asarray((pred_r if base_fn is None else base_fn[:, rows]).T, jnp.float32),
-        jnp.asarray(human, jnp.float32),
-        jnp.asarray(ctx["hrel"][rows], jnp.float32),
-        jnp.asarray(np.zeros((n, f, k), np.float32) if probs_fnk is None else np.transpose(probs_fnk[:, rows], (1, 0, 2)), jnp.float32),
-        jnp.asarray(ctx["test"][:, rows].T, jnp.float32),
-        jnp.asarray(ok[rows], jnp.float32),
-        jnp.asarray(ctx["valid"][rows], jnp.float32),
-        jnp.asarray(codes.codes, jnp.int32),
-        jnp.asarray(np.transpose(sign_matrix(pred_clean), (1, 0, 2)) if kendall else np.zeros((n, f, 1), np.int8)),
-        jnp.asarray(sign_matrix(human) if kendall else np.zeros((n, 1), np.int8)),
+    arrays = fold_arrays(
+        pred_clean.T,  # [n, F]
+        (pred_r if base_fn is None else base_fn[:, rows]).T,
+        ctx["human"][rows],
+        ctx["hrel"][rows],
+        np.zeros((n, f, k), np.float32) if probs_fnk is None else np.transpose(probs_fnk[:, rows], (1, 0, 2)),
+        ctx["test"][:, rows].T,
+        ok[rows],
+        ctx["valid"][rows],
+        codes.codes,
+        kendall=kendall,
     )
     out: dict[str, dict] = {}
     if ci_names:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            est, reps = M.bootstrap_distribution(
-                fold_mean_stat(ci_names, codes.num_groups), arrays, codes.codes,
-                n_boot=options.n_boot, seed=options.seed,
-            )
+            stat = fold_mean_stat(ci_names, codes.num_groups)
+            est, reps = M.bootstrap_distribution(stat, (), codes.codes, n_boot=options.n_boot, seed=options.seed,
+                                                 consts=arrays)
             jack = None
             if options.ci_method == "bca":
-                jack = np.asarray(M.jackknife_distribution(fold_mean_stat(ci_names, codes.num_groups), arrays, codes.codes))
+                jack = np.asarray(M.jackknife_distribution(stat, (), codes.codes, consts=arrays))
         est, reps = np.asarray(est), np.asarray(reps)
         for i, name in enumerate(ci_names):
             out[name] = interval_summary(est[i], reps[:, i], options.alpha, num_groups=codes.num_groups,
