@@ -37,6 +37,13 @@ from jaxjudge.report import report_from_store  # noqa: E402
 from jaxjudge.report.few_labels import run_few_labels  # noqa: E402
 
 
+RATIO_FIELDS = ("vs_vanilla", "vs_generate")
+RATIO_TOL = 1e-4
+"""Tolerance (absolute or relative) of the ratio fields (``relative.vs_vanilla``): when the
+statistic's layout changed and every estimate stayed within 1e-6, the ratios moved by up to
+5e-5 relative (a vanilla estimate near 0) and 2e-6 absolute (m - b near 0)."""
+
+
 def compare(a: Any, b: Any, tol: float, where: str = "results") -> list[str]:
     """Differences between two JSON trees: exact for labels and counts, ``tol`` for floats."""
     if isinstance(a, dict):
@@ -52,7 +59,10 @@ def compare(a: Any, b: Any, tol: float, where: str = "results") -> list[str]:
             return [f"{where}: {a!r} vs {b!r}"]
         if math.isnan(a) and math.isnan(b):
             return []
-        return [] if math.isclose(a, b, rel_tol=tol, abs_tol=tol) else [f"{where}: {a!r} vs {b!r}"]
+        # A relative improvement (m - b) / |b| divides by the vanilla estimate, which can be near
+        # 0 (a correlation of 0.003): its float32 noise is the estimates' divided by |b|.
+        t = RATIO_TOL if where.rsplit(".", 1)[-1] in RATIO_FIELDS else tol
+        return [] if math.isclose(a, b, rel_tol=t, abs_tol=t) else [f"{where}: {a!r} vs {b!r}"]
     return [] if a == b else [f"{where}: {a!r} vs {b!r}"]
 
 

@@ -24,7 +24,7 @@ from jaxjudge.metrics.tau_b import sign_matrix, tau_b_doc, tau_b_pooled
 
 __all__ = [
     "MIN_CI_GROUPS", "NAN_SHARE_MAX", "fold_arrays", "fold_layout", "fold_mean_point", "fold_mean_stat",
-    "interval_summary", "needs_signs",
+    "interval_summary", "methods_point", "methods_stat", "needs_signs",
 ]
 
 NAN_SHARE_MAX = 0.05
@@ -65,26 +65,28 @@ def fold_layout(test_nf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def fold_arrays(pred_nf, base_nf, human, hrel, probs_nfk, test_nf, ok, valid, codes, *, kendall: bool):
     """The statistic's inputs in the per-fold layout of `fold_layout` (numpy in, numpy out).
 
-    Args (leading axis N): pred `[N, F]`, base `[N, F]` (for deltas), human on the scale
-    `[N]`, human minus lo `[N]` (SDD), log-probs `[N, F, K]`, test `[N, F]`, ok `[N]` (finite
+    Args (row axis N): pred `[..., N, F]` (leading axes: several methods scored at once),
+    base `[N, F]` (for deltas), human on the scale `[N]`, human minus lo `[N]` (SDD), log-probs
+    `[..., N, F, K]` (the same leading axes as pred, or none), test `[N, F]`, ok `[N]` (finite
     prediction), valid `[N]`, group codes `[N]`; `kendall`: whether to build the sign matrices.
 
     Returns:
-      ``(index, pad, pred, base, human, hrel, probs, ok, valid, codes, sx, sy)``, each `[F, M, ...]`:
-      sx = sign(pred_i - pred_j) and sy = sign(human_i - human_j) int8 `[F, M, M]` within each
-      fold (`[F, M, 1]` placeholders without `kendall`; see `jaxjudge.metrics.tau_b.sign_matrix`).
+      ``(index, pad, pred, base, human, hrel, probs, ok, valid, codes, sx, sy)``, each `[F, M, ...]`
+      (pred, probs and sx with pred's leading axes): sx = sign(pred_i - pred_j) and
+      sy = sign(human_i - human_j) int8 `[F, M, M]` within each fold (`[F, M, 1]` placeholders
+      without `kendall`; see `jaxjudge.metrics.tau_b.sign_matrix`).
     """
     index, pad = fold_layout(test_nf)
     f = index.shape[0]
     cols = np.arange(f)[:, None]
-    pred = np.asarray(pred_nf, np.float32)[index, cols]
+    pred = np.asarray(pred_nf, np.float32)[..., index, cols]
     base = np.asarray(base_nf, np.float32)[index, cols]
     human_f = np.asarray(human, np.float32)[index]
-    probs = np.asarray(probs_nfk, np.float32)[index, cols]
+    probs = np.asarray(probs_nfk, np.float32)[..., index, cols, :]
     if kendall:
         sx, sy = sign_matrix(pred), sign_matrix(human_f)
     else:
-        sx = sy = np.zeros(index.shape + (1,), np.int8)
+        sx, sy = np.zeros(pred.shape + (1,), np.int8), np.zeros(index.shape + (1,), np.int8)
     return (index, pad, pred, base, human_f, np.asarray(hrel, np.float32)[index], probs,
             np.asarray(ok, np.float32)[index], np.asarray(valid, np.float32)[index],
             np.asarray(codes, np.int32)[index], sx, sy)
@@ -128,12 +130,43 @@ def fold_mean_stat(names: tuple[str, ...], num_groups: int):
                     out.append(metric(name, pred, human, codes, ww))
             return jnp.stack(out)
 
-        per = jax.vmap(per_fold)(index, pad, pred_f, base_f, human_f, hrel_f, probs_f, ok_f, valid_f, codes_f,
-                                 sx_f, sy_f)  # [F, S]
+        # A Python loop over the (few) folds, not a vmap: under the bootstrap's vmap over
+        # resamples (and a report's over methods) a third vmap level made XLA's CPU code about
+        # five times slower (benchmarks/bench_report_stats.py).
+        folds = zip(index, pad, pred_f, base_f, human_f, hrel_f, probs_f, ok_f, valid_f, codes_f, sx_f, sy_f)
+        per = jnp.stack([per_fold(*fold) for fold in folds])  # [F, S]
         return jnp.mean(per, axis=0)
 
     stat.__name__ = "cell_stat_" + "_".join(names)
     return stat
+
+
+@functools.lru_cache(maxsize=64)
+def methods_stat(names: tuple[str, ...], num_groups: int, probs_per_method: bool):
+    """`fold_mean_stat` for several methods on the same resample: `stat(*fold_arrays, w) -> [M, S]`.
+
+    pred and sx carry a leading method axis `[M, ...]` (probs too when `probs_per_method`);
+    everything else (human, base, the layout, the weights) is shared, so the work that does
+    not depend on the method (the ranks of the human scores and of the shared base under each
+    resample) is done once per resample, not once per method.
+    """
+    one = fold_mean_stat(names, num_groups)
+
+    def stat(index, pad, pred_m, base, human, hrel, probs, ok, valid, codes, sx_m, sy, w):
+        def per_method(pred, probs_, sx):
+            return one(index, pad, pred, base, human, hrel, probs_, ok, valid, codes, sx, sy, w)
+
+        return jax.vmap(per_method, in_axes=(0, 0 if probs_per_method else None, 0))(pred_m, probs, sx_m)
+
+    stat.__name__ = "methods_stat_" + "_".join(names)
+    return stat
+
+
+@functools.lru_cache(maxsize=64)
+def methods_point(names: tuple[str, ...], num_groups: int, probs_per_method: bool):
+    """`methods_stat` on the original rows (unit weights), jitted: the point estimates `[M, S]`."""
+    stat = methods_stat(names, num_groups, probs_per_method)
+    return jax.jit(lambda *arrays: stat(*arrays, None))
 
 
 @functools.lru_cache(maxsize=64)

@@ -37,7 +37,7 @@ from jaxjudge import metrics as M
 from jaxjudge.data import to_prompt_range
 from jaxjudge.debias import adjust_per_fold, expected_score, greedy_score
 from jaxjudge.report.cell_inputs import CellArrays, CellReport, MethodOptions, score_kinds
-from jaxjudge.report.cell_stats import score_stats, stats_context
+from jaxjudge.report.cell_stats import score_stats, score_stats_batch, stats_context
 from jaxjudge.report.methods import METHODS, CellContext, Kind, Method, Variant, check_needs
 from jaxjudge.select import Splits, grid_search
 
@@ -93,6 +93,8 @@ class _Cell:
         self.selector, self.minimize = _selector(options, self.codes)
         self.options, self.labels, self.predictions = options, labels, predictions
         self.rows: list[dict[str, Any]] = []
+        # Emitted rows awaiting their metrics, by score kind: (row, pred, probs, has a delta).
+        self.pending: dict[str, list[tuple[dict[str, Any], np.ndarray, np.ndarray | None, bool]]] = {}
         self.aux: dict[str, Any] = {
             **labels, "scale": scale.name, "values": scale.values.tolist(),
             # Human scores on the prompt's range, rounded to the nearest candidate (for figures).
@@ -155,15 +157,14 @@ class _Cell:
         pred, probs = self.read(adj_fnk, kind_t)
         if self.predictions is not None:
             self.predictions[(method, kind)] = pred
-        base = None if method == "vanilla" else self.base_pred[kind]
-        mets, deltas = score_stats(pred, base, probs, self.ones, self.ctx, self.options)
         row = self.base_row(method, kind)
         row.update(
-            metrics=mets, delta=deltas or None, hparams=hparams or [{} for _ in range(f)],
+            metrics=None, delta=None, hparams=hparams or [{} for _ in range(f)],  # metrics: `score_pending`
             dev_metric=dev_metric if dev_metric is not None else self.selection_per_fold(pred, self.cx.dev),
             test_metric=test_metric if test_metric is not None else self.selection_per_fold(pred, self.cx.test),
         )
         self.rows.append(row)
+        self.pending.setdefault(kind, []).append((row, pred, probs, method != "vanilla"))
         # Score distribution of this method: argmax over all examples, mean over folds, drawn
         # with the hyper-parameters chosen for the greedy reading (what a judge would output).
         if kind == self.dist_kind:
@@ -173,6 +174,19 @@ class _Cell:
                 "argmax_fraction": frac.tolist(),
                 "mean_probs": np.asarray(jnp.mean(jax.nn.softmax(adj_fnk, -1), axis=(0, 1))).tolist(),
             }
+
+    def score_pending(self) -> None:
+        """Fill the metrics of every emitted row: the rows read the same way are scored in one
+        batched call on the same resamples (`score_stats_batch`), their deltas from the vanilla
+        judge read that way."""
+        for kind, items in self.pending.items():
+            preds = np.stack([pred for _, pred, _, _ in items])
+            probs = None if items[0][2] is None else np.stack([p for _, _, p, _ in items])
+            scored = score_stats_batch(preds, self.base_pred[kind], probs, self.ones, self.ctx, self.options,
+                                       [delta for *_, delta in items])
+            for (row, *_), (mets, deltas) in zip(items, scored):
+                row["metrics"], row["delta"] = mets, deltas or None
+        self.pending = {}
 
     def tuned(self, method: Method, variant: Variant, kind_t: Kind) -> None:
         """Choose the variant's hyper-parameters on each fold's dev side, then `emit`."""
@@ -262,6 +276,7 @@ def evaluate_cell(
         if method.name in options.methods:
             check_needs(method, arrays, labels)
             cell.run(method)
+    cell.score_pending()
     rows = cell.rows
 
     # Rows in the order the methods were configured (variants of a family together).

@@ -20,11 +20,13 @@ from typing import Any
 import numpy as np
 
 from jaxjudge import metrics as M
-from jaxjudge.metrics.fold_stat import fold_arrays, fold_mean_point, fold_mean_stat, interval_summary, needs_signs
+from jaxjudge.metrics.fold_stat import fold_arrays, interval_summary, methods_point, methods_stat, needs_signs
 from jaxjudge.report.cell_inputs import MethodOptions
 from jaxjudge.select import Splits
 
-__all__ = ["docs_defined", "score_stats", "stat_names", "stats_context", "test_side_intervals"]
+__all__ = [
+    "docs_defined", "score_stats", "score_stats_batch", "stat_names", "stats_context", "test_side_intervals",
+]
 
 _GROUPABLE = ("pearson", "spearman", "kendall", "mse")
 
@@ -128,57 +130,98 @@ def score_stats(
     test metric recomputed on the resampled groups with the folds' hyper-parameters held as
     chosen). Deltas use the same resamples as the metric (paired).
     """
+    probs = None if probs_fnk is None else probs_fnk[None]
+    return score_stats_batch(pred_fn[None], base_fn, probs, ok, ctx, options, [base_fn is not None])[0]
+
+
+_KENDALL_BUDGET = 1 << 26
+"""Most Kendall pair-matrix entries (methods x folds x M x M) one batched call holds."""
+
+
+def score_stats_batch(
+    preds_mfn: np.ndarray,
+    base_fn: np.ndarray | None,
+    probs_mfnk: np.ndarray | None,
+    ok: np.ndarray,
+    ctx: dict[str, Any],
+    options: MethodOptions,
+    with_delta: Sequence[bool],
+) -> list[tuple[dict[str, dict], dict[str, dict]]]:
+    """`score_stats` of several methods read the same way, on the same bootstrap resamples.
+
+    Every method is resampled with the same seed, so its numbers equal those of its own
+    `score_stats` call; scoring them together shares the work that does not depend on the
+    method (the human scores' and the base's ranks under each resample).
+
+    Args:
+      preds_mfn: `[M, F, N]` predictions of M methods.
+      base_fn: `[F, N]` the baseline every delta is taken from, or None (no deltas: the
+        first method stands in for the base).
+      probs_mfnk: `[M, F, N, K]` scored log-probabilities, or None.
+      ok, ctx, options: as `score_stats`.
+      with_delta: `[M]` whether each method reports its delta from the base.
+    """
     rows = ctx["report_rows"]
     codes = ctx["report_codes"]
     n, f, k = rows.size, ctx["f"], ctx["k"]
-    has_probs = probs_fnk is not None
-    has_delta = base_fn is not None
+    n_methods = preds_mfn.shape[0]
+    has_probs = probs_mfnk is not None
     ci_set = set(options.ci_metrics if options.ci_metrics is not None else options.metrics)
     # One statistic for every reading and method (SDD and the delta always computed, then
     # dropped where undefined): a cell's shape then compiles the bootstrap once, not per method.
     ci_names = stat_names(options, True, True, [m for m in options.metrics if m in ci_set])
     point_names = stat_names(options, True, False, [m for m in options.metrics if m not in ci_set])
     kendall = needs_signs(ci_names + point_names)
-    pred_r = pred_fn[:, rows]
-    pred_clean = np.nan_to_num(pred_r)  # NaN rows (parse failures) carry weight 0
-    arrays = fold_arrays(
-        pred_clean.T,  # [n, F]
-        (pred_r if base_fn is None else base_fn[:, rows]).T,
+    pred_r = preds_mfn[:, :, rows]  # [M, F, n]
+    base_r = pred_r[0] if base_fn is None else base_fn[:, rows]  # [F, n]
+    layout = fold_arrays(
+        np.transpose(np.nan_to_num(pred_r), (0, 2, 1)),  # [M, n, F]; NaN rows (parse failures) carry weight 0
+        base_r.T,
         ctx["human"][rows],
         ctx["hrel"][rows],
-        np.zeros((n, f, k), np.float32) if probs_fnk is None else np.transpose(probs_fnk[:, rows], (1, 0, 2)),
+        np.zeros((n, f, k), np.float32) if probs_mfnk is None else np.transpose(probs_mfnk[:, :, rows], (0, 2, 1, 3)),
         ctx["test"][:, rows].T,
         ok[rows],
         ctx["valid"][rows],
         codes.codes,
         kendall=kendall,
     )
-    out: dict[str, dict] = {}
-    if ci_names:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            stat = fold_mean_stat(ci_names, codes.num_groups)
-            est, reps = M.bootstrap_distribution(stat, (), codes.codes, n_boot=options.n_boot, seed=options.seed,
-                                                 consts=arrays)
-            jack = None
-            if options.ci_method == "bca":
-                jack = np.asarray(M.jackknife_distribution(stat, (), codes.codes, consts=arrays))
-        est, reps = np.asarray(est), np.asarray(reps)
+    est_ci, reps, jack, est_point = [], [], [], []
+    fold_rows = layout[0].size
+    step = max(1, _KENDALL_BUDGET // (fold_rows * layout[0].shape[1])) if kendall else n_methods
+    for lo in range(0, n_methods, step):
+        part = slice(lo, lo + step)
+        arrays = tuple(a[part] if i in (2, 10) or (i == 6 and has_probs) else a for i, a in enumerate(layout))
+        if ci_names:
+            stat = methods_stat(ci_names, codes.num_groups, has_probs)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                e, r = M.bootstrap_distribution(stat, (), codes.codes, n_boot=options.n_boot, seed=options.seed,
+                                                consts=arrays)
+                if options.ci_method == "bca":
+                    jack.append(np.asarray(M.jackknife_distribution(stat, (), codes.codes, consts=arrays)))
+            est_ci.append(np.asarray(e))
+            reps.append(np.asarray(r))
+        if point_names:
+            est_point.append(np.asarray(methods_point(point_names, codes.num_groups, has_probs)(*arrays)))
+    results = []
+    for j in range(n_methods):
+        out: dict[str, dict] = {}
+        c, i_part = divmod(j, step)
         for i, name in enumerate(ci_names):
-            out[name] = interval_summary(est[i], reps[:, i], options.alpha, num_groups=codes.num_groups,
-                                       min_groups=options.min_ci_groups, jack=None if jack is None else jack[:, i],
-                                       method=options.ci_method)
-    if point_names:
-        est = np.asarray(fold_mean_point(point_names, codes.num_groups)(*arrays))
+            out[name] = interval_summary(est_ci[c][i_part, i], reps[c][:, i_part, i], options.alpha,
+                                         num_groups=codes.num_groups, min_groups=options.min_ci_groups,
+                                         jack=jack[c][:, i_part, i] if jack else None, method=options.ci_method)
         for i, name in enumerate(point_names):
-            out[name] = interval_summary(est[i], None, options.alpha)
-    for name, iv in out.items():
-        if name.endswith("_doc") and not name.startswith("delta_") and iv.get("estimate") is not None:
-            iv.update(docs_defined(name, pred_fn, ctx, ok))
-    if not has_probs:
-        out = {k_: v for k_, v in out.items() if k_ != "sdd"}
-    deltas = {k_[len("delta_"):]: v for k_, v in out.items() if k_.startswith("delta_") and has_delta}
-    metrics = {k_: v for k_, v in out.items() if not k_.startswith("delta_")}
-    for m in options.metrics:  # undefined for this reading (e.g. SDD of a greedy score)
-        metrics.setdefault(m, {"estimate": None, "low": None, "high": None})
-    return metrics, deltas
+            out[name] = interval_summary(est_point[c][i_part, i], None, options.alpha)
+        for name, iv in out.items():
+            if name.endswith("_doc") and not name.startswith("delta_") and iv.get("estimate") is not None:
+                iv.update(docs_defined(name, preds_mfn[j], ctx, ok))
+        if not has_probs:
+            out = {k_: v for k_, v in out.items() if k_ != "sdd"}
+        deltas = {k_[len("delta_"):]: v for k_, v in out.items() if k_.startswith("delta_") and with_delta[j]}
+        metrics = {k_: v for k_, v in out.items() if not k_.startswith("delta_")}
+        for m in options.metrics:  # undefined for this reading (e.g. SDD of a greedy score)
+            metrics.setdefault(m, {"estimate": None, "low": None, "high": None})
+        results.append((metrics, deltas))
+    return results
