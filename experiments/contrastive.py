@@ -43,30 +43,21 @@ with stores in ``results/stores/contrastive_stsb`` and ``results/stores/contrast
 """
 
 from jaxjudge.data import SUMMEVAL_SUBSET_DOC_IDS
-from jaxjudge.experiment import ExperimentConfig, SubsetSpec, TaskSpec
-from registry import CPU_RUN_CHANGES, CPU_SUMMEVAL_DEV_DOCS, CPU_SUMMEVAL_SUBSET, QWEN_05B, QWEN_15B
+from jaxjudge.experiment import ExperimentConfig, TaskSpec
+from registry import (
+    CONTRASTIVE_SEMREL,
+    CONTRASTIVE_STSB,
+    CPU_RUN_CHANGES,
+    CPU_SUMMEVAL_DEV_DOCS,
+    CPU_SUMMEVAL_SUBSET,
+    QWEN_05B,
+    QWEN_15B,
+)
 
 # What changed in this experiment's committed CPU runs since their previous version.
 RUN_CHANGES = (
     "the temperature convention (every distribution tempered before the adjustment) leaves "
     "contrastive decoding's numbers as they were: the per-row normalisers cancel",
-)
-
-
-# The paper's protocol on the pair tasks, cut to bound the 1.5B judge's CPU time.
-CONTRASTIVE_STSB = SubsetSpec(
-    reason="contrastive decoding on STS-B: a seeded sample (seed 0) of 500 of the 1,379 test pairs "
-    "for the report and 200 of the 1,500 dev pairs for the selection of (lambda, t), to bound the "
-    "1.5B judge's extraction cost",
-    max_per_split={"test": 500, "dev": 200},
-    seed=0,
-)
-CONTRASTIVE_SEMREL = SubsetSpec(
-    reason="contrastive decoding on SemRel2024: (lambda, t) chosen on a seeded sample (seed 0) of "
-    "whole groups of the train split (at most 300 of its 5,500 pairs), reported on the whole dev "
-    "split (250 pairs)",
-    max_per_split={"train": 300},
-    seed=0,
 )
 
 

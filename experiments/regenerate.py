@@ -89,6 +89,8 @@ def runs(selected: list[str]) -> list[tuple[str, list[str]]]:
         if selected and name not in selected:
             continue
         words = shlex.split(json.loads(meta.read_text())["command"])
+        if words[:3] in (["python", "-m", "jaxjudge.cli"], ["python3", "-m", "jaxjudge.cli"]):
+            words = ["jaxjudge", *words[3:]]  # the same command, run as a module
         if words[:2] == ["jaxjudge", "report"] or words[:2] == ["python", "experiments/few_labels.py"]:
             out.append((name, words))
     return out

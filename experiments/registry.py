@@ -98,3 +98,20 @@ SEMREL_SELECTION = SubsetSpec(
     max_per_split={"train": 1000},
     seed=0,
 )
+
+# Contrastive decoding's protocol on the pair tasks, cut to bound the 1.5B judge's CPU time
+# (experiments/contrastive.py:stsb|semrel; score_range_bias.py:stsb_qwen15 reads the same stores).
+CONTRASTIVE_STSB = SubsetSpec(
+    reason="contrastive decoding on STS-B: a seeded sample (seed 0) of 500 of the 1,379 test pairs "
+    "for the report and 200 of the 1,500 dev pairs for the selection of (lambda, t), to bound the "
+    "1.5B judge's extraction cost",
+    max_per_split={"test": 500, "dev": 200},
+    seed=0,
+)
+CONTRASTIVE_SEMREL = SubsetSpec(
+    reason="contrastive decoding on SemRel2024: (lambda, t) chosen on a seeded sample (seed 0) of "
+    "whole groups of the train split (at most 300 of its 5,500 pairs), reported on the whole dev "
+    "split (250 pairs)",
+    max_per_split={"train": 300},
+    seed=0,
+)

@@ -27,6 +27,7 @@ Run (extract once, then report from the store as often as needed, no forward pas
     jaxjudge sweep experiments/score_range_bias.py:gemma3     # Gemma-3-270M (base), raw prompts
     jaxjudge sweep experiments/score_range_bias.py:stsb_smollm2   # committed: SmolLM2 on the STS-B test split
     jaxjudge sweep experiments/score_range_bias.py:stsb_gemma3    # committed: Gemma-3-270M on the STS-B test split
+    jaxjudge sweep experiments/score_range_bias.py:stsb_qwen15    # committed: Qwen2.5-Coder 1.5B and 0.5B, 500 STS-B test pairs
 
 Arguments of ``get_config``: None (Qwen2.5-Coder 0.5B), ``"qwen15"`` (0.5B and 1.5B),
 ``"smollm2"`` (the embedded default judge on the full data), ``"quick"`` (SmolLM2 on the
@@ -46,7 +47,11 @@ stores in ``results/stores/summeval_qwen05``, shared with ``random_number_debias
 ``"gemma3"`` (Gemma-3-270M, a base model without a chat template, prompted completion-style on
 the full data; not run yet), ``"stsb_smollm2"`` and ``"stsb_gemma3"`` (SmolLM2-135M-Instruct, and
 Gemma-3-270M with raw prompts, on the same STS-B data as ``"stsb"``: the judge families side by
-side; stores in ``results/stores/stsb_smollm2`` and ``results/stores/stsb_gemma3``).
+side; stores in ``results/stores/stsb_smollm2`` and ``results/stores/stsb_gemma3``), and
+``"stsb_qwen15"`` (Qwen2.5-Coder 1.5B beside the 0.5B on the seeded 500-pair sample of the STS-B
+test split that ``contrastive.py:stsb`` extracts, ``CONTRASTIVE_STSB``: the 1.5B reads about
+45 prompt tokens a second on two cores, so the whole test split did not fit; both judges are
+read from that run's stores in ``results/stores/contrastive_stsb``).
 """
 
 from jaxjudge.experiment import ExperimentConfig, TaskSpec
@@ -56,6 +61,7 @@ from registry import (
     CPU_STSB_SUBSET,
     CPU_SUMMEVAL_DEV_DOCS,
     CPU_SUMMEVAL_SUBSET,
+    CONTRASTIVE_STSB,
     GEMMA3_270M,
     QWEN_05B,
     QWEN_15B,
@@ -68,7 +74,8 @@ from registry import (
 def get_config(arg: str | None = None) -> ExperimentConfig:
     models = {None: (QWEN_05B,), "qwen15": (QWEN_05B, QWEN_15B), "smollm2": (SMOLLM2,), "quick": (SMOLLM2,),
               "cpu": (QWEN_05B,), "cpu_stsb": (QWEN_05B,), "stsb": (QWEN_05B,), "semrel": (QWEN_05B,), "summeval": (QWEN_05B,),
-              "gemma3": (GEMMA3_270M,), "stsb_smollm2": (SMOLLM2,), "stsb_gemma3": (GEMMA3_270M,)}
+              "gemma3": (GEMMA3_270M,), "stsb_smollm2": (SMOLLM2,), "stsb_gemma3": (GEMMA3_270M,),
+              "stsb_qwen15": (QWEN_15B, QWEN_05B)}
     if arg not in models:
         raise ValueError(f"score_range_bias: unknown argument {arg!r}; use one of {sorted(k for k in models if k)}")
     if arg == "quick":
@@ -80,6 +87,8 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         tasks = (TaskSpec("stsb", ("similarity",), split="original", subset=CPU_STSB_SUBSET),)
     elif arg in ("stsb", "stsb_smollm2", "stsb_gemma3"):
         tasks = (TaskSpec("stsb", ("similarity",), split="original", subset=STSB_SELECTION),)
+    elif arg == "stsb_qwen15":
+        tasks = (TaskSpec("stsb", ("similarity",), split="original", subset=CONTRASTIVE_STSB),)
     elif arg == "semrel":
         tasks = (TaskSpec("semrel", ("relatedness",), split="original", subset=SEMREL_SELECTION),)
     elif arg == "summeval":
@@ -95,18 +104,19 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         models=models[arg],
         tasks=tasks,
         scales=("0-4", "1-5", "2-6", "3-7"),
-        methods=("vanilla",) if arg in ("cpu_stsb", "stsb", "semrel", "stsb_smollm2", "stsb_gemma3") else ("vanilla", "generate"),
+        methods=("vanilla",) if arg in ("cpu_stsb", "stsb", "semrel", "stsb_smollm2", "stsb_gemma3", "stsb_qwen15") else ("vanilla", "generate"),
         temperatures=(1.0, 0.2),
         greedy=True,
         generation_max_new_tokens=24,
         # Kendall's tau costs O(N^2) per resample: on 1,379 STS-B pairs its point estimate only.
-        ci_metrics=("pearson", "spearman", "mse", "sdd", "validity") if arg in ("stsb", "semrel", "stsb_smollm2", "stsb_gemma3") else None,
-        run=arg if arg in ("cpu", "cpu_stsb", "stsb", "semrel", "summeval", "stsb_smollm2", "stsb_gemma3") else None,
+        ci_metrics=("pearson", "spearman", "mse", "sdd", "validity") if arg in ("stsb", "semrel", "stsb_smollm2", "stsb_gemma3", "stsb_qwen15") else None,
+        run=arg if arg in ("cpu", "cpu_stsb", "stsb", "semrel", "summeval", "stsb_smollm2", "stsb_gemma3", "stsb_qwen15") else None,
         changes=CPU_RUN_CHANGES if arg in ("cpu", "cpu_stsb") else (),
         # A base model: the prompt is the completion's beginning, no chat template.
         prompt_style="raw" if arg in ("gemma3", "stsb_gemma3") else "chat",
         store_root={"stsb": "results/stores/stsb_qwen05", "semrel": "results/stores/semrel_qwen05",
                     "stsb_smollm2": "results/stores/stsb_smollm2", "stsb_gemma3": "results/stores/stsb_gemma3",
+                    "stsb_qwen15": "results/stores/contrastive_stsb",
                     "summeval": "results/stores/summeval_qwen05", "cpu": "results/stores/cpu_qwen",
                     "cpu_stsb": "results/stores/cpu_qwen"}.get(arg, "stores"),
     )
