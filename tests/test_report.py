@@ -184,7 +184,7 @@ def test_cell_statistic_per_fold_layout_equals_literal_resample():
     w = np.bincount(drawn, minlength=n_groups)[group].astype(np.float32)  # one resample
     names = ("spearman", "kendall", "mse", "validity", "spearman_doc", "kendall_doc", "delta_spearman")
     arrays = fold_arrays(pred, base, human, np.clip(human - 1, 0, 4), np.zeros((n, 3, 5), np.float32),
-                         test, ok, valid, group, kendall=True)
+                         test, ok, valid, group)
     got = np.asarray(jax.jit(fold_mean_stat(names, n_groups))(*arrays, jnp.asarray(w)))
 
     def rep(v, sel):

@@ -62,19 +62,17 @@ def fold_layout(test_nf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return index, pad
 
 
-def fold_arrays(pred_nf, base_nf, human, hrel, probs_nfk, test_nf, ok, valid, codes, *, kendall: bool):
+def fold_arrays(pred_nf, base_nf, human, hrel, probs_nfk, test_nf, ok, valid, codes):
     """The statistic's inputs in the per-fold layout of `fold_layout` (numpy in, numpy out).
 
     Args (row axis N): pred `[..., N, F]` (leading axes: several methods scored at once),
     base `[N, F]` (for deltas), human on the scale `[N]`, human minus lo `[N]` (SDD), log-probs
     `[..., N, F, K]` (the same leading axes as pred, or none), test `[N, F]`, ok `[N]` (finite
-    prediction), valid `[N]`, group codes `[N]`; `kendall`: whether to build the sign matrices.
+    prediction), valid `[N]`, group codes `[N]`.
 
     Returns:
-      ``(index, pad, pred, base, human, hrel, probs, ok, valid, codes, sx, sy)``, each `[F, M, ...]`
-      (pred, probs and sx with pred's leading axes): sx = sign(pred_i - pred_j) and
-      sy = sign(human_i - human_j) int8 `[F, M, M]` within each fold (`[F, M, 1]` placeholders
-      without `kendall`; see `jaxjudge.metrics.tau_b.sign_matrix`).
+      ``(index, pad, pred, base, human, hrel, probs, ok, valid, codes)``, each `[F, M, ...]`
+      (pred and probs with pred's leading axes).
     """
     index, pad = fold_layout(test_nf)
     f = index.shape[0]
@@ -83,13 +81,9 @@ def fold_arrays(pred_nf, base_nf, human, hrel, probs_nfk, test_nf, ok, valid, co
     base = np.asarray(base_nf, np.float32)[index, cols]
     human_f = np.asarray(human, np.float32)[index]
     probs = np.asarray(probs_nfk, np.float32)[..., index, cols, :]
-    if kendall:
-        sx, sy = sign_matrix(pred), sign_matrix(human_f)
-    else:
-        sx, sy = np.zeros(pred.shape + (1,), np.int8), np.zeros(index.shape + (1,), np.int8)
     return (index, pad, pred, base, human_f, np.asarray(hrel, np.float32)[index], probs,
             np.asarray(ok, np.float32)[index], np.asarray(valid, np.float32)[index],
-            np.asarray(codes, np.int32)[index], sx, sy)
+            np.asarray(codes, np.int32)[index])
 
 
 @functools.lru_cache(maxsize=64)
@@ -109,10 +103,12 @@ def fold_mean_stat(names: tuple[str, ...], num_groups: int):
             return grouped(name[: -len("_doc")], pred, human, codes, num_groups=num_groups, weights=ww)
         return get_metric(name)(pred, human, weights=ww)
 
-    def stat(index, pad, pred_f, base_f, human_f, hrel_f, probs_f, ok_f, valid_f, codes_f, sx_f, sy_f, w):
-        def per_fold(idx, real, pred, base, human, hrel, probs, ok, valid, codes, sx, sy):
+    def stat(index, pad, pred_f, base_f, human_f, hrel_f, probs_f, ok_f, valid_f, codes_f, w):
+        def per_fold(idx, real, pred, base, human, hrel, probs, ok, valid, codes):
             rows = real if w is None else w[idx] * real  # [M] multiplicity of each test row
             ww = rows * ok
+            if needs_signs(names):  # Kendall's fixed pair signs, [M, M] each: built once per call
+                sx, sy = sign_matrix(pred), sign_matrix(human)
             out = []
             for name in names:
                 if name == "validity":
@@ -133,7 +129,7 @@ def fold_mean_stat(names: tuple[str, ...], num_groups: int):
         # A Python loop over the (few) folds, not a vmap: under the bootstrap's vmap over
         # resamples (and a report's over methods) a third vmap level made XLA's CPU code about
         # five times slower (benchmarks/bench_report_stats.py).
-        folds = zip(index, pad, pred_f, base_f, human_f, hrel_f, probs_f, ok_f, valid_f, codes_f, sx_f, sy_f)
+        folds = zip(index, pad, pred_f, base_f, human_f, hrel_f, probs_f, ok_f, valid_f, codes_f)
         per = jnp.stack([per_fold(*fold) for fold in folds])  # [F, S]
         return jnp.mean(per, axis=0)
 
@@ -145,18 +141,18 @@ def fold_mean_stat(names: tuple[str, ...], num_groups: int):
 def methods_stat(names: tuple[str, ...], num_groups: int, probs_per_method: bool):
     """`fold_mean_stat` for several methods on the same resample: `stat(*fold_arrays, w) -> [M, S]`.
 
-    pred and sx carry a leading method axis `[M, ...]` (probs too when `probs_per_method`);
+    pred carries a leading method axis `[M, ...]` (probs too when `probs_per_method`);
     everything else (human, base, the layout, the weights) is shared, so the work that does
     not depend on the method (the ranks of the human scores and of the shared base under each
     resample) is done once per resample, not once per method.
     """
     one = fold_mean_stat(names, num_groups)
 
-    def stat(index, pad, pred_m, base, human, hrel, probs, ok, valid, codes, sx_m, sy, w):
-        def per_method(pred, probs_, sx):
-            return one(index, pad, pred, base, human, hrel, probs_, ok, valid, codes, sx, sy, w)
+    def stat(index, pad, pred_m, base, human, hrel, probs, ok, valid, codes, w):
+        def per_method(pred, probs_):
+            return one(index, pad, pred, base, human, hrel, probs_, ok, valid, codes, w)
 
-        return jax.vmap(per_method, in_axes=(0, 0 if probs_per_method else None, 0))(pred_m, probs, sx_m)
+        return jax.vmap(per_method, in_axes=(0, 0 if probs_per_method else None))(pred_m, probs)
 
     stat.__name__ = "methods_stat_" + "_".join(names)
     return stat

@@ -16,9 +16,11 @@ import numpy as np
 __all__ = ["sign_matrix", "tau_b_doc", "tau_b_pooled"]
 
 
-def sign_matrix(v: np.ndarray) -> np.ndarray:
-    """int8 `[..., N, N]` sign(v_i - v_j) over the last axis of `v`."""
-    return np.sign(v[..., :, None] - v[..., None, :]).astype(np.int8)
+def sign_matrix(v):
+    """int8 `[..., N, N]` sign(v_i - v_j) over the last axis of `v` (numpy in, numpy out; a
+    jax array or tracer in, jax out)."""
+    xp = np if isinstance(v, np.ndarray) else jnp
+    return xp.sign(v[..., :, None] - v[..., None, :]).astype(xp.int8)
 
 
 def _pair_sums(sx, sy, ww, same=None):

@@ -184,14 +184,13 @@ def score_stats_batch(
         ok[rows],
         ctx["valid"][rows],
         codes.codes,
-        kendall=kendall,
     )
     est_ci, reps, jack, est_point = [], [], [], []
     fold_rows = layout[0].size
     step = max(1, _KENDALL_BUDGET // (fold_rows * layout[0].shape[1])) if kendall else n_methods
     for lo in range(0, n_methods, step):
         part = slice(lo, lo + step)
-        arrays = tuple(a[part] if i in (2, 10) or (i == 6 and has_probs) else a for i, a in enumerate(layout))
+        arrays = tuple(a[part] if i == 2 or (i == 6 and has_probs) else a for i, a in enumerate(layout))
         if ci_names:
             stat = methods_stat(ci_names, codes.num_groups, has_probs)
             with warnings.catch_warnings():
