@@ -23,7 +23,7 @@ from jaxjudge.metrics.distribution import sdd_from_logprobs
 from jaxjudge.metrics.tau_b import sign_matrix, tau_b_doc, tau_b_pooled
 
 __all__ = [
-    "MIN_CI_GROUPS", "NAN_SHARE_MAX", "fold_arrays", "fold_layout", "fold_mean_point", "fold_mean_stat",
+    "MIN_CI_GROUPS", "NAN_SHARE_MAX", "fold_arrays", "fold_layout", "fold_mean_stat",
     "interval_summary", "methods_point", "methods_stat", "needs_signs",
 ]
 
@@ -162,13 +162,6 @@ def methods_stat(names: tuple[str, ...], num_groups: int, probs_per_method: bool
 def methods_point(names: tuple[str, ...], num_groups: int, probs_per_method: bool):
     """`methods_stat` on the original rows (unit weights), jitted: the point estimates `[M, S]`."""
     stat = methods_stat(names, num_groups, probs_per_method)
-    return jax.jit(lambda *arrays: stat(*arrays, None))
-
-
-@functools.lru_cache(maxsize=64)
-def fold_mean_point(names: tuple[str, ...], num_groups: int):
-    """`fold_mean_stat` on the original rows (unit weights), jitted: the point estimates."""
-    stat = fold_mean_stat(names, num_groups)
     return jax.jit(lambda *arrays: stat(*arrays, None))
 
 
