@@ -10,15 +10,16 @@ role           what runs
 =============  ===========================================================================
 score          the task template over the task's examples -> `jaxjudge.engine.extract`,
                chunked into the store as chunks finish (a killed run resumes)
-generate       greedy generation parsed into a number, one chunk. When the cell's score job
+generate       greedy generation parsed into a number, in chunks of `GENERATE_CHUNK_ROWS`
+               prompts, each written when done (a killed run resumes). When the cell's score job
                runs in the same call, has single-token candidates and renders the same
                prompts, the replies are decoded from the score pass's own prefill
                (``extract(..., generate_tokens=G)``); otherwise `generate_scores` makes its
                own pass. Both give the same store.
 contrastive_   greedy contrastive generation of the judge against its assistant in ``pairs``
 generate       (`jaxjudge.engine.contrastive_generate_scores`, both models loaded; the
-               config's fixed lambda, temperatures and alpha), parsed like ``generate``, one
-               chunk; keyed also by the assistant, its sha256 and those settings
+               config's fixed lambda, temperatures and alpha), parsed like ``generate`` and
+               chunked like it; keyed also by the assistant, its sha256 and those settings
 random_r/_t    the 100 random-number paraphrases (raw / after the task instruction):
                candidate log-probs and the mean NLL of each paraphrase's own tokens (the
                request, conditioned on the chat and instruction text before it; one pass),
@@ -64,8 +65,13 @@ from jaxjudge.report.stores import (
 )
 from jaxjudge.store import Store
 
-__all__ = ["CONTENT_FREE", "JobResult", "load_tokenizer", "job_store_path", "run_extractions",
-           "upgrade_stores"]
+__all__ = ["CONTENT_FREE", "GENERATE_CHUNK_ROWS", "JobResult", "load_tokenizer", "job_store_path",
+           "run_extractions", "upgrade_stores"]
+
+GENERATE_CHUNK_ROWS = 200
+"""Prompts per chunk of a generation store (a few minutes of a 0.5B judge on two CPU cores):
+what an interrupted generation job loses at most. A store's chunk count is fixed when it is
+created (its manifest's ``n_chunks``); stores written as one chunk stay valid as they are."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,36 @@ def _one_chunk(root: Path, key: dict[str, Any], make: Callable[[], dict[str, np.
     arrays = make()
     store.write_chunk(0, arrays)
     return True, len(next(iter(arrays.values())))
+
+
+def _generation_store(root: Path, key: dict[str, Any], n_rows: int) -> Store:
+    """Open a generation job's store: its own chunk count when it exists, else a new one of
+    ceil(n_rows / GENERATE_CHUNK_ROWS) chunks."""
+    try:
+        return Store.open(root, key, create=False)
+    except FileNotFoundError:
+        return Store.open(root, key, n_chunks=max(1, -(-n_rows // GENERATE_CHUNK_ROWS)))
+
+
+def _row_chunks(root: Path, key: dict[str, Any], n_rows: int,
+                make: Callable[[int, int], dict[str, np.ndarray]]) -> tuple[bool, int]:
+    """A generation job, chunk by chunk: `make(lo, hi)` gives rows lo..hi-1; each chunk is
+    written as soon as it is computed, and chunks already written are kept."""
+    store = _generation_store(root, key, n_rows)
+    k = store.n_chunks
+    size = -(-n_rows // k)
+    missing = store.missing_chunks()
+    for i in missing:
+        store.write_chunk(i, make(i * size, min(n_rows, (i + 1) * size)))
+    return bool(missing), len(next(iter(store.load().values())))
+
+
+def _complete(root: Path, key: dict[str, Any]) -> bool:
+    """Whether a chunked store exists for `key` with every chunk written."""
+    try:
+        return not Store.open(root, key, create=False).missing_chunks()
+    except FileNotFoundError:
+        return False
 
 
 def run_extractions(
@@ -211,7 +247,7 @@ def run_extractions(
                 share = False
                 if gen is not None:
                     gen_where = job_store_path(root, gen)
-                    share = (not Store.open(gen_where, gen_key(gen, judge), n_chunks=1).has_chunk(0)
+                    share = (not _complete(gen_where, gen_key(gen, judge))
                              and gen_prompts(gen, judge, template, scale, ctx) == list(rendered.prompts))
                 out = None
                 if share:
@@ -233,15 +269,16 @@ def run_extractions(
             elif job.role == "generate":
                 prompts = gen_prompts(job, judge, template, scale, ctx)
 
-                def make(prompts=prompts, scale=scale, where=where):
+                def make(lo, hi, prompts=prompts, scale=scale, where=where):
                     if where in replies:  # decoded in the score pass
-                        return replies.pop(where)
-                    texts, parsed, _ = generate_scores(judge, prompts, scale, max_new_tokens=g_new,
+                        return {k_: v[lo:hi] for k_, v in replies[where].items()}
+                    texts, parsed, _ = generate_scores(judge, prompts[lo:hi], scale, max_new_tokens=g_new,
                                                        progress=progress, overflow=overflow)
-                    return {"example_ids": np.asarray([p.example_id for p in prompts]),
+                    return {"example_ids": np.asarray([p.example_id for p in prompts[lo:hi]]),
                             "parsed_scores": np.asarray(parsed, np.float32), "texts": np.asarray(texts)}
 
-                computed, n_rows = _one_chunk(where, gen_key(job, judge), make)
+                computed, n_rows = _row_chunks(where, gen_key(job, judge), len(prompts), make)
+                replies.pop(where, None)
             elif job.role == "contrastive_generate":
                 match = contrastive_generate_match(cfg, n)
                 a_path = paths[match["assistant"]]
@@ -249,13 +286,18 @@ def run_extractions(
                 key = {**gen_key(job, judge), **match,
                        "assistant_sha256": source_sha256(a_path, memo_dir=cache_root())}
 
-                def make(job=job, scale=scale, template=template, match=match, a_path=a_path):
+                c_prompts: list = []  # rendered for the smaller context once the assistant is loaded
+
+                def make(lo, hi, job=job, scale=scale, template=template, match=match, a_path=a_path,
+                         c_prompts=c_prompts):
                     nonlocal assistant
                     if assistant is None:
                         assistant = M.load(a_path)
                     # Both judges read the same tokens, so the prompts fit the smaller context.
                     c_ctx = min(ctx, int(assistant.config.max_position_embeddings))
-                    prompts = gen_prompts(job, judge, template, scale, c_ctx)
+                    if not c_prompts:
+                        c_prompts.extend(gen_prompts(job, judge, template, scale, c_ctx))
+                    prompts = c_prompts[lo:hi]
                     texts, parsed, _ = contrastive_generate_scores(
                         judge, assistant, prompts, scale, g_new, lam=match["lam"], t_main=match["t_main"],
                         t_asst=match["t_asst"], alpha=match["alpha"], progress=progress, overflow=overflow,
@@ -263,7 +305,7 @@ def run_extractions(
                     return {"example_ids": np.asarray([p.example_id for p in prompts]),
                             "parsed_scores": np.asarray(parsed, np.float32), "texts": np.asarray(texts)}
 
-                computed, n_rows = _one_chunk(where, key, make)
+                computed, n_rows = _row_chunks(where, key, len(data[job.task].examples), make)
             elif job.role in ("random_r", "random_t"):
                 prompts = random_number_prompts(scale, chat=chat,
                                                 task_template=template if job.role == "random_t" else None)
