@@ -77,7 +77,7 @@ def enable_compile_cache() -> None:
     if not folder:
         return
     jax.config.update("jax_compilation_cache_dir", folder)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
 def _extract(cfg, args) -> None:
