@@ -35,7 +35,7 @@ from jaxjudge.report import (
     write_run,
 )
 from jaxjudge.metrics.fold_stat import fold_arrays, fold_mean_stat
-from jaxjudge.metrics.tau_b import sign_matrix, tau_b_doc, tau_b_pooled
+from jaxjudge.metrics.tau_b import pair_matrices, tau_from_sums
 from jaxjudge.report import grids as C
 from jaxjudge.report.methods import METHODS, ROLES
 
@@ -150,24 +150,39 @@ def test_vanilla_metrics_match_scipy(biased):
         assert row["n_test"] == arrays.n and row["n_folds"] == 4
 
 
-def test_kendall_quadratic_form_matches_metrics_and_scipy():
+def test_kendall_group_quadratic_form_matches_metrics_and_scipy():
+    """tau-b of a grouped resample read from the [G, G] reduced pair sums (c^T A^T S A c)
+    against scipy on the literally repeated rows and against the weighted metric."""
     rng = np.random.default_rng(3)
-    n = 90
+    n, g = 90, 9
     x = rng.integers(0, 5, n).astype(float)  # many ties
     y = np.round(rng.uniform(1, 5, n) * 3) / 3
-    codes = M.encode_groups(np.repeat(np.arange(9), 10))
-    w = rng.integers(0, 3, n).astype(np.float32)  # a bootstrap resample's multiplicities
-    sx, sy = jnp.asarray(sign_matrix(x)), jnp.asarray(sign_matrix(y))
-    pooled = jax.jit(tau_b_pooled)
-    assert float(pooled(sx, sy, jnp.ones(n))) == pytest.approx(st.kendalltau(x, y).statistic, abs=1e-6)
-    assert float(pooled(sx, sy, jnp.asarray(w))) == pytest.approx(float(M.kendall(x, y, weights=w)), abs=1e-6)
-    doc = float(jax.jit(tau_b_doc, static_argnums=4)(sx, sy, jnp.asarray(w), jnp.asarray(codes.codes), codes.num_groups))
-    assert doc == pytest.approx(float(M.grouped("kendall", x, y, codes.codes, weights=w)), abs=1e-6)
+    group = np.repeat(np.arange(g), n // g)
+    fixed = np.ones(n, np.float32)
+    fixed[[4, 50]] = 0  # parse failures: weight 0 in every resample
+    c = rng.integers(0, 3, g).astype(np.float32)  # a resample's group multiplicities
+    w = c[group] * fixed
+    a = np.eye(g, dtype=np.float32)[group] * fixed[:, None]  # [N, G]
+    sums = [float(c @ (a.T @ np.asarray(s) @ a) @ c) for s in pair_matrices(x, y)]
+    got = float(tau_from_sums(*sums))
+    keep = w > 0
+    literal = st.kendalltau(np.repeat(x[keep], w[keep].astype(int)), np.repeat(y[keep], w[keep].astype(int)))
+    assert got == pytest.approx(literal.statistic, abs=1e-6)
+    assert got == pytest.approx(float(M.kendall(x, y, weights=w)), abs=1e-6)
+    assert np.isnan(float(tau_from_sums(1.0, 0.0, 4.0)))  # x constant: undefined
 
 
-def test_cell_statistic_per_fold_layout_equals_literal_resample():
+@pytest.mark.parametrize("by_group", [True, False])
+def test_cell_statistic_per_fold_layout_equals_literal_resample(by_group, monkeypatch):
     """One bootstrap resample of the cell statistic (folds of unequal size, parse failures,
-    a delta) against scipy on the literally repeated test rows of each fold."""
+    a delta) against scipy on the literally repeated test rows of each fold; the pooled
+    Spearman's ranks and Kendall's pair sums reduced to groups, and from the rows."""
+    from jaxjudge.metrics import fold_stat
+
+    monkeypatch.setattr(fold_stat, "RANK_MATRIX_ROWS_PER_GROUP", 0 if by_group else 10**9)
+    if not by_group:
+        monkeypatch.setattr(fold_stat, "_kendall_by_group", lambda *args: False)
+    jax.clear_caches()  # the choice is made at trace time: no compiled statistic is reused
     rng = np.random.default_rng(5)
     per, n_groups = 5, 12
     n = per * n_groups

@@ -5,6 +5,22 @@ The report evaluates every method of a cell with the same compiled statistic: th
 the reported rows go in once, the bootstrap (`jaxjudge.metrics.bootstrap_distribution`)
 resamples whole groups by re-weighting the rows, and the statistic returns every metric of
 `names`, each fold's test-side value averaged over the folds.
+
+The bootstrap resamples whole groups, and the per-document metrics group by the same codes,
+so every row of a group carries the same multiplicity c_g. Two things then do not change
+from one resample to the next and are computed once per call (`fold_prepare`):
+
+- a group's own metric (``<metric>_doc``): Pearson, Spearman, Kendall and MSE are unchanged
+  when every row of the group is repeated c times, so a resample only re-weights the fixed
+  per-group values by c (`jaxjudge.metrics.grouped` weighs a group by its mean row weight);
+- Kendall's pair sums: with row weights `A c` (A the row-to-group indicator times the fixed
+  row weights) each sum `w^T S w` is `c^T (A^T S A) c`, a `[G, G]` form instead of `[M, M]`;
+- the weighted mid-ranks of the pooled Spearman: linear in c, `L c` for a fixed `[M, G]`
+  matrix (`_rank_matrix`), a matrix product per batch of resamples instead of a sort order's
+  cumulative sums and gathers per resample.
+
+A resample then costs the pooled metrics over the rows and a few products over groups. The
+numbers equal those of the plain metrics on the repeated rows (tests/test_report.py).
 """
 
 from __future__ import annotations
@@ -18,13 +34,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxjudge.metrics.bootstrap import bca_quantiles, expanded_levels
-from jaxjudge.metrics.correlation import get_metric, grouped
+from jaxjudge.metrics.correlation import get_metric, per_group
 from jaxjudge.metrics.distribution import sdd_from_logprobs
-from jaxjudge.metrics.tau_b import sign_matrix, tau_b_doc, tau_b_pooled
+from jaxjudge.metrics.tau_b import pair_matrices, sign_matrix, tau_from_sums
 
 __all__ = [
-    "MIN_CI_GROUPS", "NAN_SHARE_MAX", "fold_arrays", "fold_layout", "fold_mean_stat",
-    "interval_summary", "methods_point", "methods_stat", "needs_signs",
+    "MIN_CI_GROUPS", "NAN_SHARE_MAX", "doc_columns", "fold_arrays", "fold_layout", "fold_mean_stat", "fold_prepare",
+    "interval_summary", "methods_point", "methods_prepare", "methods_stat", "needs_signs", "shared_prepare",
 ]
 
 NAN_SHARE_MAX = 0.05
@@ -65,14 +81,19 @@ def fold_layout(test_nf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def fold_arrays(pred_nf, base_nf, human, hrel, probs_nfk, test_nf, ok, valid, codes):
     """The statistic's inputs in the per-fold layout of `fold_layout` (numpy in, numpy out).
 
+    `codes` are the groups the bootstrap resamples (and the per-document metrics group by):
+    the statistic assumes every row of a group has the same weight.
+
     Args (row axis N): pred `[..., N, F]` (leading axes: several methods scored at once),
     base `[N, F]` (for deltas), human on the scale `[N]`, human minus lo `[N]` (SDD), log-probs
     `[..., N, F, K]` (the same leading axes as pred, or none), test `[N, F]`, ok `[N]` (finite
     prediction), valid `[N]`, group codes `[N]`.
 
     Returns:
-      ``(index, pad, pred, base, human, hrel, probs, ok, valid, codes)``, each `[F, M, ...]`
-      (pred and probs with pred's leading axes).
+      ``(index, pad, pred, base, human, hrel, probs, ok, valid, codes, rep)``, each
+      `[F, M, ...]` (pred and probs with pred's leading axes), except ``rep`` `[F, G]`: a row
+      of each group among fold f's test rows (row 0 where the fold has none), whose weight is
+      the group's multiplicity.
     """
     index, pad = fold_layout(test_nf)
     f = index.shape[0]
@@ -81,34 +102,169 @@ def fold_arrays(pred_nf, base_nf, human, hrel, probs_nfk, test_nf, ok, valid, co
     base = np.asarray(base_nf, np.float32)[index, cols]
     human_f = np.asarray(human, np.float32)[index]
     probs = np.asarray(probs_nfk, np.float32)[..., index, cols, :]
+    codes = np.asarray(codes, np.int32)
+    num_groups = int(codes.max()) + 1 if codes.size else 0
+    rep = np.zeros((f, num_groups), np.int32)
+    for i in range(f):
+        rows = index[i][pad[i] > 0]
+        rep[i, codes[rows[::-1]]] = rows[::-1]  # the first test row of each group wins
     return (index, pad, pred, base, human_f, np.asarray(hrel, np.float32)[index], probs,
-            np.asarray(ok, np.float32)[index], np.asarray(valid, np.float32)[index],
-            np.asarray(codes, np.int32)[index])
+            np.asarray(ok, np.float32)[index], np.asarray(valid, np.float32)[index], codes[index], rep)
+
+
+def doc_columns(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """The per-group values the ``_doc`` statistics of `names` read: ``(source, metric)``, the
+    source ``"pred"`` or ``"base"`` (a ``delta_<metric>_doc`` reads both)."""
+    cols = []
+    for name in names:
+        if name.endswith("_doc"):
+            metric = name[: -len("_doc")]
+            if metric.startswith("delta_"):
+                cols += [("pred", metric[len("delta_"):]), ("base", metric[len("delta_"):])]
+            else:
+                cols.append(("pred", metric))
+    return tuple(dict.fromkeys(cols))
+
+
+def _to_groups(s, fixed, codes, num_groups: int):
+    """`A^T S A` `[G, G]` for `A = onehot(codes) * fixed` `[M, G]`, by two segment sums (M^2
+    additions, not the M^2 G of a product with the one-hot matrix)."""
+    rows = jax.ops.segment_sum(s * fixed[:, None], codes, num_segments=num_groups)  # [G, M]
+    return jax.ops.segment_sum((rows * fixed[None, :]).T, codes, num_segments=num_groups).T
+
+
+def _rank_matrix(v, fixed, codes, num_groups: int):
+    """`[M, G]` L with `L c` = each row's weighted mid-rank when group g's rows weigh `c_g * fixed`.
+
+    L[i, g] = sum over rows j of group g of fixed_j ([v_j < v_i] + [v_j == v_i] / 2), the rank
+    `jaxjudge.metrics.spearman` gives (weight below plus half the tie block's weight). With
+    0/1 `fixed` and integer multiplicities every entry and product is a multiple of 1/2, exact
+    in float32, so the ranks equal those of the sort-based `spearman`.
+    """
+    signs = sign_matrix(v).astype(jnp.float32) * fixed[None, :]  # [M, M] sign(v_i - v_j) f_j
+    below = jax.ops.segment_sum(signs.T, codes, num_segments=num_groups).T  # [M, G]
+    weight = jax.ops.segment_sum(fixed, codes, num_segments=num_groups)  # [G]
+    return 0.5 * (weight[None, :] + below)
+
+
+RANK_MATRIX_ROWS_PER_GROUP = 8
+"""The pooled Spearman reads its ranks from `_rank_matrix` (M x G multiply-adds a resample)
+when a fold has at least this many test rows per resampled group, else from the sort-based
+`jaxjudge.metrics.spearman` (a cumulative sum and gathers over the M rows, about as costly as
+some 150 multiply-adds a row on a CPU): with whole documents of 16 summaries resampled the
+product wins, with single rows resampled (G = M) the sort does."""
+
+
+def _kendall_by_group(names: tuple[str, ...], rows: int, num_groups: int) -> bool:
+    """Whether the pooled Kendall reads `[G, G]` group pair sums (fewer groups than rows), not
+    the `[M, M]` row pair matrices under each resample's row weights."""
+    return "kendall" in names and num_groups < rows
+
+
+def _pooled_spearman(names: tuple[str, ...], rows: int, num_groups: int) -> tuple[bool, bool]:
+    """Whether the statistic reads rank matrices for the pooled Spearman of the prediction,
+    and of the baseline, for folds of `rows` test rows and `num_groups` groups."""
+    if rows < RANK_MATRIX_ROWS_PER_GROUP * num_groups:
+        return False, False
+    return any(n in ("spearman", "delta_spearman") for n in names), "delta_spearman" in names
 
 
 @functools.lru_cache(maxsize=64)
-def fold_mean_stat(names: tuple[str, ...], num_groups: int):
-    """`stat(*fold_arrays, w) -> [S]`: every statistic of `names`, averaged over folds.
+def fold_prepare(names: tuple[str, ...], num_groups: int, resampled: bool = True):
+    """`prep(*fold_arrays) -> (doc [F, D, G], pairs [F, P, G, G], ranks [F, Q, M, G])`: what does
+    not depend on the resample, for one method.
 
-    Names are metric names (`get_metric`), ``<metric>_doc`` (per-document mean, `grouped`),
-    ``validity``, ``sdd`` and ``delta_<metric>[_doc]`` (the prediction's metric minus the
-    baseline's, on the same weights).
-
-    The inputs are `fold_arrays`' tuple and the row weights `w` `[N]` (a bootstrap resample's
-    multiplicities; None for the original rows): fold f's slot s weighs `w[index[f, s]]`.
+    ``doc`` holds each fold's per-group metric values of the ``_doc`` statistics (NaN where a
+    group is undefined or has no test row in the fold), in `doc_columns` order (a group's
+    Kendall from the diagonal of the group pair sums when those are computed); ``pairs``
+    Kendall's three group-level pair sums `A^T S A` (P = 3 when `names` has ``kendall`` and a
+    fold has more test rows than groups, else 0);
+    ``ranks`` the prediction's `_rank_matrix` (Q = 1 when a pooled Spearman is read from rank
+    matrices, see `RANK_MATRIX_ROWS_PER_GROUP`; else 0). Without `resampled` (one evaluation
+    on the original rows) pairs and ranks are left empty: reducing them would cost more than
+    the one evaluation it serves.
     """
+    cols = doc_columns(names)
 
-    def metric(name, pred, human, codes, ww):
-        if name.endswith("_doc"):
-            return grouped(name[: -len("_doc")], pred, human, codes, num_groups=num_groups, weights=ww)
-        return get_metric(name)(pred, human, weights=ww)
+    def prep(index, pad, pred_f, base_f, human_f, hrel_f, probs_f, ok_f, valid_f, codes_f, rep):
+        docs, pairs, ranks = [], [], []
+        m = index.shape[1]
+        spearman = resampled and _pooled_spearman(names, m, num_groups)[0]
+        kendall = resampled and _kendall_by_group(names, m, num_groups)
+        for real, pred, base, human, ok, codes in zip(pad, pred_f, base_f, human_f, ok_f, codes_f):
+            fixed = real * ok  # every row once; a resample scales a group's rows alike
+            src = {"pred": pred, "base": base}
+            pair = (jnp.stack([_to_groups(s, fixed, codes, num_groups) for s in pair_matrices(pred, human)])
+                    if kendall else jnp.zeros((0, num_groups, num_groups), jnp.float32))
+            pairs.append(pair)
 
-    def stat(index, pad, pred_f, base_f, human_f, hrel_f, probs_f, ok_f, valid_f, codes_f, w):
-        def per_fold(idx, real, pred, base, human, hrel, probs, ok, valid, codes):
+            def values(s, c, pair=pair, src=src, human=human, codes=codes, fixed=fixed):
+                if kendall and (s, c) == ("pred", "kendall"):  # a group's own pairs: the diagonal
+                    return tau_from_sums(*(jnp.diagonal(q) for q in pair))
+                return per_group(c, src[s], human, codes, weights=fixed, num_groups=num_groups)
+
+            docs.append(jnp.stack([values(s, c) for s, c in cols]) if cols
+                        else jnp.zeros((0, num_groups), jnp.float32))
+            ranks.append(_rank_matrix(pred, fixed, codes, num_groups)[None] if spearman
+                         else jnp.zeros((0, m, num_groups), jnp.float32))
+        return jnp.stack(docs), jnp.stack(pairs), jnp.stack(ranks)
+
+    prep.__name__ = "fold_prepare_" + "_".join(names)
+    return prep
+
+
+@functools.lru_cache(maxsize=64)
+def shared_prepare(names: tuple[str, ...], num_groups: int, resampled: bool = True):
+    """`prep(*fold_arrays) -> ranks [F, R, M, G]`: the `_rank_matrix` of the human scores and,
+    for ``delta_spearman``, of the baseline (R = 2; 1 without the delta; 0 without a pooled
+    Spearman read from rank matrices). Shared by every method of a batch."""
+    def prep(index, pad, pred_f, base_f, human_f, hrel_f, probs_f, ok_f, valid_f, codes_f, rep):
+        out = []
+        spearman, base_too = _pooled_spearman(names, index.shape[1], num_groups) if resampled else (False, False)
+        for real, base, human, ok, codes in zip(pad, base_f, human_f, ok_f, codes_f):
+            fixed = real * ok
+            vs = ([human] if spearman else []) + ([base] if base_too else [])
+            out.append(jnp.stack([_rank_matrix(v, fixed, codes, num_groups) for v in vs]) if vs
+                       else jnp.zeros((0, index.shape[1], num_groups), jnp.float32))
+        return jnp.stack(out)
+
+    prep.__name__ = "shared_prepare_" + "_".join(names)
+    return prep
+
+
+def _group_mean(values, c):
+    """Mean of the defined group values `[G]`, group g counted c_g times (NaN: none defined)."""
+    gw = jnp.where(jnp.isnan(values), 0.0, c)
+    total = jnp.sum(gw)
+    return jnp.where(total > 0, jnp.sum(gw * jnp.nan_to_num(values)) / jnp.where(total > 0, total, 1.0), jnp.nan)
+
+
+@functools.lru_cache(maxsize=64)
+def _fold_mean_core(names: tuple[str, ...]):
+    """`stat(*fold_arrays, doc, pairs, ranks, shared, w) -> [S]` given the prepared arrays."""
+    cols = {c: i for i, c in enumerate(doc_columns(names))}
+    pearson = get_metric("pearson")
+
+    def stat(index, pad, pred_f, base_f, human_f, hrel_f, probs_f, ok_f, valid_f, codes_f, rep,
+             doc_f, pairs_f, ranks_f, shared_f, w):
+        def per_fold(idx, real, pred, base, human, hrel, probs, ok, valid, rep_g, doc, pairs, ranks, shared):
             rows = real if w is None else w[idx] * real  # [M] multiplicity of each test row
+            c = jnp.ones(rep_g.shape, jnp.float32) if w is None else w[rep_g]  # [G] each group's
             ww = rows * ok
-            if needs_signs(names):  # Kendall's fixed pair signs, [M, M] each: built once per call
-                sx, sy = sign_matrix(pred), sign_matrix(human)
+            # Mid-ranks under this resample: pred, human, base (`_rank_matrix`).
+            rk = [r @ c for r in ranks] + [r @ c for r in shared]  # empty: sort-based ranks
+
+            memo = {}
+
+            def pooled(metric, x):  # each (metric, prediction) once: a delta reuses the metric
+                key = (metric, x is pred)
+                if key not in memo:
+                    if metric == "spearman" and rk:
+                        memo[key] = pearson(rk[0] if x is pred else rk[2], rk[1], weights=ww)
+                    else:
+                        memo[key] = get_metric(metric)(x, human, weights=ww)
+                return memo[key]
+
             out = []
             for name in names:
                 if name == "validity":
@@ -116,20 +272,30 @@ def fold_mean_stat(names: tuple[str, ...], num_groups: int):
                 elif name == "sdd":
                     out.append(sdd_from_logprobs(probs, hrel, 0, weights=ww))
                 elif name == "kendall":
-                    out.append(tau_b_pooled(sx, sy, ww))
-                elif name == "kendall_doc":
-                    out.append(tau_b_doc(sx, sy, ww, codes, num_groups))
+                    if pairs.shape[0]:  # group pair sums (`_kendall_by_group`)
+                        out.append(tau_from_sums(*(c @ (p @ c) for p in pairs)))
+                    else:  # as many groups as rows: the row pair matrices under row weights
+                        out.append(tau_from_sums(*(ww @ (p @ ww) for p in pair_matrices(pred, human))))
+                elif name.endswith("_doc"):
+                    metric = name[: -len("_doc")]
+                    if metric.startswith("delta_"):
+                        metric = metric[len("delta_"):]
+                        out.append(_group_mean(doc[cols["pred", metric]], c)
+                                   - _group_mean(doc[cols["base", metric]], c))
+                    else:
+                        out.append(_group_mean(doc[cols["pred", metric]], c))
                 elif name.startswith("delta_"):
-                    inner = name[len("delta_"):]
-                    out.append(metric(inner, pred, human, codes, ww) - metric(inner, base, human, codes, ww))
+                    metric = name[len("delta_"):]
+                    out.append(pooled(metric, pred) - pooled(metric, base))
                 else:
-                    out.append(metric(name, pred, human, codes, ww))
+                    out.append(pooled(name, pred))
             return jnp.stack(out)
 
         # A Python loop over the (few) folds, not a vmap: under the bootstrap's vmap over
         # resamples (and a report's over methods) a third vmap level made XLA's CPU code about
         # five times slower (benchmarks/bench_report_stats.py).
-        folds = zip(index, pad, pred_f, base_f, human_f, hrel_f, probs_f, ok_f, valid_f, codes_f)
+        folds = zip(index, pad, pred_f, base_f, human_f, hrel_f, probs_f, ok_f, valid_f, rep, doc_f, pairs_f,
+                    ranks_f, shared_f)
         per = jnp.stack([per_fold(*fold) for fold in folds])  # [F, S]
         return jnp.mean(per, axis=0)
 
@@ -138,21 +304,61 @@ def fold_mean_stat(names: tuple[str, ...], num_groups: int):
 
 
 @functools.lru_cache(maxsize=64)
-def methods_stat(names: tuple[str, ...], num_groups: int, probs_per_method: bool):
-    """`fold_mean_stat` for several methods on the same resample: `stat(*fold_arrays, w) -> [M, S]`.
+def fold_mean_stat(names: tuple[str, ...], num_groups: int):
+    """`stat(*fold_arrays, w) -> [S]`: every statistic of `names`, averaged over folds.
 
-    pred carries a leading method axis `[M, ...]` (probs too when `probs_per_method`);
-    everything else (human, base, the layout, the weights) is shared, so the work that does
-    not depend on the method (the ranks of the human scores and of the shared base under each
-    resample) is done once per resample, not once per method.
+    Names are metric names (`get_metric`), ``<metric>_doc`` (per-document mean, as
+    `jaxjudge.metrics.grouped`), ``validity``, ``sdd`` and ``delta_<metric>[_doc]`` (the
+    prediction's metric minus the baseline's, on the same weights).
+
+    The inputs are `fold_arrays`' tuple and the row weights `w` `[N]` (a resample of whole
+    groups of `fold_arrays`' codes: equal within a group; None for the original rows): fold
+    f's slot s weighs `w[index[f, s]]`. This form prepares per call; `methods_stat` takes the
+    prepared arrays, so a bootstrap prepares once for all its resamples.
     """
-    one = fold_mean_stat(names, num_groups)
+    prep, shared, core = fold_prepare(names, num_groups), shared_prepare(names, num_groups), _fold_mean_core(names)
 
-    def stat(index, pad, pred_m, base, human, hrel, probs, ok, valid, codes, w):
-        def per_method(pred, probs_):
-            return one(index, pad, pred, base, human, hrel, probs_, ok, valid, codes, w)
+    def stat(*args):
+        *arrays, w = args
+        return core(*arrays, *prep(*arrays), shared(*arrays), w)
 
-        return jax.vmap(per_method, in_axes=(0, 0 if probs_per_method else None))(pred_m, probs)
+    stat.__name__ = "cell_stat_" + "_".join(names)
+    return stat
+
+
+@functools.lru_cache(maxsize=64)
+def methods_prepare(names: tuple[str, ...], num_groups: int, probs_per_method: bool, resampled: bool = True):
+    """`fold_prepare` for several methods and `shared_prepare` once, jitted:
+    `(*fold_arrays) -> (doc [M, ...], pairs [M, ...], ranks [M, ...], shared)`."""
+    prep, shared = fold_prepare(names, num_groups, resampled), shared_prepare(names, num_groups, resampled)
+    axes = tuple(0 if i == 2 or (i == 6 and probs_per_method) else None for i in range(11))
+    per_method = jax.vmap(prep, in_axes=axes)
+    return jax.jit(lambda *arrays: (*per_method(*arrays), shared(*arrays)))
+
+
+@functools.lru_cache(maxsize=64)
+def methods_stat(names: tuple[str, ...], num_groups: int, probs_per_method: bool):
+    """`fold_mean_stat` for several methods on the same resample:
+    `stat(*fold_arrays, doc, pairs, ranks, shared, w) -> [M, S]` (`methods_prepare` gives the
+    four prepared arrays).
+
+    pred carries a leading method axis `[M, ...]` (probs too when `probs_per_method`; doc,
+    pairs and ranks always); everything else (human, base, the layout, the shared ranks, the
+    weights) is shared, so the work that does not depend on the method (the ranks of the human
+    scores and of the shared base under each resample) is done once per resample, not once per
+    method.
+    """
+    del num_groups  # in the prepared arrays' shapes; kept in the signature for the cache key
+    core = _fold_mean_core(names)
+
+    def stat(index, pad, pred_m, base, human, hrel, probs, ok, valid, codes, rep, doc_m, pairs_m, ranks_m,
+             shared, w):
+        def per_method(pred, probs_, doc, pairs, ranks):
+            return core(index, pad, pred, base, human, hrel, probs_, ok, valid, codes, rep, doc, pairs, ranks,
+                        shared, w)
+
+        axes = (0, 0 if probs_per_method else None, 0, 0, 0)
+        return jax.vmap(per_method, in_axes=axes)(pred_m, probs, doc_m, pairs_m, ranks_m)
 
     stat.__name__ = "methods_stat_" + "_".join(names)
     return stat
@@ -162,7 +368,8 @@ def methods_stat(names: tuple[str, ...], num_groups: int, probs_per_method: bool
 def methods_point(names: tuple[str, ...], num_groups: int, probs_per_method: bool):
     """`methods_stat` on the original rows (unit weights), jitted: the point estimates `[M, S]`."""
     stat = methods_stat(names, num_groups, probs_per_method)
-    return jax.jit(lambda *arrays: stat(*arrays, None))
+    prep = methods_prepare(names, num_groups, probs_per_method, resampled=False)
+    return jax.jit(lambda *arrays: stat(*arrays, *prep(*arrays), None))
 
 
 def interval_summary(

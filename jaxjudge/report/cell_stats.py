@@ -20,7 +20,9 @@ from typing import Any
 import numpy as np
 
 from jaxjudge import metrics as M
-from jaxjudge.metrics.fold_stat import fold_arrays, interval_summary, methods_point, methods_stat, needs_signs
+from jaxjudge.metrics.fold_stat import (
+    doc_columns, fold_arrays, interval_summary, methods_point, methods_prepare, methods_stat, needs_signs,
+)
 from jaxjudge.report.cell_inputs import MethodOptions
 from jaxjudge.select import Splits
 
@@ -45,20 +47,20 @@ def stat_names(options: MethodOptions, has_probs: bool, has_delta: bool, subset:
     return tuple(names)
 
 
-def docs_defined(name: str, pred_fn: np.ndarray, ctx: dict[str, Any], ok: np.ndarray) -> dict[str, int]:
-    """How many test documents have a defined within-document metric (fewest over folds)."""
-    base = name[: -len("_doc")]
-    codes, g = ctx["codes"].codes, ctx["codes"].num_groups
+def docs_defined(doc_fg: np.ndarray, docs_in_fold: Sequence[int], usable: Sequence[bool]) -> dict[str, int]:
+    """How many test documents have a defined within-document metric (fewest over folds).
+
+    Args:
+      doc_fg: `[F, G]` a method's per-document values of one metric in each fold (NaN where
+        undefined or not a test document of the fold; `jaxjudge.metrics.fold_stat.fold_prepare`).
+      docs_in_fold: `[F]` test documents of each fold.
+      usable: `[F]` whether the fold has a test row with a finite prediction (others are skipped).
+    """
     best = None
-    for i in range(ctx["f"]):
-        sel = (ctx["test"][i] > 0) & (ok > 0)
-        if not sel.any():
+    for vals, n_docs, use in zip(doc_fg, docs_in_fold, usable):
+        if not use:
             continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            vals = np.asarray(M.per_group(base, np.nan_to_num(pred_fn[i]), ctx["human"], codes, sel, num_groups=g))
-        n_docs = int(np.unique(codes[ctx["test"][i] > 0]).size)
-        cand = {"docs_defined": int(np.isfinite(vals).sum()), "docs": n_docs}
+        cand = {"docs_defined": int(np.isfinite(vals).sum()), "docs": int(n_docs)}
         if best is None or cand["docs_defined"] - cand["docs"] < best["docs_defined"] - best["docs"]:
             best = cand
     return best or {"docs_defined": 0, "docs": 0}
@@ -134,6 +136,12 @@ def score_stats(
     return score_stats_batch(pred_fn[None], base_fn, probs, ok, ctx, options, [base_fn is not None])[0]
 
 
+def _doc_values(names: tuple[str, ...], doc: Any) -> dict[str, np.ndarray]:
+    """``<metric>_doc`` -> `[M, F, G]` per-document values, from a prepared ``doc`` array."""
+    doc = np.asarray(doc)
+    return {f"{m}_doc": doc[:, :, i] for i, (src, m) in enumerate(doc_columns(names)) if src == "pred"}
+
+
 _KENDALL_BUDGET = 1 << 26
 """Most Kendall pair-matrix entries (methods x folds x M x M) one batched call holds."""
 
@@ -185,24 +193,36 @@ def score_stats_batch(
         ctx["valid"][rows],
         codes.codes,
     )
-    est_ci, reps, jack, est_point = [], [], [], []
+    est_ci, reps, jack, est_point, docs = [], [], [], [], []
+    index, pad = layout[0], layout[1]
+    docs_in_fold = [np.unique(codes.codes[index[i][pad[i] > 0]]).size for i in range(index.shape[0])]
+    usable = [bool(np.any(pad[i] * layout[7][i] > 0)) for i in range(index.shape[0])]
     fold_rows = layout[0].size
     step = max(1, _KENDALL_BUDGET // (fold_rows * layout[0].shape[1])) if kendall else n_methods
     for lo in range(0, n_methods, step):
         part = slice(lo, lo + step)
         arrays = tuple(a[part] if i == 2 or (i == 6 and has_probs) else a for i, a in enumerate(layout))
+        chunk_docs = {}
         if ci_names:
             stat = methods_stat(ci_names, codes.num_groups, has_probs)
+            # What no resample changes (per-document values, group pair sums, rank matrices): once.
+            prepared = methods_prepare(ci_names, codes.num_groups, has_probs)(*arrays)
+            consts = arrays + prepared
+            chunk_docs.update(_doc_values(ci_names, prepared[0]))
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 e, r = M.bootstrap_distribution(stat, (), codes.codes, n_boot=options.n_boot, seed=options.seed,
-                                                consts=arrays)
+                                                consts=consts)
                 if options.ci_method == "bca":
-                    jack.append(np.asarray(M.jackknife_distribution(stat, (), codes.codes, consts=arrays)))
+                    jack.append(np.asarray(M.jackknife_distribution(stat, (), codes.codes, consts=consts)))
             est_ci.append(np.asarray(e))
             reps.append(np.asarray(r))
         if point_names:
             est_point.append(np.asarray(methods_point(point_names, codes.num_groups, has_probs)(*arrays)))
+            if any(name.endswith("_doc") for name in point_names):
+                prepared = methods_prepare(point_names, codes.num_groups, has_probs, resampled=False)(*arrays)
+                chunk_docs.update(_doc_values(point_names, prepared[0]))
+        docs.append(chunk_docs)
     results = []
     for j in range(n_methods):
         out: dict[str, dict] = {}
@@ -215,7 +235,7 @@ def score_stats_batch(
             out[name] = interval_summary(est_point[c][i_part, i], None, options.alpha)
         for name, iv in out.items():
             if name.endswith("_doc") and not name.startswith("delta_") and iv.get("estimate") is not None:
-                iv.update(docs_defined(name, preds_mfn[j], ctx, ok))
+                iv.update(docs_defined(docs[c][name][i_part], docs_in_fold, usable))
         if not has_probs:
             out = {k_: v for k_, v in out.items() if k_ != "sdd"}
         deltas = {k_[len("delta_"):]: v for k_, v in out.items() if k_.startswith("delta_") and with_delta[j]}
