@@ -7,7 +7,8 @@ pooled and per document (``_doc``), and the paired Spearman delta from the first
 
 - reduced: `jaxjudge.metrics.fold_stat.methods_prepare` once, then
   `jaxjudge.metrics.fold_stat.methods_stat` per resample (what the report runs: per-document
-  values, Kendall's pair sums and Spearman's ranks reduced to documents before resampling);
+  values, Kendall's pair sums, Spearman's ranks and the pooled Pearson's and MSE's sums
+  reduced to documents before resampling);
 - per resample: every metric recomputed from the rows under each resample's weights with the
   public metrics (`jaxjudge.metrics.pearson`, ``spearman``, ``kendall``, ``mse``, ``grouped``),
   vmapped over the methods and the resamples: the statistic before the reduction.

@@ -180,6 +180,7 @@ def test_cell_statistic_per_fold_layout_equals_literal_resample(by_group, monkey
     from jaxjudge.metrics import fold_stat
 
     monkeypatch.setattr(fold_stat, "RANK_MATRIX_ROWS_PER_GROUP", 0 if by_group else 10**9)
+    monkeypatch.setattr(fold_stat, "SUM_ROWS_PER_GROUP", 0 if by_group else 10**9)
     if not by_group:
         monkeypatch.setattr(fold_stat, "_kendall_by_group", lambda *args: False)
     jax.clear_caches()  # the choice is made at trace time: no compiled statistic is reused
@@ -197,9 +198,12 @@ def test_cell_statistic_per_fold_layout_equals_literal_resample(by_group, monkey
     valid = ok.copy()
     drawn = np.array([0, 0, 2, 3, 5, 6, 6, 7, 9, 10, 11, 11])  # groups 1, 4, 8 left out, some twice
     w = np.bincount(drawn, minlength=n_groups)[group].astype(np.float32)  # one resample
-    names = ("spearman", "kendall", "mse", "validity", "spearman_doc", "kendall_doc", "delta_spearman")
-    arrays = fold_arrays(pred, base, human, np.clip(human - 1, 0, 4), np.zeros((n, 3, 5), np.float32),
-                         test, ok, valid, group)
+    names = ("pearson", "spearman", "kendall", "mse", "sdd", "validity", "spearman_doc", "kendall_doc",
+             "delta_spearman", "delta_pearson")
+    logits = rng.normal(0, 2, (n, 3, 5))
+    logp = (logits - np.log(np.exp(logits).sum(-1, keepdims=True))).astype(np.float32)
+    hrel = np.clip(human - 1, 0, 4)
+    arrays = fold_arrays(pred, base, human, hrel, logp, test, ok, valid, group)
     got = np.asarray(jax.jit(fold_mean_stat(names, n_groups))(*arrays, jnp.asarray(w)))
 
     def rep(v, sel):
@@ -209,6 +213,14 @@ def test_cell_statistic_per_fold_layout_equals_literal_resample(by_group, monkey
     for f in range(3):
         sel = (test[:, f] > 0) & (w > 0) & (ok > 0)
         x, y, xb = rep(pred[:, f], sel), rep(human, sel), rep(base[:, f], sel)
+        want["pearson"].append(st.pearsonr(x, y).statistic)
+        want["delta_pearson"].append(st.pearsonr(x, y).statistic - st.pearsonr(xb, y).statistic)
+        q = np.zeros((n, 5))  # the human score split over its two neighbours, by hand
+        lower = np.floor(hrel).astype(int)
+        q[np.arange(n), lower] = 1 - (hrel - lower)
+        q[np.arange(n), np.minimum(lower + 1, 4)] += hrel - lower
+        kl = np.sum(np.where(q > 0, q * (np.log(np.where(q > 0, q, 1)) - logp[:, f]), 0), -1)
+        want["sdd"].append(np.mean(rep(kl, sel)))
         want["spearman"].append(st.spearmanr(x, y).statistic)
         want["kendall"].append(st.kendalltau(x, y).statistic)
         want["mse"].append(np.mean((x - y) ** 2))

@@ -52,8 +52,8 @@ def score_targets(human: Any, lo: int, num_scores: int) -> jax.Array:
     return _targets(jnp.asarray(human, jnp.float32), lo, int(num_scores))
 
 
-@jax.jit
-def _sdd_core(logp: jax.Array, human: jax.Array, lo: jax.Array, w: jax.Array) -> jax.Array:
+def kl_rows(logp: jax.Array, human: jax.Array, lo: jax.Array) -> jax.Array:
+    """Each row's KL(Q || P) `[N]` (traced; no checks): the terms `sdd_from_logprobs` averages."""
     num_scores = logp.shape[-1]
     q = _targets(human, lo, num_scores)  # [N, K]
     # Rows are normalised to within 1e-3 (checked eagerly); make them exact, so that KL >= 0.
@@ -63,7 +63,12 @@ def _sdd_core(logp: jax.Array, human: jax.Array, lo: jax.Array, w: jax.Array) ->
     # (even -inf, whose product with 0 the `where` discards).
     covered = q > 0
     terms = jnp.where(covered, q * (jnp.log(jnp.where(covered, q, 1.0)) - logp), 0.0)
-    kl = jnp.sum(terms, -1)
+    return jnp.sum(terms, -1)
+
+
+@jax.jit
+def _sdd_core(logp: jax.Array, human: jax.Array, lo: jax.Array, w: jax.Array) -> jax.Array:
+    kl = kl_rows(logp, human, lo)
     pos = w > 0
     wsum = jnp.sum(jnp.where(pos, w, 0.0))
     total = jnp.sum(jnp.where(pos, w * kl, 0.0))

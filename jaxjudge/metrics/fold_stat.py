@@ -17,7 +17,11 @@ from one resample to the next and are computed once per call (`fold_prepare`):
   row weights) each sum `w^T S w` is `c^T (A^T S A) c`, a `[G, G]` form instead of `[M, M]`;
 - the weighted mid-ranks of the pooled Spearman: linear in c, `L c` for a fixed `[M, G]`
   matrix (`_rank_matrix`), a matrix product per batch of resamples instead of a sort order's
-  cumulative sums and gathers per resample.
+  cumulative sums and gathers per resample; their weighted mean is known (half the total
+  weight), so the correlation of two rank vectors is three dot products
+  (`jaxjudge.metrics.group_sums.midrank_pearson`);
+- the pooled Pearson, MSE and SDD: every weighted sum they need is `c . S` for fixed group
+  sums S (`jaxjudge.metrics.group_sums`), when a fold has several rows a group.
 
 A resample then costs the pooled metrics over the rows and a few products over groups. The
 numbers equal those of the plain metrics on the repeated rows (tests/test_report.py).
@@ -36,6 +40,9 @@ import numpy as np
 from jaxjudge.metrics.bootstrap import bca_quantiles, expanded_levels
 from jaxjudge.metrics.correlation import get_metric, per_group
 from jaxjudge.metrics.distribution import sdd_from_logprobs
+from jaxjudge.metrics.group_sums import (
+    PEARSON_SUMS, kl_sums, mean_from_sums, midrank_pearson, pearson_from_sums, pearson_sums, sq_error_sums,
+)
 from jaxjudge.metrics.tau_b import pair_matrices, sign_matrix, tau_from_sums
 
 __all__ = [
@@ -169,10 +176,40 @@ def _pooled_spearman(names: tuple[str, ...], rows: int, num_groups: int) -> tupl
     return any(n in ("spearman", "delta_spearman") for n in names), "delta_spearman" in names
 
 
+SUM_ROWS_PER_GROUP = 4
+"""The pooled Pearson, MSE and SDD read group sums (`jaxjudge.metrics.group_sums`) when a fold
+has at least this many test rows per resampled group (SummEval: 16 summaries a document), and
+the rows under each resample's weights otherwise (STS-B: about one pair a group)."""
+
+
+def _sum_layout(names: tuple[str, ...], rows: int, num_groups: int) -> dict[tuple[str, str], slice]:
+    """Where `fold_prepare`'s ``sums`` hold the group sums (`jaxjudge.metrics.group_sums`) of
+    each pooled metric read from them: ``(source, metric) -> rows``, source ``"pred"`` or
+    ``"base"`` (a delta). Empty unless a fold has at least `SUM_ROWS_PER_GROUP` test rows a
+    group (with about one row a group the sums are the rows, and the row-wise two-pass Pearson
+    is the more accurate in float32)."""
+    if rows < SUM_ROWS_PER_GROUP * num_groups:
+        return {}
+    want = []
+    for name in names:
+        metric = name[len("delta_"):] if name.startswith("delta_") else name
+        if metric not in ("pearson", "mse", "sdd"):
+            continue
+        want.append(("pred", metric))
+        if name.startswith("delta_") and metric != "sdd":
+            want.append(("base", metric))
+    layout, at = {}, 0
+    for key in dict.fromkeys(want):
+        size = PEARSON_SUMS if key[1] == "pearson" else 2
+        layout[key] = slice(at, at + size)
+        at += size
+    return layout
+
+
 @functools.lru_cache(maxsize=64)
 def fold_prepare(names: tuple[str, ...], num_groups: int, resampled: bool = True):
-    """`prep(*fold_arrays) -> (doc [F, D, G], pairs [F, P, G, G], ranks [F, Q, M, G])`: what does
-    not depend on the resample, for one method.
+    """`prep(*fold_arrays) -> (doc [F, D, G], pairs [F, P, G, G], ranks [F, Q, M, G], sums [F, S, G])`:
+    what does not depend on the resample, for one method.
 
     ``doc`` holds each fold's per-group metric values of the ``_doc`` statistics (NaN where a
     group is undefined or has no test row in the fold), in `doc_columns` order (a group's
@@ -180,18 +217,21 @@ def fold_prepare(names: tuple[str, ...], num_groups: int, resampled: bool = True
     Kendall's three group-level pair sums `A^T S A` (P = 3 when `names` has ``kendall`` and a
     fold has more test rows than groups, else 0);
     ``ranks`` the prediction's `_rank_matrix` (Q = 1 when a pooled Spearman is read from rank
-    matrices, see `RANK_MATRIX_ROWS_PER_GROUP`; else 0). Without `resampled` (one evaluation
-    on the original rows) pairs and ranks are left empty: reducing them would cost more than
-    the one evaluation it serves.
+    matrices, see `RANK_MATRIX_ROWS_PER_GROUP`; else 0); ``sums`` the group sums of the pooled
+    Pearson, MSE and SDD (`_sum_layout`; S = 0 when none). Without `resampled` (one evaluation
+    on the original rows) pairs, ranks and sums are left empty: reducing them would cost more
+    than the one evaluation it serves.
     """
     cols = doc_columns(names)
 
     def prep(index, pad, pred_f, base_f, human_f, hrel_f, probs_f, ok_f, valid_f, codes_f, rep):
-        docs, pairs, ranks = [], [], []
+        docs, pairs, ranks, sums = [], [], [], []
         m = index.shape[1]
         spearman = resampled and _pooled_spearman(names, m, num_groups)[0]
         kendall = resampled and _kendall_by_group(names, m, num_groups)
-        for real, pred, base, human, ok, codes in zip(pad, pred_f, base_f, human_f, ok_f, codes_f):
+        layout = _sum_layout(names, m, num_groups) if resampled else {}
+        for real, pred, base, human, hrel, probs, ok, codes in zip(pad, pred_f, base_f, human_f, hrel_f, probs_f,
+                                                                   ok_f, codes_f):
             fixed = real * ok  # every row once; a resample scales a group's rows alike
             src = {"pred": pred, "base": base}
             pair = (jnp.stack([_to_groups(s, fixed, codes, num_groups) for s in pair_matrices(pred, human)])
@@ -207,7 +247,16 @@ def fold_prepare(names: tuple[str, ...], num_groups: int, resampled: bool = True
                         else jnp.zeros((0, num_groups), jnp.float32))
             ranks.append(_rank_matrix(pred, fixed, codes, num_groups)[None] if spearman
                          else jnp.zeros((0, m, num_groups), jnp.float32))
-        return jnp.stack(docs), jnp.stack(pairs), jnp.stack(ranks)
+            part = []
+            for s, metric in layout:
+                if metric == "pearson":
+                    part.append(pearson_sums(src[s], human, fixed, codes, num_groups))
+                elif metric == "mse":
+                    part.append(sq_error_sums(src[s], human, fixed, codes, num_groups))
+                else:
+                    part.append(kl_sums(probs, hrel, fixed, codes, num_groups))
+            sums.append(jnp.concatenate(part) if part else jnp.zeros((0, num_groups), jnp.float32))
+        return jnp.stack(docs), jnp.stack(pairs), jnp.stack(ranks), jnp.stack(sums)
 
     prep.__name__ = "fold_prepare_" + "_".join(names)
     return prep
@@ -241,13 +290,14 @@ def _group_mean(values, c):
 
 @functools.lru_cache(maxsize=64)
 def _fold_mean_core(names: tuple[str, ...]):
-    """`stat(*fold_arrays, doc, pairs, ranks, shared, w) -> [S]` given the prepared arrays."""
+    """`stat(*fold_arrays, doc, pairs, ranks, sums, shared, w) -> [S]` given the prepared arrays."""
     cols = {c: i for i, c in enumerate(doc_columns(names))}
-    pearson = get_metric("pearson")
 
     def stat(index, pad, pred_f, base_f, human_f, hrel_f, probs_f, ok_f, valid_f, codes_f, rep,
-             doc_f, pairs_f, ranks_f, shared_f, w):
-        def per_fold(idx, real, pred, base, human, hrel, probs, ok, valid, rep_g, doc, pairs, ranks, shared):
+             doc_f, pairs_f, ranks_f, sums_f, shared_f, w):
+        layout = _sum_layout(names, index.shape[1], rep.shape[1]) if sums_f.shape[1] else {}
+
+        def per_fold(idx, real, pred, base, human, hrel, probs, ok, valid, rep_g, doc, pairs, ranks, sums, shared):
             rows = real if w is None else w[idx] * real  # [M] multiplicity of each test row
             c = jnp.ones(rep_g.shape, jnp.float32) if w is None else w[rep_g]  # [G] each group's
             ww = rows * ok
@@ -258,9 +308,13 @@ def _fold_mean_core(names: tuple[str, ...]):
 
             def pooled(metric, x):  # each (metric, prediction) once: a delta reuses the metric
                 key = (metric, x is pred)
+                src = "pred" if x is pred else "base"
                 if key not in memo:
-                    if metric == "spearman" and rk:
-                        memo[key] = pearson(rk[0] if x is pred else rk[2], rk[1], weights=ww)
+                    if (src, metric) in layout:
+                        part = sums[layout[src, metric]]
+                        memo[key] = pearson_from_sums(part, c) if metric == "pearson" else mean_from_sums(part, c)
+                    elif metric == "spearman" and rk:
+                        memo[key] = midrank_pearson(rk[0] if x is pred else rk[2], rk[1], ww)
                     else:
                         memo[key] = get_metric(metric)(x, human, weights=ww)
                 return memo[key]
@@ -269,6 +323,8 @@ def _fold_mean_core(names: tuple[str, ...]):
             for name in names:
                 if name == "validity":
                     out.append(jnp.sum(rows * valid) / jnp.sum(rows))
+                elif name == "sdd" and ("pred", "sdd") in layout:
+                    out.append(mean_from_sums(sums[layout["pred", "sdd"]], c))
                 elif name == "sdd":
                     out.append(sdd_from_logprobs(probs, hrel, 0, weights=ww))
                 elif name == "kendall":
@@ -295,7 +351,7 @@ def _fold_mean_core(names: tuple[str, ...]):
         # resamples (and a report's over methods) a third vmap level made XLA's CPU code about
         # five times slower (benchmarks/bench_report_stats.py).
         folds = zip(index, pad, pred_f, base_f, human_f, hrel_f, probs_f, ok_f, valid_f, rep, doc_f, pairs_f,
-                    ranks_f, shared_f)
+                    ranks_f, sums_f, shared_f)
         per = jnp.stack([per_fold(*fold) for fold in folds])  # [F, S]
         return jnp.mean(per, axis=0)
 
@@ -329,7 +385,7 @@ def fold_mean_stat(names: tuple[str, ...], num_groups: int):
 @functools.lru_cache(maxsize=64)
 def methods_prepare(names: tuple[str, ...], num_groups: int, probs_per_method: bool, resampled: bool = True):
     """`fold_prepare` for several methods and `shared_prepare` once, jitted:
-    `(*fold_arrays) -> (doc [M, ...], pairs [M, ...], ranks [M, ...], shared)`."""
+    `(*fold_arrays) -> (doc [M, ...], pairs [M, ...], ranks [M, ...], sums [M, ...], shared)`."""
     prep, shared = fold_prepare(names, num_groups, resampled), shared_prepare(names, num_groups, resampled)
     axes = tuple(0 if i == 2 or (i == 6 and probs_per_method) else None for i in range(11))
     per_method = jax.vmap(prep, in_axes=axes)
@@ -339,8 +395,8 @@ def methods_prepare(names: tuple[str, ...], num_groups: int, probs_per_method: b
 @functools.lru_cache(maxsize=64)
 def methods_stat(names: tuple[str, ...], num_groups: int, probs_per_method: bool):
     """`fold_mean_stat` for several methods on the same resample:
-    `stat(*fold_arrays, doc, pairs, ranks, shared, w) -> [M, S]` (`methods_prepare` gives the
-    four prepared arrays).
+    `stat(*fold_arrays, doc, pairs, ranks, sums, shared, w) -> [M, S]` (`methods_prepare` gives
+    the five prepared arrays).
 
     pred carries a leading method axis `[M, ...]` (probs too when `probs_per_method`; doc,
     pairs and ranks always); everything else (human, base, the layout, the shared ranks, the
@@ -352,13 +408,13 @@ def methods_stat(names: tuple[str, ...], num_groups: int, probs_per_method: bool
     core = _fold_mean_core(names)
 
     def stat(index, pad, pred_m, base, human, hrel, probs, ok, valid, codes, rep, doc_m, pairs_m, ranks_m,
-             shared, w):
-        def per_method(pred, probs_, doc, pairs, ranks):
+             sums_m, shared, w):
+        def per_method(pred, probs_, doc, pairs, ranks, sums):
             return core(index, pad, pred, base, human, hrel, probs_, ok, valid, codes, rep, doc, pairs, ranks,
-                        shared, w)
+                        sums, shared, w)
 
-        axes = (0, 0 if probs_per_method else None, 0, 0, 0)
-        return jax.vmap(per_method, in_axes=axes)(pred_m, probs, doc_m, pairs_m, ranks_m)
+        axes = (0, 0 if probs_per_method else None, 0, 0, 0, 0)
+        return jax.vmap(per_method, in_axes=axes)(pred_m, probs, doc_m, pairs_m, ranks_m, sums_m)
 
     stat.__name__ = "methods_stat_" + "_".join(names)
     return stat
