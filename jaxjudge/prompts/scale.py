@@ -68,8 +68,8 @@ class ScoreScale:
             raise ValueError(f"ScoreScale: (hi - lo) / step must be whole, got ({self.hi} - {self.lo}) / {self.step}")
         if round(n) + 1 > _MAX_VALUES:
             raise ValueError(f"ScoreScale has {round(n) + 1} values; at most {_MAX_VALUES} are supported")
-        for v in self._raw_values():
-            _format_number(v)
+        # The labels are read for every prompt rendered (``{min}``, ``{max}``): format them once.
+        object.__setattr__(self, "_labels", tuple(_format_number(v) for v in self._raw_values()))
 
     def _raw_values(self) -> list[float]:
         n = round((self.hi - self.lo) / self.step)
@@ -92,7 +92,7 @@ class ScoreScale:
     @property
     def labels(self) -> tuple[str, ...]:
         """The scores as the strings a judge writes, ``[K]`` (``"3"``, ``"10"``, ``"2.5"``)."""
-        return tuple(_format_number(v) for v in self._raw_values())
+        return self._labels
 
     @property
     def min_label(self) -> str:
