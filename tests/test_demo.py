@@ -103,6 +103,22 @@ def test_ablation_notebook_reads_the_committed_stores_by_default():
     assert "matplotlib.use" not in "".join(c.source for c in nb.cells)
 
 
+def test_ablation_notebook_without_the_data_shows_the_committed_report(tmp_path):
+    """A runtime without the human scores (a fresh Colab): the notebook says so and shows the
+    committed report of the same stores, with its intervals and both figures."""
+    nb = _run_notebook("score_range_ablation.ipynb", {"JAXJUDGE_DATA_DIR": str(tmp_path)})
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    printed = "".join(o.get("text", "") for o in outputs)
+    assert "No human scores for stsb" in printed
+    assert "results/score_range_bias/stsb/results.json" in printed
+    committed = json.loads((REPO / "results" / "score_range_bias" / "stsb" / "results.json").read_text())
+    row = next(r for r in committed["rows"] if r["method"] == "vanilla" and r["scale"] == "1-5"
+               and r["score"] == "expected@0.2")
+    sp = row["metrics"]["spearman"]
+    assert f"1-5 {sp['estimate']:+.3f} [{sp['low']:+.3f}, {sp['high']:+.3f}]" in printed
+    assert sum("image/png" in o.get("data", {}) for o in outputs) == 2
+
+
 @pytest.mark.parametrize("name", ["quickstart.ipynb", "score_range_ablation.ipynb"])
 def test_notebook_runs_top_to_bottom(demo_run, name):
     work, _ = demo_run
