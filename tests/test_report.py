@@ -340,6 +340,10 @@ def test_headline_table_says_why_generation_has_no_correlation():
     rows[1].update(n_distinct_parsed=3, n_distinct_parsed_test=1, metrics={"spearman": {"estimate": None}})
     line = headline_table(Results("x", rows), "spearman").splitlines()[2]
     assert line.endswith("| - (60/64 parsed, all equal on a test side) |")
+    # Where the row counts its reported rows apart, the note reads those (as validity does).
+    rows[1].update(n_test=48, parse_failures_test=3, n_distinct_parsed_test=4, metrics={"spearman": iv})
+    line = headline_table(Results("x", rows), "spearman").splitlines()[2]
+    assert line.endswith("| 0.250 [0.100, 0.400] (45/48 parsed) |")
 
 
 def test_portable_path_keeps_machine_folders_out_of_metadata(tmp_path, monkeypatch):

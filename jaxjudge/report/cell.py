@@ -219,6 +219,8 @@ class _Cell:
                    dev_metric=self.selection_per_fold(gen, self.cx.dev),
                    test_metric=self.selection_per_fold(gen, self.cx.test),
                    parse_failures=int((~np.isfinite(generated)).sum()),
+                   # Over the reported rows only (those on some fold's test side), as validity.
+                   parse_failures_test=int((~np.isfinite(generated[np.asarray(self.cx.test).any(0)])).sum()),
                    n_distinct_parsed=len({float(v) for v in generated[np.isfinite(generated)]}),
                    # The fewest distinct parsed scores on any fold's test side: 1 there leaves
                    # that fold's correlation (and so the mean over folds) undefined.

@@ -1,7 +1,8 @@
 """Results as tables: a flat CSV (one line per row, every number), JSON, and Markdown.
 
 CSV columns: the row labels (experiment, judge, task, aspect, scale, method, score), the
-counts (n, n_folds, n_test, parse_failures), ``<metric>``, ``<metric>_low``, ``<metric>_high``
+counts (n, n_folds, n_test, parse_failures over every row and parse_failures_test over the
+reported ones), ``<metric>``, ``<metric>_low``, ``<metric>_high``
 for every metric (``*_doc``: per-document means), with ``<metric>_nan_share`` (share of bootstrap
 resamples where it was undefined), ``<metric>_reason`` (why no interval is given, if none) and,
 for ``*_doc``, ``<metric>_docs_defined`` of ``<metric>_docs`` (test documents whose metric is
@@ -32,7 +33,8 @@ __all__ = [
 ]
 
 LABELS = ("experiment", "judge", "task", "aspect", "scale", "method", "score")
-_COUNTS = ("n", "n_folds", "n_test", "n_truncated", "n_tokens_cut", "parse_failures", "n_distinct_parsed", "n_distinct_parsed_test")
+_COUNTS = ("n", "n_folds", "n_test", "n_truncated", "n_tokens_cut", "parse_failures", "parse_failures_test",
+           "n_distinct_parsed", "n_distinct_parsed_test")
 _JSON_FIELDS = ("hparams", "dev_metric", "test_metric")
 _GENERATED = ("generate", "contrastive_generate")  # parsed replies: one row per cell, shown with each reading
 
@@ -177,8 +179,9 @@ def headline_table(results: Results, metric: str = "spearman", *, score: str | N
 
 def _parse_note(r: dict[str, Any]) -> str:
     """How many generations parsed into a number, and why a correlation may be undefined."""
-    n = r.get("n")
-    fails = r.get("parse_failures")
+    # The reported rows (those on a test side) where the row counts them; else every row.
+    n, fails = ((r.get("n_test"), r.get("parse_failures_test")) if r.get("parse_failures_test") is not None
+                else (r.get("n"), r.get("parse_failures")))
     if n is None or fails is None:
         return ""
     note = f"{n - fails}/{n} parsed"
