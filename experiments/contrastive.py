@@ -33,10 +33,13 @@ not fit the session's CPU time: the greedy score there is the main judge's greed
 The committed ``results/contrastive/cpu`` run), ``"stsb"`` (STS-B similarity: selection on a
 seeded 200-pair sample of dev, report on a seeded 500-pair sample of test, ``CONTRASTIVE_STSB``)
 and ``"semrel"`` (SemRel2024 English relatedness: selection on a seeded sample of whole train
-groups, at most 300 pairs, report on all 250 dev pairs, ``CONTRASTIVE_SEMREL``). These two read
-the score distributions only (no greedy generation of the 1.5B judge: it does not fit the CPU
-budget) and add Deb-T and contrastive + Deb-T chosen jointly (as ``experiments/combined.py``),
-with stores in ``results/stores/contrastive_stsb`` and ``results/stores/contrastive_semrel``.
+groups, at most 300 pairs, report on all 250 dev pairs, ``CONTRASTIVE_SEMREL``). These two add
+Deb-T and contrastive + Deb-T chosen jointly (as ``experiments/combined.py``), with stores in
+``results/stores/contrastive_stsb`` and ``results/stores/contrastive_semrel``. ``"stsb"`` also
+has the two greedy generations, the main judge's and the contrastive one (on all 700 pairs
+of both samples; read on the 500 test pairs): their parse rates test whether contrastive
+decoding removes parse failures. ``"semrel"`` reads the score distributions only (the 1.5B
+judge's generations did not fit the CPU budget a second time).
 
     jaxjudge extract experiments/contrastive.py:stsb
     jaxjudge report experiments/contrastive.py:stsb
@@ -75,7 +78,8 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
             pairs=((QWEN_15B.name, QWEN_05B.name),),
             tasks=(task,),
             scales=("0-4", "1-5", "2-6", "3-7"),
-            methods=("vanilla", "deb_t", "contrastive", "contrastive_deb_t"),
+            methods=("vanilla", "deb_t", "contrastive", "contrastive_deb_t")
+            + (("generate", "contrastive_generate") if arg == "stsb" else ()),
             temperatures=(1.0, 0.2),
             greedy=True,
             deb_tp=(10,),
