@@ -91,53 +91,45 @@ def segmented_attention(q_btnh: jax.Array, blocks: Sequence[KeyBlock], q_pos_bt:
     b, t = q_pos_bt.shape
     kv = blocks[-1].keys.shape[-2]
     g = q_btnh.shape[2] // kv
-    # Query head n reads K/V head n // G, the grouping of transformers' repeat_kv. The queries
-    # are laid out [B, K, T, G, H] and scaled once, so that every score product is a plain
-    # batched matmul (CPU XLA runs einsums with interleaved batch axes several times slower).
+    # Query head n reads K/V head n // G, the grouping of transformers' repeat_kv. Heads stay
+    # an axis of their own in every product (never merged with the rows): rows are split over
+    # the mesh's `data` axis and K/V heads over `model`, and a reshape that merged the two would
+    # make XLA gather queries, keys and values onto every tensor-parallel device. The queries
+    # are laid out [B, K, T, G, H] and scaled once; each product has its batch axes leading.
     q_bktgh = (q_btnh.reshape(b, t, kv, g, -1) * jnp.asarray(scaling, q_btnh.dtype)
                ).transpose(0, 2, 1, 3, 4)
 
     def scores(block: KeyBlock) -> jax.Array:
-        """Masked float32 scores: [K, B, T, G, S] for a shared block, else [B, K, T, G, S]."""
-        s = block.keys.shape[-3]
-        if block.shared:  # batch-1 keys: one matmul per K/V head over all B*T*G queries
+        """Masked float32 scores [B, K, T, G, S]."""
+        if block.shared:  # batch-1 keys [S, K, H]: every row's queries against the same keys
             if window is None:
                 allowed = block.valid_bs[0][None, None, None, None, :]
             else:
-                allowed = _allowed_bts(block, q_pos_bt, window)[None, :, :, None, :]
-            q_kmh = q_bktgh.transpose(1, 0, 2, 3, 4).reshape(kv, b * t * g, -1)
-            s_kbtgs = jnp.einsum("KMH,SKH->KMS", q_kmh, block.keys.astype(dtype),
+                allowed = _allowed_bts(block, q_pos_bt, window)[:, None, :, None, :]
+            s_bktgs = jnp.einsum("BKTGH,SKH->BKTGS", q_bktgh, block.keys.astype(dtype),
                                  preferred_element_type=jnp.float32)
-            return jnp.where(allowed, softcap(s_kbtgs.reshape(kv, b, t, g, s), cap), MASK_VALUE)
-        # Per-row keys: one matmul per (row, K/V head).
-        k_nsh = block.keys.astype(dtype).transpose(0, 2, 1, 3).reshape(b * kv, s, -1)
-        s_bktgs = jnp.einsum("NMH,NSH->NMS", q_bktgh.reshape(b * kv, t * g, -1), k_nsh,
-                             preferred_element_type=jnp.float32).reshape(b, kv, t, g, s)
-        allowed = _allowed_bts(block, q_pos_bt, window)[:, None, :, None, :]
+        else:
+            k_bksh = block.keys.astype(dtype).transpose(0, 2, 1, 3)
+            s_bktgs = jnp.einsum("BKTGH,BKSH->BKTGS", q_bktgh, k_bksh,
+                                 preferred_element_type=jnp.float32)
+            allowed = _allowed_bts(block, q_pos_bt, window)[:, None, :, None, :]
         return jnp.where(allowed, softcap(s_bktgs, cap), MASK_VALUE)
-
-    def to_rows(x: jax.Array, shared: bool) -> jax.Array:
-        """A [K, B, T, G, ...] reduction of a shared block -> [B, K, T, G, ...]."""
-        return jnp.swapaxes(x, 0, 1) if shared else x
 
     masked = [(scores(blk), blk.values, blk.shared) for blk in blocks]
     m_bktg = None
-    for s, _, shared in masked:
-        m = to_rows(jnp.max(s, axis=-1), shared)
+    for s, _, _ in masked:
+        m = jnp.max(s, axis=-1)
         m_bktg = m if m_bktg is None else jnp.maximum(m_bktg, m)
     z_bktg, out_bktgh = None, None
     for s, v, shared in masked:
-        e = jnp.exp(s - to_rows(m_bktg, shared)[..., None])
-        z = to_rows(jnp.sum(e, axis=-1), shared)
-        n = e.shape[-1]
+        e = jnp.exp(s - m_bktg[..., None])
+        z = jnp.sum(e, axis=-1)
         if shared:
-            o = jnp.einsum("KMS,SKH->KMH", e.astype(dtype).reshape(kv, b * t * g, n), v.astype(dtype),
+            o = jnp.einsum("BKTGS,SKH->BKTGH", e.astype(dtype), v.astype(dtype),
                            preferred_element_type=jnp.float32)
-            o = jnp.swapaxes(o.reshape(kv, b, t, g, -1), 0, 1)
         else:
-            v_nsh = v.astype(dtype).transpose(0, 2, 1, 3).reshape(b * kv, n, -1)
-            o = jnp.einsum("NMS,NSH->NMH", e.astype(dtype).reshape(b * kv, t * g, n), v_nsh,
-                           preferred_element_type=jnp.float32).reshape(b, kv, t, g, -1)
+            o = jnp.einsum("BKTGS,BKSH->BKTGH", e.astype(dtype), v.astype(dtype).transpose(0, 2, 1, 3),
+                           preferred_element_type=jnp.float32)
         z_bktg = z if z_bktg is None else z_bktg + z
         out_bktgh = o if out_bktgh is None else out_bktgh + o
     out_bktgh = (out_bktgh / z_bktg[..., None]).astype(dtype)
