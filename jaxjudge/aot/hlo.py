@@ -1,0 +1,77 @@
+"""Collectives of a compiled program, read from its HLO text.
+
+Each collective instruction of the optimised HLO is counted by kind, and its result bytes are
+summed per chip (the shapes in a compiled SPMD program are per-device shapes). The bytes are
+what one chip's collective produces, not a link-level traffic model: a ring all-reduce of B
+bytes over n chips moves about 2 (n - 1) / n x B per chip, an all-gather (n - 1) / n of its
+result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+__all__ = ["COLLECTIVE_KINDS", "Collective", "collectives", "count_by_kind", "bytes_by_kind"]
+
+COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+
+_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4,
+                "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "f8e4m3fn": 1, "f8e5m2": 1}
+# "%name = TYPE kind(" or "name = TYPE kind-start(": TYPE is one shape or a tuple of shapes.
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<type>\(.*?\)|[\w]+\[[^\]]*\](?:\{[^}]*\})?)\s+"
+                    r"(?P<kind>" + "|".join(COLLECTIVE_KINDS) + r")(?P<start>-start)?\(")
+_SHAPE = re.compile(r"(\w+)\[([\d,]*)\]")
+
+
+@dataclasses.dataclass(frozen=True)
+class Collective:
+    """One collective instruction: its kind, HLO name, result bytes per chip, and its line."""
+
+    kind: str
+    name: str
+    bytes: int
+    line: str
+
+
+def _shape_bytes(type_text: str) -> int:
+    total = 0
+    for dtype, dims in _SHAPE.findall(type_text):
+        if dtype not in _DTYPE_BYTES:
+            continue
+        n = 1
+        for d in filter(None, dims.split(",")):
+            n *= int(d)
+        total += n * _DTYPE_BYTES[dtype]
+    return total
+
+
+def collectives(hlo_text: str) -> list[Collective]:
+    """Every collective of an HLO module (an async ``-start``/``-done`` pair counted once).
+
+    For an async start whose result is a tuple (operands, results, ...), the bytes are those of
+    its last element, the result buffer.
+    """
+    out = []
+    for line in hlo_text.splitlines():
+        m = _INSTR.match(line)
+        if not m:
+            continue
+        type_text = m.group("type")
+        if m.group("start") and type_text.startswith("("):
+            shapes = _SHAPE.findall(type_text)
+            nbytes = _shape_bytes("{}[{}]".format(*shapes[-1])) if shapes else 0
+        else:
+            nbytes = _shape_bytes(type_text)
+        out.append(Collective(m.group("kind"), m.group("name"), nbytes, line.strip()))
+    return out
+
+
+def count_by_kind(found: list[Collective]) -> dict[str, int]:
+    """Number of collectives per kind (every kind listed, zeros included)."""
+    return {k: sum(c.kind == k for c in found) for k in COLLECTIVE_KINDS}
+
+
+def bytes_by_kind(found: list[Collective]) -> dict[str, int]:
+    """Result bytes per chip per kind."""
+    return {k: sum(c.bytes for c in found if c.kind == k) for k in COLLECTIVE_KINDS}

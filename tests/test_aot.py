@@ -1,0 +1,167 @@
+"""`jaxjudge aot`: collectives read from HLO, the mesh argument, the analytic flops, the presets,
+the refusal of a judge that does not fit, and (slow, with libtpu) a real TPU compile.
+
+The TPU compile runs `jaxjudge aot` in a subprocess: libtpu is installed beside the virtual
+environment (`make test` puts it in ``.venv/libtpu``), not in it, so that no other test sees it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import pytest
+
+from jaxjudge.aot import CHIPS, PRESETS, DoesNotFitError, Workload, aot_compile, judge_config
+from jaxjudge.aot import flops as F
+from jaxjudge.aot import hlo
+from jaxjudge.aot.command import parse_mesh
+from jaxjudge.models.config import config_from_hf
+
+ROOT = Path(__file__).resolve().parents[1]
+
+HLO = """
+HloModule m
+ENTRY %main {
+  %p = bf16[16,128,4096]{2,1,0} parameter(0)
+  %all-reduce.1 = bf16[16,128,4096]{2,1,0:T(8,128)(2,1)} all-reduce(%p), channel_id=1, to_apply=%add
+  %ag-start = (f32[8,5,16]{2,1,0}, f32[64,5,16]{2,1,0}) all-gather-start(%x), dimensions={0}
+  %ag-done = f32[64,5,16]{2,1,0} all-gather-done(%ag-start)
+  ROOT %reduce-scatter.3 = s32[2,10]{1,0} reduce-scatter(%y), dimensions={0}
+  %fusion.all-reduce.like = f32[4]{0} fusion(%p), kind=kLoop
+}
+"""
+
+
+def test_collectives_counted_once_with_their_result_bytes():
+    found = hlo.collectives(HLO)
+    assert [c.kind for c in found] == ["all-reduce", "all-gather", "reduce-scatter"]
+    counts, nbytes = hlo.count_by_kind(found), hlo.bytes_by_kind(found)
+    assert counts["all-reduce"] == 1 and counts["all-gather"] == 1 and counts["reduce-scatter"] == 1
+    assert counts["all-to-all"] == 0 and counts["collective-permute"] == 0
+    assert nbytes["all-reduce"] == 16 * 128 * 4096 * 2
+    assert nbytes["all-gather"] == 64 * 5 * 16 * 4  # the async start's result buffer, not its operand
+    assert nbytes["reduce-scatter"] == 2 * 10 * 4
+
+
+@pytest.mark.parametrize("text, chips, want", [
+    (None, 8, {"data": 1, "model": 8}),
+    ("data=2,model=4", 8, {"data": 2, "model": 4}),
+    ("model=4", 8, {"data": 2, "model": 4}),
+    ("data=-1,model=2", 8, {"data": 4, "model": 2}),
+    ("model=8", 8, {"data": 1, "model": 8}),
+])
+def test_parse_mesh(text, chips, want):
+    assert parse_mesh(text, chips) == want
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("data=2,model=2", "topology has 8 chips"),
+    ("data=3", "does not divide"),
+    ("pipe=2", "unknown axis 'pipe'"),
+    ("model=four", "not an integer"),
+])
+def test_parse_mesh_refusals_name_the_problem(text, needle):
+    with pytest.raises(ValueError, match=needle):
+        parse_mesh(text, 8)
+
+
+def test_attention_pairs_by_hand():
+    # 3 queries after 2 keys: query i sees 2 + i + 1 keys -> 3 + 4 + 5 = 12 = 3 * 2 + 3 * 4 / 2.
+    assert F.attention_pairs(3, 2, None) == 12
+    # window 4: min(4, 3) + min(4, 4) + min(4, 5) = 11.
+    assert F.attention_pairs(3, 2, 4) == 11
+    assert F.attention_pairs(700, 0, None) == 700 * 701 // 2
+
+
+def test_score_flops_by_hand():
+    hf = {**PRESETS["llama-3-8b"], "num_hidden_layers": 1}
+    cfg = config_from_hf(hf)
+    d, f, n, k, h, v = 4096, 14336, 32, 8, 128, 128256
+    per_token = 2 * (d * n * h + 2 * d * k * h + n * h * d + 3 * d * f)
+    assert F.matmul_flops_per_token(cfg) == per_token
+    tokens = 10 + 2 * 3
+    pairs = 10 * 11 // 2 + 2 * (3 * 10 + 3 * 4 // 2)
+    assert F.score_flops(cfg, 10, 2, 3) == per_token * tokens + 4 * n * h * pairs + 2 * d * v * 2
+
+
+@pytest.mark.parametrize("name, billions", [
+    # published parameter counts of the checkpoints (model cards): 8.03 B, 70.6 B, 14.7 B,
+    # 32.8 B; Gemma 3 27B's text decoder 27.0 B (the card's 27 B less the 0.4 B vision tower)
+    ("llama-3-8b", 8.03), ("llama-3-70b", 70.55), ("qwen2.5-14b", 14.77), ("qwen3-32b", 32.76),
+    ("gemma-3-27b", 27.01),
+])
+def test_presets_are_the_published_sizes(name, billions):
+    cfg = config_from_hf(judge_config(name))
+    assert cfg.num_params() / 1e9 == pytest.approx(billions, abs=0.01)
+
+
+def test_unknown_judge_is_named():
+    with pytest.raises(ValueError, match="no-such-judge"):
+        judge_config("no-such-judge")
+
+
+def test_a_judge_too_large_for_the_chips_is_refused_with_its_bytes():
+    # The refusal comes before any compile, so the host's CPU devices stand in for the chips.
+    devices = jax.devices()[:8]
+    with pytest.raises(DoesNotFitError, match=r"needs 16\.\d\d GiB per chip .* 16 GiB a v5e chip") as e:
+        aot_compile(judge_config("llama-3-70b"), topology="v5e:2x4", mesh_shape={"data": 1, "model": 8},
+                    devices=devices)
+    assert e.value.needed_bytes > CHIPS["v5e"].hbm_bytes
+
+
+def test_tensor_parallel_attention_gathers_no_activations_on_cpu_devices(tmp_path):
+    """The same SPMD partitioning on 8 host devices (data 2 x model 4): queries, keys, values
+    and the KV cache stay split over their heads. What remains is the tensor-parallel
+    all-reduces (two a layer in each forward: the scoring step runs the prefix and then the
+    tails) and gathers of the logits at the read positions (the host partitioner gathers the
+    vocabulary shards for top-k), never an activation [rows, tokens, ...]."""
+    hf = {**PRESETS["llama-3-8b"], "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 96,
+          "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 512}
+    work = Workload(prefix=40, tails=4, tail_len=9, decode_rows=4, decode_len=3)
+    reports = aot_compile(hf, topology="v5e:2x4", mesh_shape={"data": 2, "model": 4}, dtype="float32",
+                          workload=work, devices=jax.devices()[:8], dump=str(tmp_path))
+    for r in reports:
+        forwards = 2 if r.step == "score" else 1
+        assert r.collectives["all-reduce"] + r.collectives["reduce-scatter"] <= 2 * r.layers * forwards + 6
+        logits_bytes = work.tails * hf["vocab_size"] * 4
+        gathers = [c for c in hlo.collectives((tmp_path / f"{r.step}.hlo.txt").read_text()) if c.kind == "all-gather"]
+        assert gathers and all(c.bytes <= logits_bytes for c in gathers), [c.line[:120] for c in gathers]
+
+
+def _libtpu_env() -> dict[str, str] | None:
+    side = ROOT / ".venv" / "libtpu"
+    env = dict(os.environ)
+    for key in ("XLA_FLAGS", "JAX_PLATFORMS"):
+        env.pop(key, None)
+    if side.is_dir():
+        env["PYTHONPATH"] = os.pathsep.join([str(side), env.get("PYTHONPATH", "")])
+    probe = subprocess.run([sys.executable, "-c", "import libtpu"], env=env, capture_output=True)
+    return env if probe.returncode == 0 else None
+
+
+@pytest.mark.slow
+def test_aot_compiles_a_two_layer_judge_for_v5e(tmp_path):
+    env = _libtpu_env()
+    if env is None:
+        pytest.skip("libtpu is not installed (make test puts it in .venv/libtpu; pip install -e '.[tpu]')")
+    out, dump = tmp_path / "aot.json", tmp_path / "hlo"
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxjudge.cli", "aot", "llama-3-8b", "--topology", "v5e:2x4", "--mesh",
+         "data=2,model=4", "--layers", "2", "--json", str(out), "--dump", str(dump)],
+        env=env, capture_output=True, text=True, cwd=ROOT, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "not measurements" in proc.stdout
+    reports = json.loads(out.read_text())
+    for step in ("score", "decode"):
+        r = reports[step]
+        assert r["fits"] and r["hbm_per_chip"] <= 0.9 * r["hbm_capacity"]
+        assert r["collectives"]["all-reduce"] + r["collectives"]["reduce-scatter"] <= 2 * r["layers"] + 4
+        gathers = [c for c in hlo.collectives((dump / f"{step}.hlo.txt").read_text()) if c.kind == "all-gather"]
+        # no all-gather of activations, queries, keys, values or the cache: those are megabytes
+        assert all(c.bytes <= 64 * 1024 for c in gathers), [c.line[:160] for c in gathers]
+    assert reports["score"]["flops_compiled"] <= 1.15 * reports["score"]["flops_useful"]
