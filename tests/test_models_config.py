@@ -212,12 +212,13 @@ def test_full_size_shapes_without_allocation(hf):
     nbytes = sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in leaves)
     assert nbytes == 2 * count and all(x.dtype == jnp.bfloat16 for x in leaves)
     print(f"\n{cfg.model_type}: {count / 1e9:.2f} B parameters, {nbytes / 2**30:.1f} GiB in bfloat16")
-    last = model.layers[cfg.num_hidden_layers - 1]
+    last = model.layers  # every layer's parameters stacked on a leading [L] axis
     d, n, k, h = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-    assert last.self_attn.q_proj.kernel.shape == (d, n, h)
-    assert last.self_attn.k_proj.kernel.shape == (d, k, h)
-    assert last.self_attn.o_proj.kernel.shape == (n, h, d)
-    assert last.mlp.down_proj.kernel.shape == (cfg.intermediate_size, d)
+    L = cfg.num_hidden_layers
+    assert last.self_attn.q_proj.kernel.shape == (L, d, n, h)
+    assert last.self_attn.k_proj.kernel.shape == (L, d, k, h)
+    assert last.self_attn.o_proj.kernel.shape == (L, n, h, d)
+    assert last.mlp.down_proj.kernel.shape == (L, cfg.intermediate_size, d)
     if cfg.tie_word_embeddings:
         assert model.lm_head is None
     else:

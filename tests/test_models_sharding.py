@@ -44,16 +44,16 @@ def test_sharded_forward_matches_single_device(model_and_batch, data, model_axis
     assert dict(mesh.shape) == {"data": data, "model": model_axis}
     graphdef, state = nnx.split(model)
     state = S.shard_state(state, mesh)
-    q = state["layers"][0]["self_attn"]["q_proj"]["kernel"][...]
-    expected = P(None, "model", None) if model_axis == 2 else P(None, None, None)
+    q = state["layers"]["self_attn"]["q_proj"]["kernel"][...]  # [L, D, N, H], layers stacked
+    expected = P(None, None, "model", None) if model_axis == 2 else P(None, None, None, None)
     assert q.sharding.spec == expected
     if model_axis == 2:
         # Each device holds half of the heads, of the MLP and of the vocabulary.
-        assert q.addressable_shards[0].data.shape == (CFG.hidden_size, 3, CFG.head_dim)
+        assert q.addressable_shards[0].data.shape == (CFG.num_hidden_layers, CFG.hidden_size, 3, CFG.head_dim)
         emb = state["embed_tokens"]["embedding"][...]
         assert emb.addressable_shards[0].data.shape == (CFG.vocab_size // 2, CFG.hidden_size)
-        down = state["layers"][1]["mlp"]["down_proj"]["kernel"][...]
-        assert down.sharding.spec == P("model", None)
+        down = state["layers"]["mlp"]["down_proj"]["kernel"][...]
+        assert down.sharding.spec == P(None, "model", None)
     logits, _ = D.forward(graphdef, state, *S.shard_batch((tokens, mask, read), mesh))
     assert logits.sharding.spec[0] == "data"
     assert len(logits.sharding.device_set) == 8
@@ -90,9 +90,9 @@ def test_indivisible_dims_are_replicated():
     mesh = S.make_mesh(data=4, model=2)
     graphdef, state = nnx.split(model)
     sharded = S.shard_state(state, mesh)
-    layer = sharded["layers"][0]
-    assert layer["mlp"]["up_proj"]["kernel"][...].sharding.spec == P(None, None)
-    assert layer["self_attn"]["k_proj"]["kernel"][...].sharding.spec == P(None, "model", None)
+    layer = sharded["layers"]
+    assert layer["mlp"]["up_proj"]["kernel"][...].sharding.spec == P(None, None, None)
+    assert layer["self_attn"]["k_proj"]["kernel"][...].sharding.spec == P(None, None, "model", None)
     rng = np.random.default_rng(2)
     tokens = rng.integers(0, 37, (4, 5)).astype(np.int32)
     mask = np.ones_like(tokens, bool)
@@ -128,10 +128,13 @@ def test_build_model_places_parameters_on_the_mesh():
     cfg = C.config_from_hf(hf_cfg.to_dict())
     mesh = S.make_mesh(data=4, model=2)
     model = convert.build_model(cfg, tensors, mesh=mesh)
-    v = model.layers[1].self_attn.v_proj.kernel[...]
-    assert v.sharding.spec == P(None, "model", None) and len(v.sharding.device_set) == 8
+    v = model.layers.self_attn.v_proj.kernel[...]  # [L, D, K, H]
+    assert v.sharding.spec == P(None, None, "model", None) and len(v.sharding.device_set) == 8
     plain = convert.build_model(cfg, tensors)
-    np.testing.assert_array_equal(np.asarray(v), np.asarray(plain.layers[1].self_attn.v_proj.kernel[...]))
+    np.testing.assert_array_equal(np.asarray(v), np.asarray(plain.layers.self_attn.v_proj.kernel[...]))
+    # layer 1's slice is layer 1's tensor (torch [out, in] -> [in, K, H])
+    want = tensors["model.layers.1.self_attn.v_proj.weight"].T.reshape(v.shape[1:])
+    np.testing.assert_array_equal(np.asarray(v)[1], want)
 
 
 def test_mesh_and_rules_errors():

@@ -81,7 +81,8 @@ def segmented_attention(q_btnh: jax.Array, blocks: Sequence[KeyBlock], q_pos_bt:
         blocks: the key blocks in slot order (at most one ``shared``, first).
         q_pos_bt: rotary position of each query [B, T] (for the window).
         scaling: score scale (``head_dim ** -0.5`` or Gemma's ``query_pre_attn_scalar ** -0.5``).
-        window: sliding window W (a query sees slots less than W positions back), or None.
+        window: sliding window W (a query sees slots less than W positions back; a Python int
+            or a traced scalar), or None.
         cap: soft-cap of the float32 scores before the mask, or None.
         dtype: compute dtype of the matmuls (scores and sums are float32).
 
@@ -161,7 +162,7 @@ def reference_attention(q_btnh: jax.Array, blocks: Sequence[KeyBlock], q_pos_bt:
 class Attention(nnx.Module):
     """Grouped-query self-attention with rotary embeddings and an optional sliding window."""
 
-    def __init__(self, cfg: DecoderConfig, layer: int, *, dtype, param_dtype, rngs: nnx.Rngs):
+    def __init__(self, cfg: DecoderConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
         d, n, k, h = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         qkv_bias = cfg.attention_bias
@@ -182,12 +183,12 @@ class Attention(nnx.Module):
         scalar = cfg.head_dim if cfg.query_pre_attn_scalar is None else cfg.query_pre_attn_scalar
         self.scaling = scalar ** -0.5
         self.softcap = cfg.attn_logit_softcapping
-        self.window = cfg.layer_window(layer)
         self.dtype = dtype
 
     def __call__(self, x_btd: jax.Array, cos_bth: jax.Array, sin_bth: jax.Array,
                  positions_bt: jax.Array, mask_bt: jax.Array, prefix: KeyBlock | None = None,
-                 past: KeyBlock | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
+                 past: KeyBlock | None = None, window: jax.Array | int | None = None,
+                 ) -> tuple[jax.Array, jax.Array, jax.Array]:
         """Attends from the new tokens to the prefix, the cached past and themselves.
 
         Args:
@@ -198,6 +199,8 @@ class Attention(nnx.Module):
             prefix: a shared block (keys [P, K, H]), or None.
             past: this layer's cache before this call (keys [B, S, K, H]; every valid slot
                 precedes the new tokens), or None.
+            window: this layer's sliding window (a traced scalar when the layers are scanned;
+                a window longer than any position for a full-attention layer), or None.
 
         Returns:
             (output [B, T, D], keys [B, T, K, H], values [B, T, K, H] of the new tokens, for
@@ -212,5 +215,5 @@ class Attention(nnx.Module):
         own = KeyBlock(k_btkh, v_btkh, mask_bt, positions_bt, causal=True)
         blocks = [blk for blk in (prefix, past) if blk is not None] + [own]
         out_btnh = segmented_attention(q_btnh, blocks, positions_bt, scaling=self.scaling,
-                                       window=self.window, cap=self.softcap, dtype=self.dtype)
+                                       window=window, cap=self.softcap, dtype=self.dtype)
         return self.o_proj(out_btnh), k_btkh, v_btkh

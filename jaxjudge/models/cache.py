@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 # Bump when the decoder's parameter layout or the entry layout changes: old entries then miss.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: layers stacked on a leading [L] axis (version 1 held one entry per layer)
 
 _HASH_MEMO = "sha256-memo.json"
 

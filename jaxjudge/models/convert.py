@@ -154,6 +154,18 @@ def _flat(state: nnx.State) -> dict[str, nnx.Variable]:
     return {".".join(str(p) for p in path): v for path, v in nnx.to_flat_state(state)}
 
 
+_LAYERS = "layers."
+
+
+def _stacked(path: str) -> tuple[str, int | None]:
+    """A table path -> (stacked parameter path, layer): ``layers.3.mlp.up_proj.kernel`` ->
+    ``("layers.mlp.up_proj.kernel", 3)``; a path outside the layers -> ``(path, None)``."""
+    if path.startswith(_LAYERS):
+        index, _, rest = path[len(_LAYERS):].partition(".")
+        return _LAYERS + rest, int(index)
+    return path, None
+
+
 def _hf_name(path: str) -> str:
     """Inverse of the table for error messages (``layers.3.mlp.up_proj.kernel`` -> HF key)."""
     if path == "lm_head.kernel":
@@ -198,6 +210,9 @@ def build_model(
         shardings = _flat(sharding.param_shardings(abstract, mesh, rules or sharding.LOGICAL_AXIS_RULES))
 
     tensors = unfuse(cfg, tensors)
+    # Per-layer tensors fill one [L, ...] host buffer per stacked parameter, layer by layer.
+    buffers: dict[str, np.ndarray] = {}
+    layers_filled: dict[str, set[int]] = {}
     filled: dict[str, Any] = {}
     for key in sorted(tensors):
         value = tensors[key]
@@ -213,31 +228,46 @@ def build_model(
                 )
             continue
         hit = _param_path(key)
-        if hit is None or hit[0] not in slots:
+        path, layer = (None, None) if hit is None else _stacked(hit[0])
+        if path not in slots or (layer is not None and layer >= slots[path].shape[0]):
             raise ConversionError(
                 f"tensor {key!r} is not used by the {cfg.model_type} decoder built from this config"
                 + ("" if hit is None else f" (it would fill {hit[0]!r}, which the config lacks)")
             )
-        path, fn = hit
-        target = tuple(slots[path].shape)
+        fn = hit[1]
+        target = tuple(slots[path].shape[1:] if layer is not None else slots[path].shape)
         arr = np.asarray(value)
         try:
             arr = fn(arr, target)
         except ValueError as e:
             raise ConversionError(
                 f"tensor {key!r} has shape {tuple(np.shape(value))}, which does not fit parameter "
-                f"{path!r} of shape {target}: {e}"
+                f"{hit[0]!r} of shape {target}: {e}"
             ) from None
         if np.dtype(arr.dtype).kind not in "fV":
             raise ConversionError(f"tensor {key!r} has non-float dtype {arr.dtype}")
-        arr = arr.astype(d)
-        filled[path] = jax.device_put(arr, None if shardings is None else shardings[path])
+        if layer is None:
+            filled[path] = jax.device_put(arr.astype(d), None if shardings is None else shardings[path])
+            continue
+        if path not in buffers:
+            buffers[path] = np.empty(tuple(slots[path].shape), d)
+        buffers[path][layer] = arr.astype(d)
+        layers_filled.setdefault(path, set()).add(layer)
 
-    missing = sorted(set(slots) - set(filled))
+    missing = []
+    for path in sorted(slots):
+        if path.startswith(_LAYERS):
+            absent = sorted(set(range(slots[path].shape[0])) - layers_filled.get(path, set()))
+            missing += [f"layers.{i}.{path[len(_LAYERS):]}" for i in absent]
+        elif path not in filled:
+            missing.append(path)
     if missing:
         names = ", ".join(f"{_hf_name(p)!r} (for {p})" for p in missing[:5])
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
         raise ConversionError(f"missing tensor(s) {names}{more}")
+    for path, buf in buffers.items():
+        filled[path] = jax.device_put(buf, None if shardings is None else shardings[path])
+        del buf
 
     state = nnx.from_flat_state(
         [(path, v.replace(filled[".".join(str(p) for p in path)]))

@@ -6,9 +6,13 @@ head norms (Qwen3, Gemma 3), the extra output norms of Gemma 2/3 (``sandwich_nor
 scaling by ``query_pre_attn_scalar``, attention and final logit soft-capping (Gemma 2),
 per-layer sliding windows and per-layer rotary bases (Gemma 3's local and global layers).
 
-Module and parameter names follow Hugging Face (``embed_tokens``, ``layers[i].self_attn.q_proj``,
+Module and parameter names follow Hugging Face (``embed_tokens``, ``layers.self_attn.q_proj``,
 ``mlp.gate_proj``, ``input_layernorm``, ``post_attention_layernorm``, ``norm``, ``lm_head``) so
-that the conversion table in :mod:`jaxjudge.models.convert` is close to the identity. Leaves use
+that the conversion table in :mod:`jaxjudge.models.convert` is close to the identity. The layers
+are one :class:`DecoderLayer` whose parameters carry a leading [L] axis (layer i of Hugging
+Face's ``model.layers.{i}`` is slice i), and :meth:`Decoder.trunk` scans it: a judge of 80
+layers compiles one layer body, as one of 2 does. What differs between layers (Gemma's sliding
+window and rotary base) is a scanned input, not a Python attribute. Leaves use
 the NNX names: ``kernel`` (laid out for the einsum, e.g. q_proj ``[D, N, H]``, not torch's
 ``[out, in]``), ``bias``, ``scale`` (norms), ``embedding``.
 
@@ -88,11 +92,11 @@ class DecoderLayer(nnx.Module):
     ``post_attention_layernorm`` is the MLP's input norm, as Hugging Face names it.
     """
 
-    def __init__(self, cfg: DecoderConfig, layer: int, *, dtype, param_dtype, rngs: nnx.Rngs):
+    def __init__(self, cfg: DecoderConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         norm = dict(eps=cfg.rms_norm_eps, plus_one=cfg.norm_plus_one, param_dtype=param_dtype)
         self.input_layernorm = RMSNorm(cfg.hidden_size, **norm)
-        self.self_attn = Attention(cfg, layer, **kw)
+        self.self_attn = Attention(cfg, **kw)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, **norm)
         if cfg.sandwich_norms:
             self.pre_feedforward_layernorm = RMSNorm(cfg.hidden_size, **norm)
@@ -103,7 +107,8 @@ class DecoderLayer(nnx.Module):
 
     def __call__(self, x_btd: jax.Array, cos_bth: jax.Array, sin_bth: jax.Array,
                  positions_bt: jax.Array, mask_bt: jax.Array, prefix: KeyBlock | None = None,
-                 past: KeyBlock | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
+                 past: KeyBlock | None = None, window: jax.Array | int | None = None,
+                 ) -> tuple[jax.Array, jax.Array, jax.Array]:
         """One block on the residual stream ``x_btd`` [B, T, D]; the other arguments as
         :meth:`Attention.__call__ <jaxjudge.models.attention.Attention.__call__>`.
 
@@ -112,7 +117,7 @@ class DecoderLayer(nnx.Module):
         """
         sandwich = self.pre_feedforward_layernorm is not None
         attn_btd, k_btkh, v_btkh = self.self_attn(self.input_layernorm(x_btd), cos_bth, sin_bth,
-                                                  positions_bt, mask_bt, prefix, past)
+                                                  positions_bt, mask_bt, prefix, past, window)
         if sandwich:
             attn_btd = self.post_attention_layernorm(attn_btd)
         x_btd = x_btd + attn_btd
@@ -121,6 +126,33 @@ class DecoderLayer(nnx.Module):
         if sandwich:
             mlp_btd = self.post_feedforward_layernorm(mlp_btd)
         return x_btd + mlp_btd, k_btkh, v_btkh
+
+
+# The window of a full-attention layer scanned together with windowed ones: longer than any
+# position difference, so it masks nothing.
+NO_WINDOW = 1 << 30
+
+
+def _stacked_layers(cfg: DecoderConfig, kw: dict[str, Any]) -> DecoderLayer:
+    """Every layer's parameters stacked on a leading [L] axis in one `DecoderLayer`, so that the
+    trunk scans one compiled layer over them (compile time does not grow with depth).
+
+    Each layer is built on its own (its own random initial values) and the L states stacked;
+    every parameter's logical axes gain a leading ``"layers"`` (replicated by the rules).
+    """
+    built = [DecoderLayer(cfg, **kw) for _ in range(cfg.num_hidden_layers)]
+    graphdef = nnx.graphdef(built[0])
+    states = [nnx.state(layer) for layer in built]
+
+    def stack(*vs: nnx.Variable) -> nnx.Variable:
+        axes = vs[0].get_metadata().get("out_sharding")
+        out = vs[0].replace(jnp.stack([v[...] for v in vs]))
+        if axes is not None:
+            out.set_metadata(out_sharding=("layers", *axes))
+        return out
+
+    stacked = jax.tree.map(stack, *states, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    return nnx.merge(graphdef, stacked)
 
 
 class Decoder(nnx.Module):
@@ -141,7 +173,7 @@ class Decoder(nnx.Module):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, param_dtype=param_dtype,
                                       rngs=rngs)
-        self.layers = nnx.List([DecoderLayer(cfg, i, **kw) for i in range(cfg.num_hidden_layers)])
+        self.layers = _stacked_layers(cfg, kw)
         self.norm = RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps, plus_one=cfg.norm_plus_one,
                             param_dtype=param_dtype)
         if cfg.tie_word_embeddings:
@@ -186,37 +218,55 @@ class Decoder(nnx.Module):
         mask_bt = mask_bt.astype(bool)
         positions_bt = positions_bt.astype(jnp.int32)
         x_btd = self.embed(tokens_bt)
-        # One table per distinct rotary base (Gemma 3: local and global layers), shared by the
-        # layers that use it.
-        tables: dict[Any, tuple[jax.Array, jax.Array]] = {}
-        for i in range(len(self.layers)):
-            key = self.cfg.layer_rope(i)
-            if key not in tables:
-                tables[key] = self.rotary(positions_bt, i)
+        cfg = self.cfg
+        n_layers = cfg.num_hidden_layers
+        # One rotary table per distinct base (Gemma 3: local and global layers); each layer
+        # reads its own by index, a scanned input like its parameters and window.
+        bases = list(dict.fromkeys(cfg.layer_rope(i) for i in range(n_layers)))
+        first = {base: next(i for i in range(n_layers) if cfg.layer_rope(i) == base) for base in bases}
+        tables = [self.rotary(positions_bt, first[base]) for base in bases]
+        cos_rbth = jnp.stack([c for c, _ in tables])
+        sin_rbth = jnp.stack([s for _, s in tables])
+        xs: dict[str, Any] = {
+            "layer": nnx.state(self.layers),
+            "rope": jnp.asarray([bases.index(cfg.layer_rope(i)) for i in range(n_layers)], jnp.int32),
+        }
+        windows = [cfg.layer_window(i) for i in range(n_layers)]
+        if any(w is not None for w in windows):
+            # A full-attention layer among windowed ones: a window no position difference reaches.
+            xs["window"] = jnp.asarray([NO_WINDOW if w is None else w for w in windows], jnp.int32)
+        if prefix is not None:
+            xs["prefix_k"], xs["prefix_v"] = prefix.k[:, 0], prefix.v[:, 0]
+        if cache is not None:
+            xs["past_k"], xs["past_v"] = cache.k, cache.v
+        layer_def = nnx.graphdef(self.layers)
 
         # The cache is read per layer as it was before this call, and the new tokens' keys and
         # values are written into it once, after the last layer: per-layer writes into the
         # stacked [L, B, S, K, H] buffer made XLA copy the whole buffer once per layer.
-        new_k, new_v = [], []
-        for i, layer in enumerate(self.layers):
+        def one_layer(x_btd: jax.Array, xs_l: dict[str, Any]) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+            layer = nnx.merge(layer_def, xs_l["layer"])
             pre = past = None
             if prefix is not None:
-                pre = KeyBlock(prefix.k[i, 0], prefix.v[i, 0], prefix.valid[:1], prefix.positions[:1],
+                pre = KeyBlock(xs_l["prefix_k"], xs_l["prefix_v"], prefix.valid[:1], prefix.positions[:1],
                                shared=True)
             if cache is not None:
-                past = KeyBlock(cache.k[i], cache.v[i], cache.valid, cache.positions)
-            cos_bth, sin_bth = tables[self.cfg.layer_rope(i)]
-            x_btd, k_btkh, v_btkh = layer(x_btd, cos_bth, sin_bth, positions_bt, mask_bt, pre, past)
-            if cache is not None:
-                new_k.append(k_btkh.astype(cache.k.dtype))
-                new_v.append(v_btkh.astype(cache.v.dtype))
+                past = KeyBlock(xs_l["past_k"], xs_l["past_v"], cache.valid, cache.positions)
+            cos_bth, sin_bth = cos_rbth[xs_l["rope"]], sin_rbth[xs_l["rope"]]
+            x_btd, k_btkh, v_btkh = layer(x_btd, cos_bth, sin_bth, positions_bt, mask_bt, pre, past,
+                                          xs_l.get("window"))
+            if cache is None:
+                return x_btd, ()
+            return x_btd, (k_btkh.astype(cache.k.dtype), v_btkh.astype(cache.v.dtype))
+
+        x_btd, new_kv = jax.lax.scan(one_layer, x_btd, xs)
 
         new_cache = None
         if cache is not None:
             start = cache.length
             new_cache = KVCache(
-                k=jax.lax.dynamic_update_slice(cache.k, jnp.stack(new_k), (0, 0, start, 0, 0)),
-                v=jax.lax.dynamic_update_slice(cache.v, jnp.stack(new_v), (0, 0, start, 0, 0)),
+                k=jax.lax.dynamic_update_slice(cache.k, new_kv[0], (0, 0, start, 0, 0)),
+                v=jax.lax.dynamic_update_slice(cache.v, new_kv[1], (0, 0, start, 0, 0)),
                 positions=jax.lax.dynamic_update_slice(cache.positions, positions_bt, (0, start)),
                 valid=jax.lax.dynamic_update_slice(cache.valid, mask_bt, (0, start)),
                 length=cache.length + t,
