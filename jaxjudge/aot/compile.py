@@ -16,7 +16,10 @@ compiles the two steps a sweep spends its time in, with the project's parameter 
 What comes back is a compiled program and a cost model (`StepReport`), never a measurement of a
 TPU: the roofline time assumes the compiled flops run at the chip's peak and the bytes XLA
 counts move at the published HBM bandwidth, and adds the collectives' bytes at the published
-interconnect bandwidth, not overlapped.
+interconnect bandwidth, not overlapped. Memory, collectives and compile time are those of the
+full-depth program (its layers scanned); its flops and bytes accessed are extrapolated from the
+same step compiled with 1 and 2 layers unrolled, since XLA's cost analysis counts a loop body
+once.
 """
 
 from __future__ import annotations
@@ -156,9 +159,15 @@ def _sds(tree: Any, shardings: Any) -> Any:
     return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
 
 
-def _abstract_state(cfg: DecoderConfig, dtype: jnp.dtype, mesh) -> tuple[nnx.GraphDef, Any, int]:
-    """The decoder's graphdef, its abstract state on the mesh, and its parameter bytes per chip."""
+def _abstract_state(cfg: DecoderConfig, dtype: jnp.dtype, mesh, unroll: bool = False
+                    ) -> tuple[nnx.GraphDef, Any, int]:
+    """The decoder's graphdef, its abstract state on the mesh, and its parameter bytes per chip
+    (``unroll``: the layer scan unrolled, for the cost programs)."""
     model = abstract_model(cfg, dtype)
+    if unroll:
+        # An int, not True: 1 == True, so a graphdef holding True would equal the scanned one
+        # and the jit caches would hand back the scanned program.
+        model.scan_unroll = cfg.num_hidden_layers
     for _, module in nnx.iter_modules(model):
         if isinstance(module, MLP):
             # The CPU tuning stacks gate and up kernels per call: a copy of both on a TPU.
@@ -210,34 +219,42 @@ def _compile(fn, args, *, static=(), donate=()) -> tuple[Any, float]:
     return compiled, time.perf_counter() - t0
 
 
-def _report(step: str, compiled, seconds: float, *, topology: str, mesh, chip: Chip, layers: int, groups: int,
-            useful: float, dump: str | None) -> StepReport:
+@dataclasses.dataclass(frozen=True)
+class _Cost:
+    flops: float  # per chip
+    bytes_accessed: float  # per chip
+
+    @classmethod
+    def of(cls, compiled) -> "_Cost":
+        cost = compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+        return cls(float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0)))
+
+
+def _report(step: str, compiled, seconds: float, cost: _Cost, *, topology: str, mesh, chip: Chip, layers: int,
+            groups: int, useful: float, dump: str | None) -> StepReport:
     mem = compiled.memory_analysis()
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     text = compiled.as_text()
     if dump:
         os.makedirs(dump, exist_ok=True)
         with open(os.path.join(dump, f"{step}.hlo.txt"), "w") as f:
             f.write(text)
-    found = _hlo.collectives(text)
+    found = _hlo.collectives(text, loop_trips=layers)  # the only loops are the layer scans
     chips = int(mesh.devices.size)
     nbytes = {"argument": int(mem.argument_size_in_bytes), "temp": int(mem.temp_size_in_bytes),
               "output": int(mem.output_size_in_bytes), "alias": int(mem.alias_size_in_bytes),
               "code": int(mem.generated_code_size_in_bytes)}
     hbm = nbytes["argument"] + nbytes["output"] - nbytes["alias"] + nbytes["temp"] + nbytes["code"]
-    flops_chip = float(cost.get("flops", 0.0))
-    accessed = float(cost.get("bytes accessed", 0.0))
     coll_bytes = _hlo.bytes_by_kind(found)
-    compute_s = flops_chip / chip.peak_flops
-    hbm_s = accessed / chip.hbm_bandwidth
+    compute_s = cost.flops / chip.peak_flops
+    hbm_s = cost.bytes_accessed / chip.hbm_bandwidth
     ici_s = sum(coll_bytes.values()) / chip.ici_bandwidth
     roof = max(compute_s, hbm_s) + ici_s
     return StepReport(
         step=step, topology=topology, mesh={k: int(v) for k, v in mesh.shape.items()}, chips=chips, layers=layers,
         groups=groups, fits=hbm <= chip.hbm_bytes, hbm_per_chip=hbm, hbm_capacity=chip.hbm_bytes, bytes=nbytes,
         collectives=_hlo.count_by_kind(found), collective_bytes=coll_bytes, flops_useful=float(useful),
-        flops_compiled=flops_chip * chips, bytes_accessed=accessed, peak_flops=chip.peak_flops,
+        flops_compiled=cost.flops * chips, bytes_accessed=cost.bytes_accessed, peak_flops=chip.peak_flops,
         hbm_bandwidth=chip.hbm_bandwidth, ici_bandwidth=chip.ici_bandwidth, compute_seconds=compute_s,
         hbm_seconds=hbm_s, ici_seconds=ici_s, roofline_seconds=roof,
         hbm_bound_seconds=nbytes["argument"] / chip.hbm_bandwidth,
@@ -295,29 +312,43 @@ def aot_compile(hf_config: dict[str, Any], *, topology: str, mesh_shape: dict[st
             f"(parameters {param_bytes / 2**30:.2f} GiB + caches), more than the {chip.hbm_bytes / 2**30:.0f} GiB "
             f"a {chip.name} chip has", needed, chip.hbm_bytes)
 
-    rep = NamedSharding(mesh, P())
-    rows_spec = lambda nd: NamedSharding(mesh, P("data", *([None] * (nd - 1))))  # noqa: E731
-    reports = []
-    common = dict(topology=topology, mesh=mesh, chip=chip, layers=cfg.num_hidden_layers, dump=dump)
-    if "score" in steps:
+    def compile_step(step: str, c: DecoderConfig, unroll: bool = False):
+        """One step's program for config ``c`` (its own layer count), and its compile seconds."""
+        gd, st, _ = (graphdef, state, param_bytes) if c is cfg and not unroll else _abstract_state(c, dt, mesh, unroll)
+        rep = NamedSharding(mesh, P())
+        rows2 = NamedSharding(mesh, P("data", None))
         i32 = jnp.int32
-        args = (
-            graphdef, state,
-            jax.ShapeDtypeStruct((1, p_len), i32, sharding=rep), jax.ShapeDtypeStruct((1, p_len), bool, sharding=rep),
-            jax.ShapeDtypeStruct((rows, t_len), i32, sharding=rows_spec(2)),
-            jax.ShapeDtypeStruct((rows, t_len), bool, sharding=rows_spec(2)),
-            jax.ShapeDtypeStruct((rows, 1), i32, sharding=rows_spec(2)),
-            jax.ShapeDtypeStruct((rows, w.candidates), i32, sharding=rows_spec(2)),
-            jax.ShapeDtypeStruct((rows, w.candidates), i32, sharding=rows_spec(2)),
-        )
-        fn = _score_fn(cfg, dt, p_slots, 0, w.topk)
-        compiled, secs = _compile(fn, args, static=(0,))
-        useful = _flops.score_flops(cfg, w.prefix, w.tails, w.tail_len)
-        reports.append(_report("score", compiled, secs, groups=1, useful=useful, **common))
-    if "decode" in steps:
-        args = (graphdef, state, jax.ShapeDtypeStruct((d_rows, 1), jnp.int32, sharding=rows_spec(2)), row_cache,
-                prefix_cache)
-        compiled, secs = _compile(_decode_step, args, static=(0,), donate=(3,))
-        useful = _flops.decode_flops(cfg, w.decode_rows, w.prefix + w.tail_len + w.decode_len - 1)
-        reports.append(_report("decode", compiled, secs, groups=1, useful=useful, **common))
+        if step == "score":
+            args = (gd, st, jax.ShapeDtypeStruct((1, p_len), i32, sharding=rep),
+                    jax.ShapeDtypeStruct((1, p_len), bool, sharding=rep),
+                    jax.ShapeDtypeStruct((rows, t_len), i32, sharding=rows2),
+                    jax.ShapeDtypeStruct((rows, t_len), bool, sharding=rows2),
+                    jax.ShapeDtypeStruct((rows, 1), i32, sharding=rows2),
+                    jax.ShapeDtypeStruct((rows, w.candidates), i32, sharding=rows2),
+                    jax.ShapeDtypeStruct((rows, w.candidates), i32, sharding=rows2))
+            return _compile(_score_fn(c, dt, p_slots, 0, w.topk), args, static=(0,))
+        args = (gd, st, jax.ShapeDtypeStruct((d_rows, 1), i32, sharding=rows2),
+                _cache_sds(c, d_rows, d_slots, dt, mesh), _cache_sds(c, 1, p_slots, dt, mesh))
+        return _compile(_decode_step, args, static=(0,), donate=(3,))
+
+    # XLA's cost analysis counts a loop body once, so the flops and bytes of the scanned program
+    # come from two small programs with the layers unrolled: 1 and 2 layers give the per-layer
+    # cost and the rest, extrapolated to the judge's depth.
+    one, two = _config(hf_config, 1), _config(hf_config, 2)
+    reports = []
+    for step in ("score", "decode"):
+        if step not in steps:
+            continue
+        compiled, secs = compile_step(step, cfg)
+        c1 = _Cost.of(compile_step(step, one, unroll=True)[0])
+        c2 = _Cost.of(compile_step(step, two, unroll=True)[0])
+        n = cfg.num_hidden_layers
+        cost = _Cost(c1.flops + (n - 1) * (c2.flops - c1.flops),
+                     c1.bytes_accessed + (n - 1) * (c2.bytes_accessed - c1.bytes_accessed))
+        if step == "score":
+            useful = _flops.score_flops(cfg, w.prefix, w.tails, w.tail_len)
+        else:
+            useful = _flops.decode_flops(cfg, w.decode_rows, w.prefix + w.tail_len + w.decode_len - 1)
+        reports.append(_report(step, compiled, secs, cost, topology=topology, mesh=mesh, chip=chip, layers=n,
+                               groups=1, useful=useful, dump=dump))
     return reports

@@ -1,7 +1,10 @@
 """Collectives of a compiled program, read from its HLO text.
 
 Each collective instruction of the optimised HLO is counted by kind, and its result bytes are
-summed per chip (the shapes in a compiled SPMD program are per-device shapes). The bytes are
+summed per chip (the shapes in a compiled SPMD program are per-device shapes). A collective in
+the body of a while loop (the scanned layers) runs once per iteration: `collectives` multiplies
+it by the loop's trip count when the caller gives one (the HLO text of a TPU program does not
+state it). The bytes are
 what one chip's collective produces, not a link-level traffic model: a ring all-reduce of B
 bytes over n chips moves about 2 (n - 1) / n x B per chip, an all-gather (n - 1) / n of its
 result.
@@ -32,6 +35,7 @@ class Collective:
     name: str
     bytes: int
     line: str
+    times: int = 1
 
 
 def _shape_bytes(type_text: str) -> int:
@@ -46,14 +50,25 @@ def _shape_bytes(type_text: str) -> int:
     return total
 
 
-def collectives(hlo_text: str) -> list[Collective]:
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?(?P<name>[\w.\-]+)\s+\(.*\{\s*$")
+_WHILE_BODY = re.compile(r"\swhile\(.*?body=%?(?P<body>[\w.\-]+)")
+
+
+def collectives(hlo_text: str, loop_trips: int = 1) -> list[Collective]:
     """Every collective of an HLO module (an async ``-start``/``-done`` pair counted once).
 
     For an async start whose result is a tuple (operands, results, ...), the bytes are those of
-    its last element, the result buffer.
+    its last element, the result buffer. A collective inside the body computation of a while
+    loop gets ``times = loop_trips``.
     """
+    bodies = {m.group("body") for m in _WHILE_BODY.finditer(hlo_text)}
     out = []
+    current = None
     for line in hlo_text.splitlines():
+        head = _COMPUTATION.match(line)
+        if head and not line.startswith(" "):
+            current = head.group("name")
+            continue
         m = _INSTR.match(line)
         if not m:
             continue
@@ -63,15 +78,16 @@ def collectives(hlo_text: str) -> list[Collective]:
             nbytes = _shape_bytes("{}[{}]".format(*shapes[-1])) if shapes else 0
         else:
             nbytes = _shape_bytes(type_text)
-        out.append(Collective(m.group("kind"), m.group("name"), nbytes, line.strip()))
+        times = loop_trips if current in bodies else 1
+        out.append(Collective(m.group("kind"), m.group("name"), nbytes, line.strip(), times))
     return out
 
 
 def count_by_kind(found: list[Collective]) -> dict[str, int]:
-    """Number of collectives per kind (every kind listed, zeros included)."""
-    return {k: sum(c.kind == k for c in found) for k in COLLECTIVE_KINDS}
+    """Number of collectives run per kind (every kind listed, zeros included)."""
+    return {k: sum(c.times for c in found if c.kind == k) for k in COLLECTIVE_KINDS}
 
 
 def bytes_by_kind(found: list[Collective]) -> dict[str, int]:
-    """Result bytes per chip per kind."""
-    return {k: sum(c.bytes for c in found if c.kind == k) for k in COLLECTIVE_KINDS}
+    """Result bytes per chip per kind, over every run of each collective."""
+    return {k: sum(c.bytes * c.times for c in found if c.kind == k) for k in COLLECTIVE_KINDS}

@@ -174,6 +174,10 @@ class Decoder(nnx.Module):
         self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, param_dtype=param_dtype,
                                       rngs=rngs)
         self.layers = _stacked_layers(cfg, kw)
+        # `unroll` of the layer scan: 1 keeps one compiled layer body; L unrolls it (what a cost
+        # analysis that counts a loop body once needs, see jaxjudge.aot). An int: the graphdef
+        # compares it, and True == 1.
+        self.scan_unroll: int = 1
         self.norm = RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps, plus_one=cfg.norm_plus_one,
                             param_dtype=param_dtype)
         if cfg.tie_word_embeddings:
@@ -259,7 +263,7 @@ class Decoder(nnx.Module):
                 return x_btd, ()
             return x_btd, (k_btkh.astype(cache.k.dtype), v_btkh.astype(cache.v.dtype))
 
-        x_btd, new_kv = jax.lax.scan(one_layer, x_btd, xs)
+        x_btd, new_kv = jax.lax.scan(one_layer, x_btd, xs, unroll=self.scan_unroll)
 
         new_cache = None
         if cache is not None:
