@@ -174,10 +174,7 @@ class Judge:
     def new_cache(self, batch: int, max_length: int) -> KVCache:
         """An empty KV cache of ``batch`` rows and ``max_length`` slots in the compute dtype
         (on a mesh: rows over ``data``, key/value heads over ``model`` where they divide)."""
-        cache = _dec.init_cache(self.config, batch, max_length, self.dtype)
-        if self.mesh is not None:
-            cache = jax.device_put(cache, sharding.cache_sharding(self.mesh, cache))
-        return cache
+        return sharding.new_cache(self.config, batch, max_length, self.dtype, self.mesh)
 
     def prefill(self, tokens_bt: Any, mask_bt: Any = None, *, max_length: int | None = None,
                 read_idx_br: Any = None) -> tuple[jax.Array, KVCache]:
@@ -339,8 +336,8 @@ class Judge:
         is the ``prefix`` of `read_rows` and :meth:`extend`.
         """
         tokens, mask = self._right_padded(ids)
-        cache = _dec.init_cache(self.config, 1, slot_bucket(tokens.shape[1]), self.dtype)
-        tokens, mask, read, cache = self.put_replicated((tokens, mask, np.zeros((1, 1), np.int32), cache))
+        cache = sharding.new_cache(self.config, 1, slot_bucket(tokens.shape[1]), self.dtype, self.mesh)
+        tokens, mask, read = self.put_replicated((tokens, mask, np.zeros((1, 1), np.int32)))
         _, cache = _dec.forward(self.graphdef, self.state, tokens, mask, read, None, cache, None)
         return cache
 

@@ -18,6 +18,7 @@ XLA's propagation inserts the collectives from the parameter and batch shardings
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping
 
 import jax
@@ -37,6 +38,7 @@ __all__ = [
     "batch_sharding",
     "shard_batch",
     "cache_sharding",
+    "new_cache",
     "Placement",
 ]
 
@@ -223,10 +225,22 @@ class Placement:
     def empty_cache(self, judge: Any, batch: int, slots: int) -> KVCache:
         """An empty KV cache for ``judge`` (anything with ``config`` and ``dtype``), its rows
         split over ``data`` like the batch and its key/value heads over ``model``."""
-        cache = init_cache(judge.config, batch, slots, judge.dtype)
-        if self.mesh is None:
-            return cache
-        return jax.device_put(cache, cache_sharding(self.mesh, cache))
+        return new_cache(judge.config, batch, slots, judge.dtype, self.mesh)
+
+
+@functools.lru_cache(maxsize=64)
+def _cache_maker(cfg: Any, batch: int, slots: int, dtype: Any, mesh: Mesh):
+    make = functools.partial(init_cache, cfg, batch, slots, dtype)
+    return jax.jit(make, out_shardings=cache_sharding(mesh, jax.eval_shape(make)))
+
+
+def new_cache(cfg: Any, batch: int, slots: int, dtype: Any, mesh: Mesh | None = None) -> KVCache:
+    """An empty KV cache, created where it lives: on a mesh each device writes the zeros of its
+    own shard (rows over ``data``, K/V heads over ``model``), never the whole cache on one
+    device first."""
+    if mesh is None:
+        return init_cache(cfg, batch, slots, dtype)
+    return _cache_maker(cfg, batch, slots, jnp.dtype(dtype), mesh)()
 
 
 def cache_sharding(mesh: Mesh, cache: KVCache, rules: Mapping[str, str | None] = LOGICAL_AXIS_RULES):
