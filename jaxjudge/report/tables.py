@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from jaxjudge.report.edges import edge_table, grid_edges
 from jaxjudge.report.results import Results
 
 __all__ = [
@@ -267,6 +268,13 @@ def _long_table(results: Results) -> str:
     return "\n".join(lines)
 
 
+_EDGE_NOTE = (
+    "Each tuned method's chosen value, per parameter and reading, counted over folds x cells "
+    "(\"choices\"): how many sit at the bottom or the top of its grid, where the best value may lie "
+    "beyond the grid. A choice among ties (the dev metric equal at every value of the parameter, "
+    "the others held as chosen; mean over folds) is counted as flat, at neither end."
+)
+
 _MATCHED_NOTE = (
     " A method that tunes a knob the vanilla judge could also use is compared with its matched "
     "baseline too: the same knob chosen the same way on the same dev data with the method's own "
@@ -322,6 +330,10 @@ def markdown_report(results: Results, metadata: dict[str, Any] | None = None, *,
             parts += [f"## {m} (headline)", "", headline_table(results, m), ""]
     if any(r.get("delta_matched") for r in results.rows):
         parts += ["## Paired differences (headline)", "", paired_table(results), ""]
+    if any(e["choices"] for e in grid_edges(results)):
+        table = edge_table(results)
+        parts += ["## Choices at the edge of their grid", ""]
+        parts += [_EDGE_NOTE, "", table, ""] if table else ["No tuned choice sits at an edge of its grid.", ""]
     parts += ["## All metrics", "", _long_table(results), ""]
     return "\n".join(parts)
 
