@@ -142,6 +142,27 @@ def _doc_values(names: tuple[str, ...], doc: Any) -> dict[str, np.ndarray]:
     return {f"{m}_doc": doc[:, :, i] for i, (src, m) in enumerate(doc_columns(names)) if src == "pred"}
 
 
+def _layout(preds_mfn: np.ndarray, base_fn: np.ndarray | None, probs_mfnk: np.ndarray | None, ok: np.ndarray,
+            ctx: dict[str, Any]) -> tuple:
+    """`jaxjudge.metrics.fold_stat.fold_arrays` of the reported rows of M methods (the first
+    method stands in for a missing base)."""
+    rows = ctx["report_rows"]
+    n, f, k = rows.size, ctx["f"], ctx["k"]
+    pred_r = preds_mfn[:, :, rows]  # [M, F, n]
+    base_r = pred_r[0] if base_fn is None else base_fn[:, rows]  # [F, n]
+    return fold_arrays(
+        np.transpose(np.nan_to_num(pred_r), (0, 2, 1)),  # [M, n, F]; NaN rows (parse failures) carry weight 0
+        base_r.T,
+        ctx["human"][rows],
+        ctx["hrel"][rows],
+        np.zeros((n, f, k), np.float32) if probs_mfnk is None else np.transpose(probs_mfnk[:, :, rows], (0, 2, 1, 3)),
+        ctx["test"][:, rows].T,
+        ok[rows],
+        ctx["valid"][rows],
+        ctx["report_codes"].codes,
+    )
+
+
 _KENDALL_BUDGET = 1 << 26
 """Most Kendall pair-matrix entries (methods x folds x M x M) one batched call holds."""
 
@@ -169,9 +190,7 @@ def score_stats_batch(
       ok, ctx, options: as `score_stats`.
       with_delta: `[M]` whether each method reports its delta from the base.
     """
-    rows = ctx["report_rows"]
     codes = ctx["report_codes"]
-    n, f, k = rows.size, ctx["f"], ctx["k"]
     n_methods = preds_mfn.shape[0]
     has_probs = probs_mfnk is not None
     ci_set = set(options.ci_metrics if options.ci_metrics is not None else options.metrics)
@@ -180,19 +199,7 @@ def score_stats_batch(
     ci_names = stat_names(options, True, True, [m for m in options.metrics if m in ci_set])
     point_names = stat_names(options, True, False, [m for m in options.metrics if m not in ci_set])
     kendall = needs_signs(ci_names + point_names)
-    pred_r = preds_mfn[:, :, rows]  # [M, F, n]
-    base_r = pred_r[0] if base_fn is None else base_fn[:, rows]  # [F, n]
-    layout = fold_arrays(
-        np.transpose(np.nan_to_num(pred_r), (0, 2, 1)),  # [M, n, F]; NaN rows (parse failures) carry weight 0
-        base_r.T,
-        ctx["human"][rows],
-        ctx["hrel"][rows],
-        np.zeros((n, f, k), np.float32) if probs_mfnk is None else np.transpose(probs_mfnk[:, :, rows], (0, 2, 1, 3)),
-        ctx["test"][:, rows].T,
-        ok[rows],
-        ctx["valid"][rows],
-        codes.codes,
-    )
+    layout = _layout(preds_mfn, base_fn, probs_mfnk, ok, ctx)
     est_ci, reps, jack, est_point, docs = [], [], [], [], []
     index, pad = layout[0], layout[1]
     docs_in_fold = [np.unique(codes.codes[index[i][pad[i] > 0]]).size for i in range(index.shape[0])]
