@@ -37,7 +37,7 @@ from jaxjudge import metrics as M
 from jaxjudge.data import to_prompt_range
 from jaxjudge.debias import adjust_per_fold, expected_score, greedy_score
 from jaxjudge.report.cell_inputs import CellArrays, CellReport, MethodOptions, score_kinds
-from jaxjudge.report.cell_stats import score_stats, score_stats_batch, stats_context
+from jaxjudge.report.cell_stats import common_docs, score_stats, score_stats_batch, stats_context
 from jaxjudge.report.methods import METHODS, CellContext, Kind, Method, Variant, check_needs
 from jaxjudge.select import Splits, grid_search
 
@@ -187,8 +187,10 @@ class _Cell:
         for kind, items in self.pending.items():
             preds = np.stack([item[1] for item in items])
             probs = None if items[0][2] is None else np.stack([item[2] for item in items])
+            # Per-document metrics over the documents where every method read this way is defined.
+            common = common_docs(preds, probs, self.ones, self.ctx, self.options)
             scored = score_stats_batch(preds, self.base_pred[kind], probs, self.ones, self.ctx, self.options,
-                                       [item[3] for item in items])
+                                       [item[3] for item in items], common)
             for (row, *_), (mets, deltas) in zip(items, scored):
                 row["metrics"], row["delta"] = mets, deltas or None
             by_name = {item[0]["method"]: item for item in items}
@@ -196,7 +198,7 @@ class _Cell:
                 matched = [item for item in items if item[4] == baseline]
                 base = by_name[baseline]
                 scored = score_stats_batch(np.stack([item[1] for item in matched]), base[1], None, self.ones,
-                                           self.ctx, self.options, [True] * len(matched))
+                                           self.ctx, self.options, [True] * len(matched), common)
                 for (row, *_), (_, deltas) in zip(matched, scored):
                     row["matched_baseline"], row["delta_matched"] = baseline, deltas or None
         self.pending = {}

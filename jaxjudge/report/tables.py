@@ -147,7 +147,7 @@ def format_interval(iv: dict[str, Any] | None, digits: int = 3) -> str:
     for a per-document mean, how many test documents had a defined metric.
     """
     if not iv or iv.get("estimate") is None:
-        return "-"
+        return "-" if not iv or iv.get("docs") is None else f"- ({iv['docs_defined']}/{iv['docs']} docs defined)"
     text = f"{iv['estimate']:.{digits}f}"
     notes = []
     if iv.get("reason"):
@@ -303,7 +303,9 @@ def markdown_report(results: Results, metadata: dict[str, Any] | None = None, *,
         "resample). " + tuning + "Where more than 5% of the resamples are undefined, "
         "or fewer groups are reported than the interval needs, the cell gives the estimate and "
         "the reason. `_doc` metrics are per-document (summary-level) means over the documents "
-        "whose metric is defined (the count is given); Δ is the difference from the vanilla "
+        "where every method read the same way has a defined metric, so that methods are compared "
+        "on the same documents (the count is given; a parsed generation's row counts its own); "
+        "Δ is the difference from the vanilla "
         "judge read the same way, on the same resamples (paired). Expected scores at "
         "temperature T read every distribution at T before any adjustment (priors measured at "
         "T, lambda in log-probability units)." + _MATCHED_NOTE * any(r.get("delta_matched") for r in results.rows),
