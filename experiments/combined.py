@@ -7,7 +7,8 @@ task instruction), averaged over the Tp = 10 prompts of least perplexity under t
 All three strengths (lambda in {0.01, 0.1, 0.5, 1}, t in {0.5, 1, 2, 3, 5}, the Deb-T lambda in
 0.1 .. 1.0) are chosen together on the 10 SummEval development documents and reported on the
 other 90, next to each part alone (vanilla, Deb-T, contrastive) with paired differences from
-the vanilla main judge.
+the vanilla main judge and, for the contrastive methods, from their matched baseline
+``temperature`` (the main judge alone, its t chosen on the same dev documents).
 
 Run:
 
@@ -42,7 +43,7 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         pairs=((QWEN_15B.name, QWEN_05B.name),),
         tasks=tasks,
         scales=("0-4", "1-5", "2-6", "3-7"),
-        methods=("vanilla", "deb_t", "contrastive", "contrastive_deb_t"),
+        methods=("vanilla", "deb_t", "temperature", "contrastive", "contrastive_deb_t"),
         temperatures=(0.2, 1.0),
         greedy=True,
         deb_tp=(10,),

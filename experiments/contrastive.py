@@ -9,7 +9,9 @@ lambda 0..1 step 0.05 x t 0.5..5 step 0.25 as ``contrastive_fine``) is searched 
 development documents of SummEval (``dev_doc_ids.txt``) and reported on the other 90, per
 range 0-4, 1-5, 2-6, 3-7 and aspect. Reported: Spearman (pooled and per document), Pearson,
 Kendall with grouped bootstrap 95% intervals; the difference from the main model alone (Δ,
-paired interval); the greedy generation of the main model (parsed, its validity rate is the
+paired interval) and from its matched baseline ``temperature`` (lambda = 0: the main judge
+alone with its temperature t chosen over the same grid on the same dev data, so that the
+difference is the assistant's effect and not a change of temperature); the greedy generation of the main model (parsed, its validity rate is the
 parse rate) for the relative improvement over greedy decoding, and beside it the contrastive
 greedy generation (``contrastive_generate``: each token decoded from main minus lambda x
 assistant over the full vocabulary among the tokens the main model finds plausible, lambda
@@ -78,7 +80,7 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
             pairs=((QWEN_15B.name, QWEN_05B.name),),
             tasks=(task,),
             scales=("0-4", "1-5", "2-6", "3-7"),
-            methods=("vanilla", "deb_t", "contrastive", "contrastive_deb_t")
+            methods=("vanilla", "deb_t", "temperature", "contrastive", "contrastive_deb_t")
             + (("generate", "contrastive_generate") if arg == "stsb" else ()),
             temperatures=(1.0, 0.2),
             greedy=True,
@@ -106,8 +108,8 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         pairs=((QWEN_15B.name, QWEN_05B.name),),
         tasks=tasks,
         scales=("0-4", "1-5", "2-6", "3-7"),
-        methods=("vanilla", "contrastive") if arg == "cpu" else ("vanilla", "generate", "contrastive",
-                                                                 "contrastive_generate"),
+        methods=("vanilla", "temperature", "contrastive") if arg == "cpu"
+        else ("vanilla", "generate", "temperature", "contrastive", "contrastive_generate"),
         temperatures=(1.0,),
         greedy=True,
         contrastive_fine=arg == "fine",

@@ -4,6 +4,7 @@ Usage (from the repository root; no model and no forward pass)::
 
     python experiments/regenerate.py                 # every run that has stores
     python experiments/regenerate.py score_range_bias/stsb few_labels/cpu
+    python experiments/regenerate.py --markdown      # rewrite results.md from the committed results
 
 A run qualifies when its ``metadata.json`` command is a ``jaxjudge report`` of an experiment
 config or a ``python experiments/few_labels.py`` run (the position-bias run reads a model and is
@@ -12,6 +13,9 @@ committed ``results.json``: labels and counts exactly, numbers within ``--tol`` 
 absolute, or relative for numbers above 1: float32 reductions under XLA follow the CPU's vector
 width and the array layout, see ``tests/test_regenerate.py``).
 Prints one line per run with its time, the total time, and exits 1 if any run differs.
+With ``--markdown`` nothing is recomputed: each ``jaxjudge report`` run's ``results.md`` is written
+again from its committed ``results.json`` and ``metadata.json`` (after a change to the tables
+alone, such as a new section; the numbers, the metadata and the figures stay as committed).
 Compiled XLA programs are kept on disk as `jaxjudge report` keeps them (``$JAXJUDGE_XLA_CACHE``;
 an empty value turns the cache off, for a cold timing).
 """
@@ -35,6 +39,8 @@ from jaxjudge.cli import enable_compile_cache  # noqa: E402
 from jaxjudge.experiment import load_config  # noqa: E402
 from jaxjudge.report import report_from_store  # noqa: E402
 from jaxjudge.report.few_labels import run_few_labels  # noqa: E402
+from jaxjudge.report.results import Results  # noqa: E402
+from jaxjudge.report.tables import markdown_report  # noqa: E402
 
 
 RATIO_FIELDS = ("vs_vanilla", "vs_generate")
@@ -100,8 +106,21 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="*", help="experiment/run names (default: all)")
     ap.add_argument("--tol", type=float, default=1e-6)
+    ap.add_argument("--markdown", action="store_true",
+                    help="rewrite results.md from the committed results.json and metadata.json (no recomputation)")
     args = ap.parse_args(argv)
     os.chdir(REPO)
+    if args.markdown:
+        for name, words in runs(args.runs):
+            if words[0] != "jaxjudge":
+                continue  # the few-labels runs write their own tables
+            folder = REPO / "results" / name
+            md = markdown_report(Results.load_json(folder / "results.json"),
+                                 json.loads((folder / "metadata.json").read_text()))
+            changed = md != (folder / "results.md").read_text(encoding="utf-8")
+            (folder / "results.md").write_text(md, encoding="utf-8")
+            print(f"{name}: results.md {'rewritten' if changed else 'unchanged'}")
+        return 0
     enable_compile_cache()  # as `jaxjudge report` does: a repeated run skips the XLA compiles
     todo = runs(args.runs)
     if args.runs and len(todo) != len(args.runs):

@@ -16,6 +16,8 @@ def extraction_plan(cfg: ExperimentConfig) -> list[ExtractionJob]:
     ``contrastive_generate``, judges with an assistant; the job runs both models and belongs
     to the judge). An assistant of a judge needs ``score`` arrays (contrastive decoding) and,
     for ``contrastive_deb_t``, its own ``random_t`` arrays (the prior of the combined judge).
+    ``temperature`` (contrastive decoding's matched baseline) reads the judge's ``score``
+    arrays alone.
     """
     methods = set(cfg.methods)
     contrastive = bool(methods & {"contrastive", "contrastive_deb_t"})  # the assistant's own arrays

@@ -30,7 +30,7 @@ from jaxjudge.report.stores import (
     load_cells,
     store_match,
 )
-from jaxjudge.report.tables import flat_rows, headline_table, markdown_report, read_csv, write_csv
+from jaxjudge.report.tables import flat_rows, headline_table, markdown_report, paired_table, read_csv, write_csv
 
 __all__ = [
     "Cell",
@@ -48,6 +48,7 @@ __all__ = [
     "evaluate_cell",
     "flat_rows",
     "headline_table",
+    "paired_table",
     "load_cells",
     "make_splits",
     "markdown_report",

@@ -37,7 +37,7 @@ from jaxjudge import metrics as M
 from jaxjudge.data import to_prompt_range
 from jaxjudge.debias import adjust_per_fold, expected_score, greedy_score
 from jaxjudge.report.cell_inputs import CellArrays, CellReport, MethodOptions, score_kinds
-from jaxjudge.report.cell_stats import score_stats, score_stats_batch, stats_context
+from jaxjudge.report.cell_stats import common_docs, score_stats, score_stats_batch, stats_context
 from jaxjudge.report.methods import METHODS, CellContext, Kind, Method, Variant, check_needs
 from jaxjudge.select import Splits, grid_search
 
@@ -93,8 +93,9 @@ class _Cell:
         self.selector, self.minimize = _selector(options, self.codes)
         self.options, self.labels, self.predictions = options, labels, predictions
         self.rows: list[dict[str, Any]] = []
-        # Emitted rows awaiting their metrics, by score kind: (row, pred, probs, has a delta).
-        self.pending: dict[str, list[tuple[dict[str, Any], np.ndarray, np.ndarray | None, bool]]] = {}
+        # Emitted rows awaiting their metrics, by score kind: (row, pred, probs, has a delta,
+        # its matched baseline's row name or None).
+        self.pending: dict[str, list[tuple[dict[str, Any], np.ndarray, np.ndarray | None, bool, str | None]]] = {}
         self.aux: dict[str, Any] = {
             **labels, "scale": scale.name, "values": scale.values.tolist(),
             # Human scores on the prompt's range, rounded to the nearest candidate (for figures).
@@ -150,8 +151,10 @@ class _Cell:
             out.append(v if math.isfinite(v) else None)
         return out
 
-    def emit(self, method: str, adj_fnk, kind_t: Kind, hparams=None, dev_metric=None, test_metric=None) -> None:
-        """Score one variant read one way and append its row."""
+    def emit(self, method: str, adj_fnk, kind_t: Kind, hparams=None, dev_metric=None, test_metric=None,
+             baseline: str | None = None) -> None:
+        """Score one variant read one way and append its row (``baseline``: its matched
+        baseline's row name, see `jaxjudge.report.methods`)."""
         kind = kind_t[0]
         f, n, k = self.cx.f, self.cx.n, self.cx.k
         pred, probs = self.read(adj_fnk, kind_t)
@@ -164,7 +167,7 @@ class _Cell:
             test_metric=test_metric if test_metric is not None else self.selection_per_fold(pred, self.cx.test),
         )
         self.rows.append(row)
-        self.pending.setdefault(kind, []).append((row, pred, probs, method != "vanilla"))
+        self.pending.setdefault(kind, []).append((row, pred, probs, method != "vanilla", baseline))
         # Score distribution of this method: argmax over all examples, mean over folds, drawn
         # with the hyper-parameters chosen for the greedy reading (what a judge would output).
         if kind == self.dist_kind:
@@ -178,14 +181,26 @@ class _Cell:
     def score_pending(self) -> None:
         """Fill the metrics of every emitted row: the rows read the same way are scored in one
         batched call on the same resamples (`score_stats_batch`), their deltas from the vanilla
-        judge read that way."""
+        judge read that way. A row whose matched baseline was run (read the same way) also gets
+        ``matched_baseline`` (its name) and ``delta_matched``: the paired difference from it,
+        on the same resamples (the bootstrap's seed and groups are those of every other call)."""
         for kind, items in self.pending.items():
-            preds = np.stack([pred for _, pred, _, _ in items])
-            probs = None if items[0][2] is None else np.stack([p for _, _, p, _ in items])
+            preds = np.stack([item[1] for item in items])
+            probs = None if items[0][2] is None else np.stack([item[2] for item in items])
+            # Per-document metrics over the documents where every method read this way is defined.
+            common = common_docs(preds, probs, self.ones, self.ctx, self.options)
             scored = score_stats_batch(preds, self.base_pred[kind], probs, self.ones, self.ctx, self.options,
-                                       [delta for *_, delta in items])
+                                       [item[3] for item in items], common)
             for (row, *_), (mets, deltas) in zip(items, scored):
                 row["metrics"], row["delta"] = mets, deltas or None
+            by_name = {item[0]["method"]: item for item in items}
+            for baseline in dict.fromkeys(item[4] for item in items if item[4] in by_name):
+                matched = [item for item in items if item[4] == baseline]
+                base = by_name[baseline]
+                scored = score_stats_batch(np.stack([item[1] for item in matched]), base[1], None, self.ones,
+                                           self.ctx, self.options, [True] * len(matched), common)
+                for (row, *_), (_, deltas) in zip(matched, scored):
+                    row["matched_baseline"], row["delta_matched"] = baseline, deltas or None
         self.pending = {}
 
     def tuned(self, method: Method, variant: Variant, kind_t: Kind) -> None:
@@ -204,7 +219,8 @@ class _Cell:
             "params": {p: [round(v, 6) for v in np.asarray(grid[p]).tolist()] for p in param_names},
             "dev": _mean_over_folds(res.dev), "test": _mean_over_folds(res.test),
         }
-        self.emit(variant.name, adj, kind_t, hp, _finite_or_none(res.dev_metric), _finite_or_none(res.test_metric))
+        self.emit(variant.name, adj, kind_t, hp, _finite_or_none(res.dev_metric), _finite_or_none(res.test_metric),
+                  variant.baseline)
 
     def parsed(self, method: Method) -> None:
         """The row of a parsed-generation method: its validity is the parse rate."""
@@ -268,7 +284,9 @@ def evaluate_cell(
       per-document means; ``n_boot_nan`` counts resamples where the metric was undefined, which
       the interval leaves out), ``delta`` (the
       selection metric minus the vanilla judge's, same reading, paired interval),
-      ``hparams`` (the chosen values per fold), ``dev_metric`` / ``test_metric`` (selection
+      ``matched_baseline`` and ``delta_matched`` (only on the rows of a variant whose matched
+      baseline was run: its name, and the selection metric minus the baseline's, same reading,
+      paired interval), ``hparams`` (the chosen values per fold), ``dev_metric`` / ``test_metric`` (selection
       metric per fold), ``relative`` (relative improvement of the selection metric over the
       vanilla judge and over the greedy generation), ``n``, ``n_folds``, ``n_test``.
     """

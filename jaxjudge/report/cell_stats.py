@@ -8,15 +8,20 @@ resamples (paired). Undefined resamples are counted (``n_boot_nan``, ``nan_share
 `jaxjudge.metrics.fold_stat.NAN_SHARE_MAX` of them, or with fewer than ``min_ci_groups``
 reported groups, no interval is given and ``reason`` says why. Per-document means state how
 many test documents had a defined metric (``docs_defined`` of ``docs``, fewest over folds).
+Methods compared in one cell and reading average their per-document metrics over the same
+documents: those where every one of them is defined (`common_docs`), so that two methods are
+never compared on different documents.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import numpy as np
 
 from jaxjudge import metrics as M
@@ -27,7 +32,8 @@ from jaxjudge.report.cell_inputs import MethodOptions
 from jaxjudge.select import Splits
 
 __all__ = [
-    "docs_defined", "score_stats", "score_stats_batch", "stat_names", "stats_context", "test_side_intervals",
+    "common_docs", "docs_defined", "score_stats", "score_stats_batch", "stat_names", "stats_context",
+    "test_side_intervals",
 ]
 
 _GROUPABLE = ("pearson", "spearman", "kendall", "mse")
@@ -136,10 +142,70 @@ def score_stats(
     return score_stats_batch(pred_fn[None], base_fn, probs, ok, ctx, options, [base_fn is not None])[0]
 
 
+def common_docs(preds_mfn: np.ndarray, probs_mfnk: np.ndarray | None, ok: np.ndarray, ctx: dict[str, Any],
+                options: MethodOptions) -> dict[str, np.ndarray] | None:
+    """The documents every one of M methods is defined on, per metric.
+
+    Args:
+      preds_mfn, probs_mfnk, ok, ctx, options: as `score_stats_batch`.
+
+    Returns:
+      ``metric -> [F, G]`` bool over the reported groups (``ctx["report_codes"]``): whether
+      the group's own ``metric`` (``<metric>_doc``) is defined for every method in fold f;
+      None when ``options`` has no per-document metric.
+    """
+    names = tuple(n for n in stat_names(options, True, False, options.metrics) if n.endswith("_doc"))
+    if not names:
+        return None
+    layout = _layout(preds_mfn, None, probs_mfnk, ok, ctx)
+    prep = methods_prepare(names, ctx["report_codes"].num_groups, probs_mfnk is not None, resampled=False)
+    doc = np.asarray(prep(*layout)[0])  # [M, F, D, G]
+    return {m: np.isfinite(doc[:, :, i]).all(0) for i, (src, m) in enumerate(doc_columns(names)) if src == "pred"}
+
+
+def _keep_common(prepared: tuple, names: tuple[str, ...], common: dict[str, np.ndarray] | None) -> tuple:
+    """``prepared`` with each ``_doc`` column's per-group values outside ``common`` set to NaN
+    (left out of the per-document mean, in the estimate and in every resample)."""
+    cols = doc_columns(names)
+    if common is None or not cols:
+        return prepared
+    doc = np.asarray(prepared[0])  # [M, F, D, G]
+    keep = np.stack([common[metric] for _, metric in cols], axis=1)  # [F, D, G]
+    return (np.where(keep[None], doc, np.nan).astype(doc.dtype), *prepared[1:])
+
+
+@functools.lru_cache(maxsize=64)
+def _point_stat(names: tuple[str, ...], num_groups: int, has_probs: bool):
+    """`methods_point` from arrays already prepared: `(arrays, prepared) -> [M, S]`."""
+    stat = methods_stat(names, num_groups, has_probs)
+    return jax.jit(lambda arrays, prepared: stat(*arrays, *prepared, None))
+
+
 def _doc_values(names: tuple[str, ...], doc: Any) -> dict[str, np.ndarray]:
     """``<metric>_doc`` -> `[M, F, G]` per-document values, from a prepared ``doc`` array."""
     doc = np.asarray(doc)
     return {f"{m}_doc": doc[:, :, i] for i, (src, m) in enumerate(doc_columns(names)) if src == "pred"}
+
+
+def _layout(preds_mfn: np.ndarray, base_fn: np.ndarray | None, probs_mfnk: np.ndarray | None, ok: np.ndarray,
+            ctx: dict[str, Any]) -> tuple:
+    """`jaxjudge.metrics.fold_stat.fold_arrays` of the reported rows of M methods (the first
+    method stands in for a missing base)."""
+    rows = ctx["report_rows"]
+    n, f, k = rows.size, ctx["f"], ctx["k"]
+    pred_r = preds_mfn[:, :, rows]  # [M, F, n]
+    base_r = pred_r[0] if base_fn is None else base_fn[:, rows]  # [F, n]
+    return fold_arrays(
+        np.transpose(np.nan_to_num(pred_r), (0, 2, 1)),  # [M, n, F]; NaN rows (parse failures) carry weight 0
+        base_r.T,
+        ctx["human"][rows],
+        ctx["hrel"][rows],
+        np.zeros((n, f, k), np.float32) if probs_mfnk is None else np.transpose(probs_mfnk[:, :, rows], (0, 2, 1, 3)),
+        ctx["test"][:, rows].T,
+        ok[rows],
+        ctx["valid"][rows],
+        ctx["report_codes"].codes,
+    )
 
 
 _KENDALL_BUDGET = 1 << 26
@@ -154,6 +220,7 @@ def score_stats_batch(
     ctx: dict[str, Any],
     options: MethodOptions,
     with_delta: Sequence[bool],
+    common: dict[str, np.ndarray] | None = None,
 ) -> list[tuple[dict[str, dict], dict[str, dict]]]:
     """`score_stats` of several methods read the same way, on the same bootstrap resamples.
 
@@ -168,10 +235,11 @@ def score_stats_batch(
       probs_mfnk: `[M, F, N, K]` scored log-probabilities, or None.
       ok, ctx, options: as `score_stats`.
       with_delta: `[M]` whether each method reports its delta from the base.
+      common: `common_docs` of the methods compared (``metric -> [F, G]``): the documents the
+        per-document metrics average over (``docs_defined`` counts them); None: each method's
+        own defined documents.
     """
-    rows = ctx["report_rows"]
     codes = ctx["report_codes"]
-    n, f, k = rows.size, ctx["f"], ctx["k"]
     n_methods = preds_mfn.shape[0]
     has_probs = probs_mfnk is not None
     ci_set = set(options.ci_metrics if options.ci_metrics is not None else options.metrics)
@@ -180,19 +248,7 @@ def score_stats_batch(
     ci_names = stat_names(options, True, True, [m for m in options.metrics if m in ci_set])
     point_names = stat_names(options, True, False, [m for m in options.metrics if m not in ci_set])
     kendall = needs_signs(ci_names + point_names)
-    pred_r = preds_mfn[:, :, rows]  # [M, F, n]
-    base_r = pred_r[0] if base_fn is None else base_fn[:, rows]  # [F, n]
-    layout = fold_arrays(
-        np.transpose(np.nan_to_num(pred_r), (0, 2, 1)),  # [M, n, F]; NaN rows (parse failures) carry weight 0
-        base_r.T,
-        ctx["human"][rows],
-        ctx["hrel"][rows],
-        np.zeros((n, f, k), np.float32) if probs_mfnk is None else np.transpose(probs_mfnk[:, :, rows], (0, 2, 1, 3)),
-        ctx["test"][:, rows].T,
-        ok[rows],
-        ctx["valid"][rows],
-        codes.codes,
-    )
+    layout = _layout(preds_mfn, base_fn, probs_mfnk, ok, ctx)
     est_ci, reps, jack, est_point, docs = [], [], [], [], []
     index, pad = layout[0], layout[1]
     docs_in_fold = [np.unique(codes.codes[index[i][pad[i] > 0]]).size for i in range(index.shape[0])]
@@ -206,7 +262,7 @@ def score_stats_batch(
         if ci_names:
             stat = methods_stat(ci_names, codes.num_groups, has_probs)
             # What no resample changes (per-document values, group pair sums, rank matrices): once.
-            prepared = methods_prepare(ci_names, codes.num_groups, has_probs)(*arrays)
+            prepared = _keep_common(methods_prepare(ci_names, codes.num_groups, has_probs)(*arrays), ci_names, common)
             consts = arrays + prepared
             chunk_docs.update(_doc_values(ci_names, prepared[0]))
             with warnings.catch_warnings():
@@ -218,9 +274,15 @@ def score_stats_batch(
             est_ci.append(np.asarray(e))
             reps.append(np.asarray(r))
         if point_names:
-            est_point.append(np.asarray(methods_point(point_names, codes.num_groups, has_probs)(*arrays)))
+            if common is not None and any(name.endswith("_doc") for name in point_names):
+                prepared = _keep_common(methods_prepare(point_names, codes.num_groups, has_probs, resampled=False)(
+                    *arrays), point_names, common)
+                est_point.append(np.asarray(_point_stat(point_names, codes.num_groups, has_probs)(arrays, prepared)))
+            else:
+                est_point.append(np.asarray(methods_point(point_names, codes.num_groups, has_probs)(*arrays)))
             if any(name.endswith("_doc") for name in point_names):
-                prepared = methods_prepare(point_names, codes.num_groups, has_probs, resampled=False)(*arrays)
+                if common is None:
+                    prepared = methods_prepare(point_names, codes.num_groups, has_probs, resampled=False)(*arrays)
                 chunk_docs.update(_doc_values(point_names, prepared[0]))
         docs.append(chunk_docs)
     results = []
@@ -234,7 +296,8 @@ def score_stats_batch(
         for i, name in enumerate(point_names):
             out[name] = interval_summary(est_point[c][i_part, i], None, options.alpha)
         for name, iv in out.items():
-            if name.endswith("_doc") and not name.startswith("delta_") and iv.get("estimate") is not None:
+            if name.endswith("_doc") and not name.startswith("delta_"):
+                # Also where no document is left to average over: the count says so.
                 iv.update(docs_defined(docs[c][name][i_part], docs_in_fold, usable))
         if not has_probs:
             out = {k_: v for k_, v in out.items() if k_ != "sdd"}

@@ -30,6 +30,7 @@ METHODS = (
     "contextual",  # contextual calibration (content-free inputs), lambda = 1
     "batch",  # batch calibration (prior = mean prediction over the test inputs), lambda = 1
     "distribution",  # distribution calibration (Beta fitted to dev human scores), lambda = 1
+    "temperature",  # contrastive decoding's matched baseline: lambda = 0, its main-model temperature chosen on dev
     "contrastive",  # main judge minus assistant, lambda x temperature chosen on dev
     "contrastive_deb_t",  # contrastive decoding, then the Deb-T correction: both chosen on dev
     "contrastive_generate",  # greedy contrastive generation over the full vocabulary, parsed (fixed lambda, t, alpha)
@@ -50,7 +51,8 @@ def method_variants(cfg: Any) -> list[str]:
 
     ``deb_r`` / ``deb_t`` expand to ``deb_r_tp10``, ``deb_r_tp10_ext`` (the extended lambda
     grid), ...; ``contrastive`` adds ``contrastive_fine`` when the fine grid is on;
-    ``contrastive_deb_t`` expands over Tp like Deb-T.
+    ``contrastive_deb_t`` expands over Tp like Deb-T; ``temperature`` adds ``temperature_fine``
+    (the fine grid's temperatures) when the fine grid is on.
     """
     out: list[str] = []
     for m in cfg.methods:
@@ -59,10 +61,10 @@ def method_variants(cfg: Any) -> list[str]:
                 out.append(f"{m}_tp{tp}")
                 if cfg.lambdas_extended is not None:
                     out.append(f"{m}_tp{tp}_ext")
-        elif m == "contrastive":
-            out.append("contrastive")
+        elif m in ("contrastive", "temperature"):
+            out.append(m)
             if cfg.contrastive_fine:
-                out.append("contrastive_fine")
+                out.append(f"{m}_fine")
         elif m == "contrastive_deb_t":
             out += [f"contrastive_deb_t_tp{tp}" for tp in cfg.deb_tp]
         else:

@@ -10,6 +10,12 @@ report (``deb_t_tp10_ext``) with either
   the hyper-parameter grid `jaxjudge.select.grid_search` chooses from on each fold's dev side
   (Deb-R, Deb-T, contrastive decoding, contrastive + Deb-T).
 
+A tuned variant whose grid holds a knob the vanilla judge could also use (contrastive
+decoding's main-model temperature) names its *matched baseline* (``baseline``): the row that
+tunes that knob the same way on the same dev data with the method's own effect switched off
+(``temperature``: contrastive decoding at lambda = 0). `evaluate_cell` reports the variant's
+paired difference from it beside the one from vanilla.
+
 ``kind="parsed"`` families (``generate``, ``contrastive_generate``) score parsed greedy
 generations and have no variants. `jaxjudge.report.cell.evaluate_cell` walks `METHODS` in
 order.
@@ -112,6 +118,7 @@ class Variant:
     data: Callable[[Kind], Any] | None = None
     grid: dict[str, Any] | None = None
     hparams: list[dict[str, Any]] | None = None
+    baseline: str | None = None  # the row name of its matched baseline (None: vanilla alone)
 
 
 @dataclass(frozen=True)
@@ -217,11 +224,36 @@ def _contrastive_data(cx: CellContext) -> Callable[[Kind], dict[str, jax.Array]]
 
 def _contrastive(cx: CellContext) -> Iterator[Variant]:
     opts, data = cx.options, _contrastive_data(cx)
-    grid_sets = [("contrastive", opts.contrastive_lams, opts.contrastive_temps)]
+    grid_sets = [("contrastive", opts.contrastive_lams, opts.contrastive_temps, "temperature")]
     if opts.contrastive_fine:
-        grid_sets.append(("contrastive_fine", opts.contrastive_lams_fine, opts.contrastive_temps_fine))
-    for name, lams, temps in grid_sets:
-        yield Variant(name, data=data, grid=lambda_temperature_grid(lams, temps, name=opts.contrastive_temperature))
+        grid_sets.append(("contrastive_fine", opts.contrastive_lams_fine, opts.contrastive_temps_fine,
+                          "temperature_fine"))
+    for name, lams, temps, baseline in grid_sets:
+        yield Variant(name, data=data, grid=lambda_temperature_grid(lams, temps, name=opts.contrastive_temperature),
+                      baseline=baseline)
+
+
+def _temperature(cx: CellContext) -> Iterator[Variant]:
+    """Contrastive decoding's matched baseline: lambda = 0 over the same main-model temperatures.
+
+    The main judge alone (the assistant's place is held by zeros, which lambda = 0 ignores),
+    read through the same `contrastive_adjust` and chosen by the same selection code, so that
+    contrastive decoding's difference from it is the assistant's effect alone. Where the grid's
+    temperature divides the assistant (``t_asst``), the vanilla judge has no such knob and the
+    grid is t_main = 1: the vanilla judge itself.
+    """
+    opts = cx.options
+
+    def data(kt: Kind) -> dict[str, jax.Array]:
+        main = cx.logits / cx.tau(kt)
+        return {"main": main, "asst": jnp.zeros_like(main)}
+
+    grid_sets = [("temperature", opts.contrastive_temps)]
+    if opts.contrastive_fine:
+        grid_sets.append(("temperature_fine", opts.contrastive_temps_fine))
+    for name, temps in grid_sets:
+        temps = temps if opts.contrastive_temperature == "t_main" else (1.0,)
+        yield Variant(name, data=data, grid=lambda_temperature_grid((0.0,), temps, name="t_main"))
 
 
 def _contrastive_deb_t(cx: CellContext) -> Iterator[Variant]:
@@ -244,7 +276,7 @@ def _contrastive_deb_t(cx: CellContext) -> Iterator[Variant]:
                 cdata["rand_asst"] = jnp.asarray(arp.logprobs[idx]) / cx.tau(kt)
             return cdata
 
-        yield Variant(f"contrastive_deb_t_tp{tp}", data=data, grid=grid)
+        yield Variant(f"contrastive_deb_t_tp{tp}", data=data, grid=grid, baseline="temperature")
 
 
 def _lam_and_temperature(opts: MethodOptions) -> tuple[str, ...]:
@@ -266,6 +298,8 @@ METHODS: dict[str, Method] = {
                params=lambda opts: ("lam",)),
         Method("deb_t", "tuned", needs=("random_t",), variants=_deb("T"), adjust=rectify_adjust,
                params=lambda opts: ("lam",)),
+        Method("temperature", "tuned", variants=_temperature, adjust=contrastive_adjust,
+               params=lambda opts: ("t_main",)),
         Method("contrastive", "tuned", needs=("assistant",), variants=_contrastive, adjust=contrastive_adjust,
                params=_lam_and_temperature),
         Method("contrastive_deb_t", "tuned", needs=("assistant", "random_t"), variants=_contrastive_deb_t,

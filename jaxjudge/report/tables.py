@@ -6,7 +6,9 @@ reported ones), ``<metric>``, ``<metric>_low``, ``<metric>_high``
 for every metric (``*_doc``: per-document means), with ``<metric>_nan_share`` (share of bootstrap
 resamples where it was undefined), ``<metric>_reason`` (why no interval is given, if none) and,
 for ``*_doc``, ``<metric>_docs_defined`` of ``<metric>_docs`` (test documents whose metric is
-defined, fewest over folds), ``delta_<metric>`` with its interval, and the
+defined, fewest over folds), ``delta_<metric>`` with its interval, in a run where some method's
+matched baseline was run ``matched_baseline`` and ``delta_matched_<metric>`` (the paired
+difference from it) with its interval, and the
 per-fold fields (``hparams``, ``dev_metric``, ``test_metric``) as JSON text. Numbers are written
 with ``repr``, so `read_csv` gives back exactly the values of `flat_rows`.
 """
@@ -20,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from jaxjudge.report.edges import edge_table, grid_edges
 from jaxjudge.report.results import Results
 
 __all__ = [
@@ -30,6 +33,7 @@ __all__ = [
     "format_interval",
     "headline_table",
     "markdown_report",
+    "paired_table",
 ]
 
 LABELS = ("experiment", "judge", "task", "aspect", "scale", "method", "score")
@@ -39,14 +43,15 @@ _JSON_FIELDS = ("hparams", "dev_metric", "test_metric")
 _GENERATED = ("generate", "contrastive_generate")  # parsed replies: one row per cell, shown with each reading
 
 
-def _metric_names(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[str]]:
+def _metric_names(rows: Sequence[dict[str, Any]], key: str = "delta") -> tuple[list[str], list[str]]:
+    """(metric names, names in each row's ``key`` table: ``"delta"`` or ``"delta_matched"``)."""
     metrics: list[str] = []
     deltas: list[str] = []
     for r in rows:
         for m in r.get("metrics") or {}:
             if m not in metrics:
                 metrics.append(m)
-        for m in r.get("delta") or {}:
+        for m in r.get(key) or {}:
             if m not in deltas:
                 deltas.append(m)
     return metrics, deltas
@@ -62,11 +67,20 @@ def flat_rows(results: Results) -> tuple[list[str], list[dict[str, Any]]]:
             columns += [f"{m}_docs_defined", f"{m}_docs"]
     for m in deltas:
         columns += [f"delta_{m}", f"delta_{m}_low", f"delta_{m}_high", f"delta_{m}_nan_share", f"delta_{m}_reason"]
+    _, matched = _metric_names(results.rows, "delta_matched")
+    if matched:
+        columns.append("matched_baseline")
+    for m in matched:
+        columns += [f"delta_matched_{m}", f"delta_matched_{m}_low", f"delta_matched_{m}_high",
+                    f"delta_matched_{m}_nan_share", f"delta_matched_{m}_reason"]
     columns += ["rel_vs_vanilla", "rel_vs_generate", *_JSON_FIELDS]
     out = []
     for r in results.rows:
         flat: dict[str, Any] = {c: r.get(c) for c in LABELS + _COUNTS}
-        for prefix, table, names in (("", r.get("metrics") or {}, metrics), ("delta_", r.get("delta") or {}, deltas)):
+        if matched:
+            flat["matched_baseline"] = r.get("matched_baseline")
+        for prefix, table, names in (("", r.get("metrics") or {}, metrics), ("delta_", r.get("delta") or {}, deltas),
+                                     ("delta_matched_", r.get("delta_matched") or {}, matched)):
             for m in names:
                 iv = table.get(m) or {}
                 flat[f"{prefix}{m}"] = iv.get("estimate")
@@ -111,7 +125,7 @@ def read_csv(path: str | os.PathLike) -> list[dict[str, Any]]:
         for rec in csv.DictReader(f):
             row: dict[str, Any] = {}
             for k, v in rec.items():
-                if k in LABELS or k.endswith("_reason"):
+                if k in LABELS or k == "matched_baseline" or k.endswith("_reason"):
                     row[k] = v if v != "" else None
                 elif k in _JSON_FIELDS:
                     row[k] = v
@@ -133,7 +147,7 @@ def format_interval(iv: dict[str, Any] | None, digits: int = 3) -> str:
     for a per-document mean, how many test documents had a defined metric.
     """
     if not iv or iv.get("estimate") is None:
-        return "-"
+        return "-" if not iv or iv.get("docs") is None else f"- ({iv['docs_defined']}/{iv['docs']} docs defined)"
     text = f"{iv['estimate']:.{digits}f}"
     notes = []
     if iv.get("reason"):
@@ -177,6 +191,34 @@ def headline_table(results: Results, metric: str = "spearman", *, score: str | N
     return "\n".join(lines)
 
 
+def paired_table(results: Results) -> str:
+    """Markdown pivot of the paired differences of the selection metric: one line per (judge,
+    task, aspect, scale, score), for every method with a delta one column ``m − vanilla`` and,
+    where its matched baseline was run, one column ``m − <baseline>`` (same resamples)."""
+    rows = [r for r in results.rows if r.get("delta")]
+    _, deltas = _metric_names(rows)
+    if not deltas:
+        return ""
+    metric = deltas[0]
+    cols: list[tuple[str, str, str]] = []  # (method, "delta" / "delta_matched", header)
+    for m in _methods_in_order(rows):
+        cols.append((m, "delta", f"{m} − vanilla"))
+        base = next((r.get("matched_baseline") for r in rows if r["method"] == m and r.get("matched_baseline")), None)
+        if base is not None:
+            cols.append((m, "delta_matched", f"{m} − {base}"))
+    keys = list(dict.fromkeys((r["judge"], r["task"], r["aspect"], r["scale"], r["score"]) for r in rows))
+    index = {(r["judge"], r["task"], r["aspect"], r["scale"], r["score"], r["method"]): r for r in rows}
+    head = ["judge", "task", "aspect", "scale", "score", *(h for *_, h in cols)]
+    lines = [f"| {' | '.join(head)} |", "|" + "---|" * len(head)]
+    for key in keys:
+        cells = list(key)
+        for m, field, _ in cols:
+            r = index.get((*key, m))
+            cells.append(format_interval(((r or {}).get(field) or {}).get(metric)) if r else "")
+        lines.append(f"| {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
 def _parse_note(r: dict[str, Any]) -> str:
     """How many generations parsed into a number, and why a correlation may be undefined."""
     # The reported rows (those on a test side) where the row counts them; else every row.
@@ -208,18 +250,37 @@ def _hp(r: dict[str, Any]) -> str:
 
 def _long_table(results: Results) -> str:
     metrics, deltas = _metric_names(results.rows)
+    _, matched = _metric_names(results.rows, "delta_matched")
     head = ["judge", "task", "aspect", "scale", "method", "score", *metrics]
-    head += [f"Δ{m}" for m in deltas] + ["rel. vs vanilla", "rel. vs generate", "chosen per fold"]
+    head += [f"Δ{m}" for m in deltas] + [f"Δ{m} vs matched baseline" for m in matched]
+    head += ["rel. vs vanilla", "rel. vs generate", "chosen per fold"]
     lines = [f"| {' | '.join(head)} |", "|" + "---|" * len(head)]
     for r in results.rows:
         cells = [str(r.get(c)) for c in ("judge", "task", "aspect", "scale", "method", "score")]
         cells += [format_interval(r["metrics"].get(m)) for m in metrics]
         cells += [format_interval((r.get("delta") or {}).get(m)) for m in deltas]
+        cells += [f"{format_interval(r['delta_matched'].get(m))} vs {r['matched_baseline']}" if r.get("delta_matched")
+                  else "-" for m in matched]
         rel = r.get("relative") or {}
         cells += [f"{rel[k]:+.1%}" if rel.get(k) is not None else "-" for k in ("vs_vanilla", "vs_generate")]
         cells.append(_hp(r))
         lines.append(f"| {' | '.join(cells)} |")
     return "\n".join(lines)
+
+
+_EDGE_NOTE = (
+    "Each tuned method's chosen value, per parameter and reading, counted over folds x cells "
+    "(\"choices\"): how many sit at the bottom or the top of its grid, where the best value may lie "
+    "beyond the grid. A choice among ties (the dev metric equal at every value of the parameter, "
+    "the others held as chosen; mean over folds) is counted as flat, at neither end."
+)
+
+_MATCHED_NOTE = (
+    " A method that tunes a knob the vanilla judge could also use is compared with its matched "
+    "baseline too: the same knob chosen the same way on the same dev data with the method's own "
+    "effect switched off (`temperature`: contrastive decoding at lambda = 0, its main-model "
+    "temperature chosen on dev); \"Δ vs matched baseline\" is that paired difference, on the same resamples."
+)
 
 
 def markdown_report(results: Results, metadata: dict[str, Any] | None = None, *, metric: str = "spearman") -> str:
@@ -242,10 +303,12 @@ def markdown_report(results: Results, metadata: dict[str, Any] | None = None, *,
         "resample). " + tuning + "Where more than 5% of the resamples are undefined, "
         "or fewer groups are reported than the interval needs, the cell gives the estimate and "
         "the reason. `_doc` metrics are per-document (summary-level) means over the documents "
-        "whose metric is defined (the count is given); Δ is the difference from the vanilla "
+        "where every method read the same way has a defined metric, so that methods are compared "
+        "on the same documents (the count is given; a parsed generation's row counts its own); "
+        "Δ is the difference from the vanilla "
         "judge read the same way, on the same resamples (paired). Expected scores at "
         "temperature T read every distribution at T before any adjustment (priors measured at "
-        "T, lambda in log-probability units).",
+        "T, lambda in log-probability units)." + _MATCHED_NOTE * any(r.get("delta_matched") for r in results.rows),
         "",
     ]
     if results.notes:
@@ -267,6 +330,12 @@ def markdown_report(results: Results, metadata: dict[str, Any] | None = None, *,
         # is left out.
         if m in metrics and any((r.get("metrics") or {}).get(m, {}).get("estimate") is not None for r in results.rows):
             parts += [f"## {m} (headline)", "", headline_table(results, m), ""]
+    if any(r.get("delta_matched") for r in results.rows):
+        parts += ["## Paired differences (headline)", "", paired_table(results), ""]
+    if any(e["choices"] for e in grid_edges(results)):
+        table = edge_table(results)
+        parts += ["## Choices at the edge of their grid", ""]
+        parts += [_EDGE_NOTE, "", table, ""] if table else ["No tuned choice sits at an edge of its grid.", ""]
     parts += ["## All metrics", "", _long_table(results), ""]
     return "\n".join(parts)
 
