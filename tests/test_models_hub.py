@@ -76,13 +76,14 @@ def test_offline_hub_repo_loads_sharded_onto_a_mesh(hub_cache, tmp_path, monkeyp
     ref = np.asarray(single.forward(tokens, mask, read))
     np.testing.assert_allclose(ref, torch_logits(model, tokens), atol=1e-4, rtol=0)
     for judge in (converted, restored):
-        attn = judge.model.layers[1].self_attn
-        q = attn.q_proj.kernel[...]
-        assert q.sharding.spec == P(None, "model", None) and len(q.sharding.device_set) == 8
-        assert q.addressable_shards[0].data.shape == (18, 3, 10)  # half of the 6 heads
-        assert attn.q_norm.scale[...].sharding.spec == P(None)
-        up = judge.model.layers[0].mlp.up_proj.kernel[...]
-        assert up.addressable_shards[0].data.shape == (18, 7)
+        layers = judge.model.layers  # every layer's parameters stacked on a leading [L] axis
+        n_layers = judge.config.num_hidden_layers
+        q = layers.self_attn.q_proj.kernel[...]
+        assert q.sharding.spec == P(None, None, "model", None) and len(q.sharding.device_set) == 8
+        assert q.addressable_shards[0].data.shape == (n_layers, 18, 3, 10)  # half of the 6 heads
+        assert layers.self_attn.q_norm.scale[...].sharding.spec == P(None, None)
+        up = layers.mlp.up_proj.kernel[...]
+        assert up.addressable_shards[0].data.shape == (n_layers, 18, 7)
         logits = judge.forward(tokens, mask, read)  # rows over the judge's mesh
         assert logits.sharding.spec[0] == "data"
         np.testing.assert_allclose(np.asarray(logits), ref, atol=1e-5, rtol=0)

@@ -131,6 +131,9 @@ def tpu_devices(topology: str, *, chips_per_host_bounds: tuple[int, int, int] = 
         ValueError: libtpu does not know the topology (naming it).
     """
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+    # Nothing runs on a TPU here, so another process that loaded libtpu (and holds its lockfile)
+    # must not stop a compile.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     try:
         import libtpu  # noqa: F401  (only to tell a missing install from a bad topology)
     except ImportError:
