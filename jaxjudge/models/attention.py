@@ -101,33 +101,40 @@ def segmented_attention(q_btnh: jax.Array, blocks: Sequence[KeyBlock], q_pos_bt:
                ).transpose(0, 2, 1, 3, 4)
 
     def scores(block: KeyBlock) -> jax.Array:
-        """Masked float32 scores [B, K, T, G, S]."""
+        """Masked float32 scores: [K, B, T, G, S] for a shared block, else [B, K, T, G, S].
+
+        A shared block's scores stay K-major, the layout of its product (K/V head as the batch
+        axis, every row's queries as free axes), so that the large [.., S] tensor is never
+        transposed; only its [.., G] reductions are (`to_rows`)."""
         if block.shared:  # batch-1 keys [S, K, H]: every row's queries against the same keys
             if window is None:
                 allowed = block.valid_bs[0][None, None, None, None, :]
             else:
-                allowed = _allowed_bts(block, q_pos_bt, window)[:, None, :, None, :]
-            s_bktgs = jnp.einsum("BKTGH,SKH->BKTGS", q_bktgh, block.keys.astype(dtype),
+                allowed = _allowed_bts(block, q_pos_bt, window)[None, :, :, None, :]
+            s_kbtgs = jnp.einsum("KBTGH,SKH->KBTGS", q_bktgh.transpose(1, 0, 2, 3, 4), block.keys.astype(dtype),
                                  preferred_element_type=jnp.float32)
-        else:
-            k_bksh = block.keys.astype(dtype).transpose(0, 2, 1, 3)
-            s_bktgs = jnp.einsum("BKTGH,BKSH->BKTGS", q_bktgh, k_bksh,
-                                 preferred_element_type=jnp.float32)
-            allowed = _allowed_bts(block, q_pos_bt, window)[:, None, :, None, :]
+            return jnp.where(allowed, softcap(s_kbtgs, cap), MASK_VALUE)
+        k_bksh = block.keys.astype(dtype).transpose(0, 2, 1, 3)
+        s_bktgs = jnp.einsum("BKTGH,BKSH->BKTGS", q_bktgh, k_bksh, preferred_element_type=jnp.float32)
+        allowed = _allowed_bts(block, q_pos_bt, window)[:, None, :, None, :]
         return jnp.where(allowed, softcap(s_bktgs, cap), MASK_VALUE)
+
+    def to_rows(x: jax.Array, shared: bool) -> jax.Array:
+        """A [K, B, T, G, ...] reduction of a shared block -> [B, K, T, G, ...]."""
+        return jnp.swapaxes(x, 0, 1) if shared else x
 
     masked = [(scores(blk), blk.values, blk.shared) for blk in blocks]
     m_bktg = None
-    for s, _, _ in masked:
-        m = jnp.max(s, axis=-1)
+    for s, _, shared in masked:
+        m = to_rows(jnp.max(s, axis=-1), shared)
         m_bktg = m if m_bktg is None else jnp.maximum(m_bktg, m)
     z_bktg, out_bktgh = None, None
     for s, v, shared in masked:
-        e = jnp.exp(s - m_bktg[..., None])
-        z = jnp.sum(e, axis=-1)
+        e = jnp.exp(s - to_rows(m_bktg, shared)[..., None])
+        z = to_rows(jnp.sum(e, axis=-1), shared)
         if shared:
-            o = jnp.einsum("BKTGS,SKH->BKTGH", e.astype(dtype), v.astype(dtype),
-                           preferred_element_type=jnp.float32)
+            o = to_rows(jnp.einsum("KBTGS,SKH->KBTGH", e.astype(dtype), v.astype(dtype),
+                                   preferred_element_type=jnp.float32), True)
         else:
             o = jnp.einsum("BKTGS,BKSH->BKTGH", e.astype(dtype), v.astype(dtype).transpose(0, 2, 1, 3),
                            preferred_element_type=jnp.float32)
