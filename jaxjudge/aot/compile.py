@@ -152,9 +152,8 @@ def tpu_devices(topology: str, *, chips_per_host_bounds: tuple[int, int, int] = 
 def _config(hf: dict[str, Any], layers: int | None) -> DecoderConfig:
     if layers is not None:
         hf = {**hf, "num_hidden_layers": int(layers)}
-        for key in ("max_window_layers",):
-            if key in hf and hf[key] is not None:
-                hf[key] = min(hf[key], int(layers))
+        if hf.get("max_window_layers") is not None:  # Qwen: windowed from this layer on
+            hf["max_window_layers"] = min(hf["max_window_layers"], int(layers))
     return config_from_hf(hf)
 
 

@@ -267,7 +267,6 @@ def build_model(
         raise ConversionError(f"missing tensor(s) {names}{more}")
     for path, buf in buffers.items():
         filled[path] = jax.device_put(buf, None if shardings is None else shardings[path])
-        del buf
 
     state = nnx.from_flat_state(
         [(path, v.replace(filled[".".join(str(p) for p in path)]))

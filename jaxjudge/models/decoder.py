@@ -226,14 +226,14 @@ class Decoder(nnx.Module):
         n_layers = cfg.num_hidden_layers
         # One rotary table per distinct base (Gemma 3: local and global layers); each layer
         # reads its own by index, a scanned input like its parameters and window.
-        bases = list(dict.fromkeys(cfg.layer_rope(i) for i in range(n_layers)))
-        first = {base: next(i for i in range(n_layers) if cfg.layer_rope(i) == base) for base in bases}
-        tables = [self.rotary(positions_bt, first[base]) for base in bases]
+        ropes = [cfg.layer_rope(i) for i in range(n_layers)]
+        bases = list(dict.fromkeys(ropes))
+        tables = [self.rotary(positions_bt, ropes.index(base)) for base in bases]
         cos_rbth = jnp.stack([c for c, _ in tables])
         sin_rbth = jnp.stack([s for _, s in tables])
         xs: dict[str, Any] = {
             "layer": nnx.state(self.layers),
-            "rope": jnp.asarray([bases.index(cfg.layer_rope(i)) for i in range(n_layers)], jnp.int32),
+            "rope": jnp.asarray([bases.index(r) for r in ropes], jnp.int32),
         }
         windows = [cfg.layer_window(i) for i in range(n_layers)]
         if any(w is not None for w in windows):
