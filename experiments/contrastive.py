@@ -67,8 +67,10 @@ RUN_CHANGES = (
 
 
 def get_config(arg: str | None = None) -> ExperimentConfig:
-    if arg not in (None, "fine", "quick", "cpu", "stsb", "semrel"):
-        raise ValueError(f"contrastive: unknown argument {arg!r}; use 'fine', 'quick', 'cpu', 'stsb' or 'semrel'")
+    if arg not in (None, "fine", "quick", "cpu", "stsb", "semrel", "summeval"):
+        raise ValueError(
+            f"contrastive: unknown argument {arg!r}; use 'fine', 'quick', 'cpu', 'stsb', 'semrel' or 'summeval'"
+        )
     if arg in ("stsb", "semrel"):
         task = (TaskSpec("stsb", ("similarity",), split="original", subset=CONTRASTIVE_STSB) if arg == "stsb"
                 else TaskSpec("semrel", ("relatedness",), split="original", subset=CONTRASTIVE_SEMREL))
@@ -91,6 +93,23 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
             ci_metrics=("pearson", "spearman", "mse", "sdd", "validity"),
             run=arg,
             store_root=f"results/stores/contrastive_{arg}",
+        )
+    if arg == "summeval":
+        return ExperimentConfig(
+            name="contrastive",
+            description="Contrastive decoding on the paper's own protocol: SummEval coherence, all 100 "
+            "documents, selection on its 10 development documents, report on the other 90.",
+            models=(QWEN_15B, QWEN_05B),
+            pairs=((QWEN_15B.name, QWEN_05B.name),),
+            tasks=(TaskSpec("summeval", ("coherence",), split="fixed_docs"),),
+            scales=("0-4", "1-5", "2-6", "3-7"),
+            methods=("vanilla", "temperature", "contrastive"),
+            temperatures=(1.0,),
+            greedy=True,
+            select_metric="spearman",
+            run=arg,
+            # The 0.5B judge's score stores are those of random_number_debias.py:summeval.
+            store_root="results/stores/summeval_qwen05",
         )
     if arg == "quick":
         tasks = (
