@@ -48,7 +48,7 @@ judge's generations did not fit the CPU budget a second time).
 """
 
 from jaxjudge.data import SUMMEVAL_SUBSET_DOC_IDS
-from jaxjudge.experiment import ExperimentConfig, TaskSpec
+from jaxjudge.experiment import Endpoint, ExperimentConfig, TaskSpec
 from registry import (
     CONTRASTIVE_SEMREL,
     CONTRASTIVE_STSB,
@@ -58,6 +58,12 @@ from registry import (
     QWEN_05B,
     QWEN_15B,
 )
+
+# The primary endpoint of every variant, fixed before its results were read: the contrastive
+# effect net of the temperature it also tunes (its difference from the matched baseline
+# `temperature`), averaged over the four ranges, on the expected score at temperature 1 (the
+# probability-weighted score of the contrastive-decoding paper). Everything else is secondary.
+PRIMARY = Endpoint(method="contrastive", versus="temperature", statistic="mean", score="expected@1")
 
 # What changed in this experiment's committed CPU runs since their previous version.
 RUN_CHANGES = (
@@ -92,6 +98,7 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
             # Kendall's tau costs O(N^2) per resample: its point estimate only.
             ci_metrics=("pearson", "spearman", "mse", "sdd", "validity"),
             run=arg,
+            primary=PRIMARY,
             store_root=f"results/stores/contrastive_{arg}",
         )
     if arg == "summeval":
@@ -108,6 +115,7 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
             greedy=True,
             select_metric="spearman",
             run=arg,
+            primary=PRIMARY,
             # The 0.5B judge's score stores are those of random_number_debias.py:summeval.
             store_root="results/stores/summeval_qwen05",
         )
@@ -134,6 +142,7 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         contrastive_fine=arg == "fine",
         select_metric="spearman",
         run="cpu" if arg == "cpu" else None,
+        primary=PRIMARY,
         changes=(*RUN_CHANGES, *CPU_RUN_CHANGES) if arg == "cpu" else (),
         store_root="results/stores/cpu_qwen" if arg == "cpu" else "stores",
     )

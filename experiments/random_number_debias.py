@@ -47,7 +47,7 @@ selection on ``SEMREL_SELECTION``), ``"summeval"`` (the same judge on SummEval c
 ``results/stores/`` so the report regenerates with no model.
 """
 
-from jaxjudge.experiment import ExperimentConfig, TaskSpec
+from jaxjudge.experiment import Endpoint, ExperimentConfig, TaskSpec
 
 # What changed in this experiment's committed CPU runs since their previous version.
 RUN_CHANGES = (
@@ -109,6 +109,10 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         # Kendall's tau costs O(N^2) per resample: on 1,379 STS-B pairs its point estimate only.
         ci_metrics=("pearson", "spearman", "mse", "sdd", "validity") if arg in ("stsb", "semrel") else None,
         run=arg if arg in ("cpu", "stsb", "semrel", "summeval") else None,
+        # Fixed before the results were read: Deb-T (Tp = 10, the paper's grid 0.1..1) against
+        # the vanilla judge, averaged over the four ranges, on the expected score at the
+        # random-number paper's temperature 0.2. Everything else is secondary.
+        primary=Endpoint(method="deb_t_tp10", versus="vanilla", statistic="mean", score="expected@0.2"),
         changes=(*RUN_CHANGES, *CPU_RUN_CHANGES) if arg == "cpu" else (),
         store_root=f"results/stores/{arg}_qwen05" if arg in ("stsb", "semrel", "summeval") else "results/stores/cpu_qwen" if arg == "cpu" else "stores",
     )

@@ -54,7 +54,7 @@ test split that ``contrastive.py:stsb`` extracts, ``CONTRASTIVE_STSB``: the 1.5B
 read from that run's stores in ``results/stores/contrastive_stsb``).
 """
 
-from jaxjudge.experiment import ExperimentConfig, TaskSpec
+from jaxjudge.experiment import Endpoint, ExperimentConfig, TaskSpec
 
 from registry import (
     CPU_RUN_CHANGES,
@@ -112,6 +112,10 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         ci_metrics=("pearson", "spearman", "mse", "sdd", "validity") if arg in ("stsb", "semrel", "stsb_smollm2", "stsb_gemma3", "stsb_qwen15") else None,
         run=arg if arg in ("cpu", "cpu_stsb", "stsb", "semrel", "summeval", "stsb_smollm2", "stsb_gemma3", "stsb_qwen15") else None,
         changes=CPU_RUN_CHANGES if arg in ("cpu", "cpu_stsb") else (),
+        # The bias itself: how far the vanilla judge's expected score (temperature 1) moves across
+        # the four ranges (max - min of its Spearman correlation). A spread is never below 0, so
+        # its interval describes the size of the bias; it is not a test of "no bias".
+        primary=Endpoint(method="vanilla", versus=None, statistic="spread", score="expected@1"),
         # A base model: the prompt is the completion's beginning, no chat template.
         prompt_style="raw" if arg in ("gemma3", "stsb_gemma3") else "chat",
         store_root={"stsb": "results/stores/stsb_qwen05", "semrel": "results/stores/semrel_qwen05",

@@ -20,6 +20,7 @@ from jaxjudge.experiment.metadata import collect_metadata, command_line, portabl
 from jaxjudge.experiment.plan import extraction_plan
 from jaxjudge.experiment.schema import (
     ConfigError,
+    Endpoint,
     ExperimentConfig,
     ModelSpec,
     SubsetSpec,
@@ -37,6 +38,7 @@ __all__ = [
     "FewLabelsConfig",
     "Cell",
     "ConfigError",
+    "Endpoint",
     "ExperimentConfig",
     "ExtractionJob",
     "JobResult",

@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 from jaxjudge.data.tasks import TASKS
 from jaxjudge.engine.extract import extract
+from jaxjudge.experiment.endpoint import Endpoint
 from jaxjudge.experiment.typed import ConfigError, Typed, choose, coerce, from_dict, opt, replace_fields, to_dict
 from jaxjudge.models.gguf import default_model_path, gguf_dir
 from jaxjudge.prompts import ScoreScale
@@ -51,6 +52,7 @@ from jaxjudge.report.grids import (
 
 __all__ = [
     "ConfigError",
+    "Endpoint",
     "ModelSpec",
     "SubsetSpec",
     "TaskSpec",
@@ -287,6 +289,11 @@ class ExperimentConfig(Typed):
       run: run name (default: set by the CLI from the date).
       changes: what changed since the run's previous committed version (one line each),
         printed in its notes.
+      primary: the primary endpoint (`Endpoint`), printed first and read unadjusted; every
+        other comparison is Holm-adjusted. None: every comparison is secondary.
+      comparisons: extra ``(method, other method)`` pairs compared over ranges with paired
+        intervals, beside the defaults (every method against vanilla, its matched baseline and
+        the calibration baseline with the best dev metric).
       engine: options passed verbatim to the engine (batch size, context length, ...), each
         checked against the annotation of `jaxjudge.engine.extract`'s parameter.
     """
@@ -327,6 +334,8 @@ class ExperimentConfig(Typed):
     results_root: str = "results"
     run: str | None = None
     changes: tuple[str, ...] = opt((), empty=True)
+    primary: Endpoint | None = None
+    comparisons: tuple[tuple[str, str], ...] = opt((), empty=True)
     engine: Mapping[str, Any] = opt(factory=dict)
 
     def check(self) -> None:
@@ -367,9 +376,34 @@ class ExperimentConfig(Typed):
             choose(f"{w}.ci_metrics[{i}]", m, self.metrics)
         if self.run is not None:
             check_run_name(f"{w}.run", self.run)
+        for i, pair in enumerate(self.comparisons):
+            for name in pair:
+                self.check_row_name(f"{w}.comparisons[{i}]", name)
+        if self.primary is not None:
+            self.check_row_name(f"{w}.primary.method", self.primary.method)
+            if self.primary.versus is not None:
+                self.check_row_name(f"{w}.primary.versus", self.primary.versus)
+            choose(f"{w}.primary.score", self.primary.score, self.readings())
+            if self.primary.statistic not in ("mean", "spread", "relative"):
+                choose(f"{w}.primary.statistic", self.primary.statistic, self.scales)
         _check_engine_options(f"{w}.engine", self.engine)
 
     # -- lookups ----------------------------------------------------------------------------
+
+    def readings(self) -> tuple[str, ...]:
+        """The score readings of the report's rows (``expected@T``, ``greedy``, ``generate``)."""
+        out = tuple(f"expected@{t:g}" for t in self.temperatures)
+        out += ("greedy",) * self.greedy
+        if any(m in ("generate", "contrastive_generate") for m in self.methods):
+            out += ("generate",)
+        return out
+
+    def check_row_name(self, where: str, name: str) -> None:
+        """Refuse a row (method variant) name no configured method family produces."""
+        if not any(name == m or name.startswith(m + "_") for m in self.methods):
+            close = difflib.get_close_matches(name, self.methods, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"{where}: {name!r} is no row of the configured methods {list(self.methods)}{hint}")
 
     @property
     def judge_names(self) -> tuple[str, ...]:

@@ -64,11 +64,14 @@ from jaxjudge.metrics.correlation import (
 )
 from jaxjudge.metrics.distribution import SDD_EPS, score_targets, sdd, sdd_from_logprobs, validity_rate
 from jaxjudge.metrics.groups import GroupCodes, encode_groups
+from jaxjudge.metrics.multiplicity import bootstrap_p_value, holm
 from jaxjudge.metrics import inference, system_level
 from jaxjudge.metrics.inference import *  # noqa: F403  (its __all__: prediction-powered inference)
 from jaxjudge.metrics.system_level import *  # noqa: F403  (its __all__: system-level agreement)
 
 __all__ = [
+    "bootstrap_p_value",
+    "holm",
     "HIGHER_IS_BETTER",
     "METRICS",
     "SDD_EPS",

@@ -37,7 +37,7 @@ from jaxjudge import metrics as M
 from jaxjudge.data import to_prompt_range
 from jaxjudge.debias import adjust_per_fold, expected_score, greedy_score
 from jaxjudge.report.cell_inputs import CellArrays, CellReport, MethodOptions, score_kinds
-from jaxjudge.report.cell_stats import common_docs, score_stats, score_stats_batch, stats_context
+from jaxjudge.report.cell_stats import common_docs, resample_key, score_stats, score_stats_batch, stats_context
 from jaxjudge.report.methods import METHODS, CellContext, Kind, Method, Variant, check_needs
 from jaxjudge.select import Splits, grid_search
 
@@ -113,6 +113,11 @@ class _Cell:
         self.base_pred = {kt[0]: self.read(self.cx.vanilla(kt), kt)[0] for kt in self.kinds}
         self.dist_kind = "greedy" if options.greedy else self.kinds[0][0]
         self.ones = np.ones(n, np.float32)
+        # Bootstrap replicates of each row's selection metric, by (method, reading): every row of
+        # the cell is resampled the same way (`resample_key`), so `jaxjudge.report.ranges` can
+        # combine them across rows and across cells drawn on the same groups.
+        self.sel_name = f"{options.select_metric}_doc" if options.select_per_group else options.select_metric
+        self.replicates: dict[tuple[str, str], np.ndarray] = {}
 
     def base_row(self, method: str, kind: str) -> dict[str, Any]:
         return {**self.labels, "scale": self.scale_name, "method": method, "score": kind, **self.counts}
@@ -189,10 +194,13 @@ class _Cell:
             probs = None if items[0][2] is None else np.stack([item[2] for item in items])
             # Per-document metrics over the documents where every method read this way is defined.
             common = common_docs(preds, probs, self.ones, self.ctx, self.options)
+            reps: list[dict[str, np.ndarray]] = []
             scored = score_stats_batch(preds, self.base_pred[kind], probs, self.ones, self.ctx, self.options,
-                                       [item[3] for item in items], common)
-            for (row, *_), (mets, deltas) in zip(items, scored):
+                                       [item[3] for item in items], common, replicates=reps, keep=(self.sel_name,))
+            for (row, *_), (mets, deltas), rep in zip(items, scored, reps):
                 row["metrics"], row["delta"] = mets, deltas or None
+                if self.sel_name in rep:
+                    self.replicates[(row["method"], kind)] = rep[self.sel_name]
             by_name = {item[0]["method"]: item for item in items}
             for baseline in dict.fromkeys(item[4] for item in items if item[4] in by_name):
                 matched = [item for item in items if item[4] == baseline]
@@ -229,7 +237,11 @@ class _Cell:
         generated = arrays.generated if method.name == "generate" else arrays.contrastive_generated
         gen = np.broadcast_to(generated, (f, n))
         ok = np.isfinite(generated).astype(np.float32)
-        mets, _ = score_stats(gen, None, None, ok, {**self.ctx, "valid": ok}, self.options)
+        reps: list[dict[str, np.ndarray]] = []
+        mets, _ = score_stats(gen, None, None, ok, {**self.ctx, "valid": ok}, self.options, replicates=reps,
+                              keep=(self.sel_name,))
+        if self.sel_name in reps[0]:
+            self.replicates[(method.name, "generate")] = reps[0][self.sel_name]
         row = self.base_row(method.name, "generate")
         row.update(metrics=mets, delta=None, hparams=[{} for _ in range(f)],
                    dev_metric=self.selection_per_fold(gen, self.cx.dev),
@@ -310,7 +322,9 @@ def evaluate_cell(
 
     rows.sort(key=lambda r: family(r["method"]))
     _add_relative(rows, options)
-    return CellReport(rows=rows, aux=cell.aux)
+    return CellReport(rows=rows, aux=cell.aux, replicates=cell.replicates,
+                      resample_key=resample_key(cell.ctx["report_codes"], options),
+                      num_groups=cell.ctx["report_codes"].num_groups)
 
 
 def _add_relative(rows: list[dict[str, Any]], options: MethodOptions) -> None:

@@ -193,10 +193,17 @@ class CellReport:
       rows: one JSON-able dict per (method variant, score kind) (see `evaluate_cell`).
       aux: JSON-able extras for figures: score distributions, random-number priors, and the
         dev/test metric over each tuned method's grid.
+      replicates: ``(method, score reading) -> [B]`` bootstrap replicates of each row's
+        selection metric (not saved: `jaxjudge.report.ranges` combines them across cells).
+      resample_key: identifies the cell's resamples (`jaxjudge.report.cell_stats.resample_key`).
+      num_groups: groups the bootstrap resamples (the reported ones).
     """
 
     rows: list[dict[str, Any]]
     aux: dict[str, Any]
+    replicates: dict[tuple[str, str], Any] = field(default_factory=dict)
+    resample_key: str = ""
+    num_groups: int = 0
 
 
 def score_kinds(options: MethodOptions) -> list[tuple[str, float | None]]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -28,11 +29,12 @@ from jaxjudge import metrics as M
 from jaxjudge.metrics.fold_stat import (
     doc_columns, fold_arrays, interval_summary, methods_point, methods_prepare, methods_stat, needs_signs,
 )
+from jaxjudge.metrics.multiplicity import bootstrap_p_value
 from jaxjudge.report.cell_inputs import MethodOptions
 from jaxjudge.select import Splits
 
 __all__ = [
-    "common_docs", "docs_defined", "score_stats", "score_stats_batch", "stat_names", "stats_context",
+    "common_docs", "docs_defined", "resample_key", "score_stats", "score_stats_batch", "stat_names", "stats_context",
     "test_side_intervals",
 ]
 
@@ -51,6 +53,15 @@ def stat_names(options: MethodOptions, has_probs: bool, has_delta: bool, subset:
         sel = options.select_metric if options.select_metric in _GROUPABLE else "spearman"
         names.append(f"delta_{sel}_doc" if options.select_per_group else f"delta_{sel}")
     return tuple(names)
+
+
+def resample_key(codes: M.GroupCodes, options: MethodOptions) -> str:
+    """What fixes a cell's bootstrap resamples: its reported groups' codes, the seed and the
+    number of resamples. Two cells with the same key were resampled identically, so their
+    replicates pair (resample b of one with resample b of the other)."""
+    h = hashlib.sha256(np.asarray(codes.codes, np.int64).tobytes())
+    h.update(f"|{codes.num_groups}|{options.seed}|{options.n_boot}".encode())
+    return h.hexdigest()
 
 
 def docs_defined(doc_fg: np.ndarray, docs_in_fold: Sequence[int], usable: Sequence[bool]) -> dict[str, int]:
@@ -130,6 +141,8 @@ def score_stats(
     ok: np.ndarray,
     ctx: dict[str, Any],
     options: MethodOptions,
+    replicates: list[dict[str, np.ndarray]] | None = None,
+    keep: Sequence[str] = (),
 ) -> tuple[dict[str, dict], dict[str, dict]]:
     """(metrics, deltas): name -> {estimate, low, high, ...} for one method read one way.
 
@@ -139,7 +152,8 @@ def score_stats(
     chosen). Deltas use the same resamples as the metric (paired).
     """
     probs = None if probs_fnk is None else probs_fnk[None]
-    return score_stats_batch(pred_fn[None], base_fn, probs, ok, ctx, options, [base_fn is not None])[0]
+    return score_stats_batch(pred_fn[None], base_fn, probs, ok, ctx, options, [base_fn is not None],
+                             replicates=replicates, keep=keep)[0]
 
 
 def common_docs(preds_mfn: np.ndarray, probs_mfnk: np.ndarray | None, ok: np.ndarray, ctx: dict[str, Any],
@@ -221,6 +235,8 @@ def score_stats_batch(
     options: MethodOptions,
     with_delta: Sequence[bool],
     common: dict[str, np.ndarray] | None = None,
+    replicates: list[dict[str, np.ndarray]] | None = None,
+    keep: Sequence[str] = (),
 ) -> list[tuple[dict[str, dict], dict[str, dict]]]:
     """`score_stats` of several methods read the same way, on the same bootstrap resamples.
 
@@ -238,6 +254,10 @@ def score_stats_batch(
       common: `common_docs` of the methods compared (``metric -> [F, G]``): the documents the
         per-document metrics average over (``docs_defined`` counts them); None: each method's
         own defined documents.
+      replicates: if a list, one dict per method is appended: metric name in ``keep`` -> its
+        `[B]` bootstrap replicates (for statistics across cells drawn on the same resamples,
+        `jaxjudge.report.ranges`); names without an interval are left out.
+      keep: metric names whose replicates go into ``replicates``.
     """
     codes = ctx["report_codes"]
     n_methods = preds_mfn.shape[0]
@@ -293,6 +313,12 @@ def score_stats_batch(
             out[name] = interval_summary(est_ci[c][i_part, i], reps[c][:, i_part, i], options.alpha,
                                          num_groups=codes.num_groups, min_groups=options.min_ci_groups,
                                          jack=jack[c][:, i_part, i] if jack else None, method=options.ci_method)
+            if name.startswith("delta_") and out[name].get("low") is not None:
+                # Two-sided (Wald, bootstrap SE) p-value of the paired difference, for Holm.
+                out[name]["p"] = bootstrap_p_value(est_ci[c][i_part, i], reps[c][:, i_part, i])
+        if replicates is not None:
+            replicates.append({name: np.asarray(reps[c][:, i_part, i]) for i, name in enumerate(ci_names)
+                               if name in keep})
         for i, name in enumerate(point_names):
             out[name] = interval_summary(est_point[c][i_part, i], None, options.alpha)
         for name, iv in out.items():

@@ -14,6 +14,7 @@ Two entry points:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -22,10 +23,17 @@ from typing import Any
 from jaxjudge.data.tasks import TASKS, load_task_data, task_dev_docs
 from jaxjudge.report.cell import evaluate_cell
 from jaxjudge.report.cell_inputs import CellArrays, MethodOptions, make_splits
+from jaxjudge.report.ranges import endpoints, range_statistics
 from jaxjudge.report.results import Results
 from jaxjudge.report.stores import Cell, ExtractionJob, StoreIndex, cells, load_cells, store_match
 
 __all__ = ["report_from_arrays", "report_from_store"]
+
+
+def _as_dict(spec: Any) -> dict[str, Any] | None:
+    if spec is None or isinstance(spec, Mapping):
+        return None if spec is None else dict(spec)
+    return dataclasses.asdict(spec)
 
 
 def _splits_for(task: Any, arrays: CellArrays, dev_docs):
@@ -57,6 +65,8 @@ def report_from_arrays(
     """
     results = Results(experiment=cfg.name, notes=list(notes or []))
     dev_docs = {t.task: task_dev_docs(t) for t in cfg.tasks}
+    by_task: dict[str, list] = {t.task: [] for t in cfg.tasks}
+    task_options: dict[str, MethodOptions] = {}
     for cell in cells(cfg):
         if cell not in arrays:
             raise KeyError(f"no arrays for cell {cell.label()}")
@@ -75,6 +85,13 @@ def report_from_arrays(
         rep = evaluate_cell(a, _splits_for(task, a, dev_docs[cell.task]), options, labels)
         results.rows += rep.rows
         results.aux.append(rep.aux)
+        by_task[cell.task].append(({**labels, "scale": cell.scale}, rep))
+        task_options[cell.task] = options
+    for name, reps in by_task.items():
+        if reps:
+            results.ranges += range_statistics(reps, task_options[name], getattr(cfg, "comparisons", ()))
+    primary = getattr(cfg, "primary", None)
+    results.endpoints = endpoints(results.rows, results.ranges, _as_dict(primary), cfg.alpha)
     return results
 
 

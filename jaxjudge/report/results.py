@@ -25,21 +25,28 @@ class Results:
       aux: one dict per cell with the extras the figures draw (score distributions, the
         random-number priors, metric over each tuned grid).
       notes: documented cuts and caveats (subsets, skipped methods), printed with the tables.
+      ranges: statistics over score ranges with intervals (`jaxjudge.report.ranges`).
+      endpoints: the primary endpoint and the count of Holm-adjusted secondary comparisons
+        (`jaxjudge.report.ranges.endpoints`); empty for results that predate them.
     """
 
     experiment: str
     rows: list[dict[str, Any]] = field(default_factory=list)
     aux: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    ranges: list[dict[str, Any]] = field(default_factory=list)
+    endpoints: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT, "experiment": self.experiment, "rows": self.rows, "aux": self.aux, "notes": self.notes}
+        return {"format": FORMAT, "experiment": self.experiment, "rows": self.rows, "aux": self.aux, "notes": self.notes,
+                "ranges": self.ranges, "endpoints": self.endpoints}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Results:
         if d.get("format") != FORMAT:
             raise ValueError(f"not a results file: format {d.get('format')!r}, expected {FORMAT!r}")
-        return cls(experiment=d["experiment"], rows=list(d["rows"]), aux=list(d["aux"]), notes=list(d.get("notes", [])))
+        return cls(experiment=d["experiment"], rows=list(d["rows"]), aux=list(d["aux"]), notes=list(d.get("notes", [])),
+                   ranges=list(d.get("ranges", [])), endpoints=dict(d.get("endpoints", {})))
 
     def save_json(self, path: str | os.PathLike) -> Path:
         path = Path(path)

@@ -1,0 +1,52 @@
+"""`Endpoint`: the comparison a config declares as its primary endpoint."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jaxjudge.experiment.typed import ConfigError, Typed
+from jaxjudge.prompts import ScoreScale
+
+__all__ = ["Endpoint"]
+
+
+@dataclass(frozen=True)
+class Endpoint(Typed):
+    """One paired comparison of a report, named as the primary endpoint of a config.
+
+    It is read at the config's own level (``alpha``, unadjusted) and printed first; every other
+    comparison of the report is secondary and Holm-adjusted (`jaxjudge.report.ranges`).
+
+    Attributes:
+      method: the row (method variant) compared, e.g. ``"contrastive"`` or ``"deb_t_tp10"``.
+      versus: what it is compared with: ``"vanilla"``, its matched baseline's row name or
+        another method's row (a calibration baseline, or a pair in ``comparisons``); None: no
+        comparison, the method's own ``mean`` or ``spread`` over ranges (e.g. the vanilla
+        judge's spread: the score-range bias itself).
+      statistic: ``"mean"`` (difference of the means over ranges), ``"spread"`` (difference of
+        the spreads over ranges), ``"relative"`` (the relative improvement averaged over
+        ranges) or one range (e.g. ``"1-5"``: the difference on that range).
+      score: the reading, e.g. ``"expected@1.0"``, ``"greedy"``.
+      judge, task, aspect: needed only where the report has several.
+    """
+
+    method: str
+    score: str
+    versus: str | None = "vanilla"
+    statistic: str = "mean"
+    judge: str | None = None
+    task: str | None = None
+    aspect: str | None = None
+
+    def check(self) -> None:
+        if self.versus is None and self.statistic not in ("mean", "spread"):
+            raise ConfigError(f"Endpoint.statistic: {self.statistic!r} needs a comparison (versus); "
+                              "without one use 'mean' or 'spread'")
+        if self.statistic not in ("mean", "spread", "relative"):
+            try:
+                ScoreScale.parse(self.statistic)
+            except ValueError:
+                raise ConfigError(
+                    f"Endpoint.statistic: {self.statistic!r} is none of 'mean', 'spread', 'relative' or a range "
+                    "such as '1-5'"
+                ) from None

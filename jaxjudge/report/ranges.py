@@ -1,0 +1,266 @@
+"""Statistics over score ranges, the primary endpoint, and Holm's adjustment of the rest.
+
+The score-range papers ask whether a method is better *on average over ranges* and whether it
+is *more stable across ranges*. Both are statistics of several cells (one per range) of the same
+items, so their intervals need the cells' bootstrap replicates drawn on the same resamples: the
+cells of one (judge, task, aspect) report the same groups with the same seed, so resample b of
+the 0-4 cell and resample b of the 1-5 cell are the same draw of groups
+(`jaxjudge.report.cell_stats.resample_key` checks it; cells resampled differently get no
+interval, with the reason). From each row's replicates of the selection metric, for every
+(judge, task, aspect, reading, method):
+
+* ``mean``: the mean of the metric over ranges; ``spread``: its max - min over ranges;
+* against each comparator (the vanilla judge read the same way, the method's matched baseline,
+  the calibration baseline with the best dev metric, and any pair the config lists):
+  ``mean_diff`` (difference of the means), ``spread_diff`` (difference of the spreads: negative
+  is more stable) and ``relative`` (the papers' headline figure: the relative improvement
+  ``(m_r - b_r) / |b_r|`` averaged over ranges r), each with its interval.
+
+`endpoints` then picks the config's primary endpoint (read at its own level, unadjusted) and
+adjusts every other paired comparison of the report (per-range differences from vanilla and from
+matched baselines, ``mean_diff`` and ``spread_diff``) together with Holm's procedure: each gets
+``p_holm`` beside its ``p`` (Wald, from the bootstrap standard error: `jaxjudge.metrics.multiplicity`); ``relative`` is
+descriptive (its test is that of ``mean_diff``) and carries no p-value.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from jaxjudge.metrics.fold_stat import interval_summary
+from jaxjudge.metrics.multiplicity import bootstrap_p_value, holm
+
+__all__ = ["CALIBRATION", "range_statistics", "endpoints", "comparisons", "find_primary"]
+
+CALIBRATION = ("contextual", "batch", "distribution")
+"""The calibration baselines' method families (their variants' names start with these)."""
+
+
+def _family(method: str, names: Sequence[str]) -> str | None:
+    for n in sorted(names, key=len, reverse=True):
+        if method == n or method.startswith(n + "_"):
+            return n
+    return None
+
+
+def _scale_key(name: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in name.split("-"))
+    except ValueError:
+        return (math.inf,)
+
+
+def _iv(estimate: float, reps: np.ndarray | None, options: Any, num_groups: int, *, p: bool) -> dict[str, Any]:
+    method = "expanded" if options.ci_method == "bca" else options.ci_method  # no jackknife across cells
+    out = interval_summary(estimate, reps, options.alpha, num_groups=num_groups, min_groups=options.min_ci_groups,
+                           method=method)
+    if p and reps is not None and out.get("low") is not None:
+        out["p"] = bootstrap_p_value(estimate, reps)
+    return out
+
+
+def _dev_score(rows: Sequence[dict[str, Any]], minimize: bool) -> float:
+    """The mean dev metric over ranges and folds (higher is better; NaN where undefined)."""
+    vals = [v for r in rows for v in (r.get("dev_metric") or []) if v is not None]
+    if not vals:
+        return -math.inf
+    m = float(np.mean(vals))
+    return -m if minimize else m
+
+
+def range_statistics(
+    cells: Sequence[tuple[dict[str, Any], Any]],
+    options: Any,
+    pairs: Sequence[tuple[str, str]] = (),
+) -> list[dict[str, Any]]:
+    """Mean and spread over ranges, and differences from comparators, with intervals.
+
+    Args:
+      cells: ``(labels, report)`` per cell: ``labels`` has judge, task, aspect and scale;
+        ``report`` is its `jaxjudge.report.cell_inputs.CellReport` (rows, replicates,
+        resample key, number of groups).
+      options: the `MethodOptions` of the cells (alpha, ci_method, min_ci_groups,
+        select_metric, select_per_group).
+      pairs: extra ``(method, comparator)`` comparisons by row name.
+
+    Returns:
+      one dict per (judge, task, aspect, reading, method) with at least two ranges: the labels,
+      ``metric``, ``scales``, ``mean``, ``spread`` (interval dicts) and ``versus``: a list of
+      ``{baseline, role, mean_diff, spread_diff, relative}``.
+    """
+    metric = f"{options.select_metric}_doc" if options.select_per_group else options.select_metric
+    minimize = options.select_metric == "mse"
+    by_key: dict[tuple, list[tuple[str, Any]]] = defaultdict(list)
+    for labels, rep in cells:
+        by_key[(labels["judge"], labels["task"], labels["aspect"])].append((labels["scale"], rep))
+    out = []
+    for (judge, task, aspect), per_scale in by_key.items():
+        per_scale = sorted(per_scale, key=lambda x: _scale_key(x[0]))
+        if len(per_scale) < 2:
+            continue
+        scales = [s for s, _ in per_scale]
+        keys = {rep.resample_key for _, rep in per_scale}
+        same = len(keys) == 1
+        num_groups = min(rep.num_groups for _, rep in per_scale)
+        # (method, reading) -> scale -> (row, replicates or None)
+        table: dict[tuple[str, str], dict[str, tuple[dict, np.ndarray | None]]] = defaultdict(dict)
+        for s, rep in per_scale:
+            for r in rep.rows:
+                table[(r["method"], r["score"])][s] = (r, rep.replicates.get((r["method"], r["score"])))
+        readings = list(dict.fromkeys(score for _, score in table))
+
+        def series(method: str, score: str) -> tuple[np.ndarray, np.ndarray | None] | None:
+            got = table.get((method, score))
+            if not got or set(got) != set(scales):
+                return None
+            est = np.asarray([((got[s][0].get("metrics") or {}).get(metric) or {}).get("estimate") for s in scales],
+                             dtype=np.float64)  # None -> NaN
+            reps = [got[s][1] for s in scales]
+            return est, (np.stack(reps).astype(np.float64) if same and all(x is not None for x in reps) else None)
+
+        def stat(fn, *ser):
+            est = fn(*(e for e, _ in ser))
+            reps = None if any(r is None for _, r in ser) else fn(*(r for _, r in ser))
+            return est, reps
+
+        def mean(x):
+            return np.mean(x, axis=0)
+
+        def spread(x):
+            return np.max(x, axis=0) - np.min(x, axis=0)
+
+        for score in readings:
+            methods = [m for (m, sc) in table if sc == score]
+            calib = [m for m in methods if _family(m, CALIBRATION)]
+            best_cal = max(calib, key=lambda m: _dev_score([table[(m, score)][s][0] for s in table[(m, score)]],
+                                                           minimize), default=None)
+            for method in methods:
+                ser = series(method, score)
+                if ser is None:
+                    continue
+                row0 = table[(method, score)][scales[0]][0]
+                rec: dict[str, Any] = {
+                    "judge": judge, "task": task, "aspect": aspect, "score": score, "method": method,
+                    "metric": metric, "scales": scales,
+                }
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    for name, fn in (("mean", mean), ("spread", spread)):
+                        e, r = stat(fn, ser)
+                        rec[name] = _iv(e, r, options, num_groups, p=False)
+                        if not same:
+                            rec[name]["reason"] = "ranges resampled differently"
+                    versus = []
+                    comps: list[tuple[str, str]] = []
+                    if method != "vanilla" and ("vanilla", score) in table:
+                        comps.append(("vanilla", "vanilla"))
+                    if row0.get("matched_baseline"):
+                        comps.append((row0["matched_baseline"], "matched"))
+                    if best_cal and method != best_cal and not _family(method, CALIBRATION):
+                        comps.append((best_cal, "calibration"))
+                    comps += [(b, "listed") for m, b in pairs if m == method]
+                    for base, role in dict.fromkeys(comps):
+                        bser = series(base, score)
+                        if bser is None:
+                            continue
+                        entry: dict[str, Any] = {"baseline": base, "role": role}
+                        for name, fn, p in (
+                            ("mean_diff", lambda a, b: mean(a) - mean(b), True),
+                            ("spread_diff", lambda a, b: spread(a) - spread(b), True),
+                            ("relative", lambda a, b: mean((a - b) / np.abs(b)), False),
+                        ):
+                            e, r = stat(fn, ser, bser)
+                            entry[name] = _iv(e, r, options, num_groups, p=p)
+                            if not same:
+                                entry[name]["reason"] = "ranges resampled differently"
+                        versus.append(entry)
+                rec["versus"] = versus
+                out.append(rec)
+    return out
+
+
+def comparisons(rows: Sequence[dict[str, Any]], ranges: Sequence[dict[str, Any]]) -> Iterator[tuple[dict, dict]]:
+    """Every paired comparison of a report with a p-value: ``(description, interval dict)``.
+
+    Per-range differences from vanilla (``delta``) and from the matched baseline
+    (``delta_matched``) of the selection metric, and over ranges ``mean_diff`` and
+    ``spread_diff`` against each comparator. The description has the labels, ``versus``,
+    ``statistic`` (a scale name, ``"mean"`` or ``"spread"``) and ``metric``.
+    """
+    for r in rows:
+        labels = {k: r.get(k) for k in ("judge", "task", "aspect", "score", "method")}
+        for field, versus in (("delta", "vanilla"), ("delta_matched", r.get("matched_baseline"))):
+            for metric, iv in (r.get(field) or {}).items():
+                if iv and iv.get("p") is not None:
+                    yield {**labels, "versus": versus, "statistic": r["scale"], "metric": metric}, iv
+    for rec in ranges:
+        labels = {k: rec.get(k) for k in ("judge", "task", "aspect", "score", "method")}
+        for v in rec["versus"]:
+            for stat in ("mean", "spread"):
+                iv = v[f"{stat}_diff"]
+                if iv.get("p") is not None:
+                    yield {**labels, "versus": v["baseline"], "statistic": stat, "metric": rec["metric"]}, iv
+
+
+def find_primary(rows: Sequence[dict[str, Any]], ranges: Sequence[dict[str, Any]], primary: Mapping[str, Any]
+                 ) -> list[tuple[dict, dict]]:
+    """The comparisons `primary` names (fields as `jaxjudge.experiment.Endpoint`): one per
+    (judge, task, aspect) where it is defined unless those are named."""
+    want = {k: v for k, v in primary.items() if v is not None or k == "versus"}
+    return [(d, iv) for d, iv in _all_comparisons(rows, ranges) if all(d.get(k) == v for k, v in want.items())]
+
+
+def _all_comparisons(rows, ranges) -> Iterator[tuple[dict, dict]]:
+    """As `comparisons`, also those without a p-value (an interval withheld), and ``relative``."""
+    for r in rows:
+        labels = {k: r.get(k) for k in ("judge", "task", "aspect", "score", "method")}
+        for field, versus in (("delta", "vanilla"), ("delta_matched", r.get("matched_baseline"))):
+            for metric, iv in (r.get(field) or {}).items():
+                yield {**labels, "versus": versus, "statistic": r["scale"], "metric": metric}, iv
+    for rec in ranges:
+        labels = {k: rec.get(k) for k in ("judge", "task", "aspect", "score", "method")}
+        for stat in ("mean", "spread"):  # the method's own statistic (not a comparison)
+            yield {**labels, "versus": None, "statistic": stat, "metric": rec["metric"]}, rec[stat]
+        for v in rec["versus"]:
+            for stat in ("mean", "spread", "relative"):
+                key = "relative" if stat == "relative" else f"{stat}_diff"
+                yield {**labels, "versus": v["baseline"], "statistic": stat, "metric": rec["metric"]}, v[key]
+
+
+def endpoints(rows: list[dict[str, Any]], ranges: list[dict[str, Any]], primary: Mapping[str, Any] | None,
+              alpha: float) -> dict[str, Any]:
+    """Resolve the primary endpoint and Holm-adjust every other comparison, in place.
+
+    A report of several judges, tasks or aspects has the primary endpoint once in each (unless
+    the spec names one): those are co-primary, and where there are several with p-values they
+    are Holm-adjusted among themselves (``p_holm``), apart from the secondary family. Each
+    secondary comparison's interval dict gains ``p_holm``.
+
+    Returns:
+      ``{"primary": {"spec", "endpoints": [{description, interval}]} or None, "secondary":
+      {"adjustment": "holm", "count": m, "alpha": alpha, "significant": k}}`` (``k``: how many
+      have ``p_holm < alpha``).
+    """
+    hits = find_primary(rows, ranges, primary) if primary else []
+    if primary and not hits:
+        raise ValueError(f"primary endpoint {dict(primary)} matches no comparison of this report")
+    prim_ids = {id(iv) for _, iv in hits}
+    if len(hits) > 1 and any(iv.get("p") is not None for _, iv in hits):
+        for (_, iv), p in zip(hits, holm([iv.get("p") for _, iv in hits])):
+            iv["p_holm"] = p
+    family = [(d, iv) for d, iv in comparisons(rows, ranges) if id(iv) not in prim_ids]
+    adjusted = holm([iv["p"] for _, iv in family])
+    for (_, iv), p in zip(family, adjusted):
+        iv["p_holm"] = p
+    return {
+        "primary": None if not hits else {
+            "spec": dict(primary), "endpoints": [{"description": d, "interval": iv} for d, iv in hits]},
+        "secondary": {"adjustment": "holm", "count": len(family), "alpha": alpha,
+                      "significant": sum(1 for p in adjusted if p is not None and p < alpha)},
+    }

@@ -1,0 +1,216 @@
+"""Statistics over score ranges, the primary endpoint and Holm's adjustment.
+
+References are hand-computed (Holm, the percentile p-value), scipy (the Wald p-value) or numpy
+on replicates built by hand; the pipeline test checks the over-range numbers against the
+per-range rows, which come from another code path (`score_stats_batch`).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import scipy.stats as st
+
+from jaxjudge.metrics.multiplicity import bootstrap_p_value, holm
+from jaxjudge.prompts import ScoreScale
+from jaxjudge.report import CellArrays, markdown_report
+from jaxjudge.report.cell_inputs import CellReport
+from jaxjudge.report.pipeline import report_from_arrays
+from jaxjudge.report.ranges import endpoints, range_statistics
+from jaxjudge.report.stores import Cell
+
+
+def test_holm_hand_computed():
+    # sorted: 0.005 x 4 = 0.02; 0.01 x 3 = 0.03; 0.03 x 2 = 0.06; 0.04 x 1 = 0.04 -> max(0.06, 0.04)
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    out = holm([0.5, None, 0.9])
+    assert out[1] is None and out[0] == pytest.approx(1.0) and out[2] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="position 1"):
+        holm([0.1, 1.5])
+
+
+def test_wald_p_value_matches_scipy():
+    reps = np.random.default_rng(0).normal(0.3, 0.12, 1000)
+    want = 2 * st.norm.sf(0.25 / np.std(reps, ddof=1))
+    assert bootstrap_p_value(0.25, reps) == pytest.approx(want, rel=1e-9)
+    assert bootstrap_p_value(0.25, np.append(reps, np.nan)) == pytest.approx(want, rel=1e-9)  # NaN left out
+
+
+def test_percentile_p_value_hand_computed():
+    # below 0: 1 of 4 -> (1 + 1) / 5; above: 3 of 4 -> 4 / 5; p = 2 x 0.4
+    assert bootstrap_p_value(1.0, [-1.0, 1.0, 2.0, 3.0], method="percentile") == pytest.approx(0.8)
+    # Never below 2 / (B + 1), however far the replicates are from 0.
+    assert bootstrap_p_value(5.0, np.full(999, 5.0) + np.arange(999) * 1e-3, method="percentile") == pytest.approx(
+        2 / 1000)
+
+
+def test_identical_predictions_have_p_one():
+    assert bootstrap_p_value(3e-9, np.full(100, 1e-8) * np.sign(np.arange(100) - 50)) == 1.0
+    assert bootstrap_p_value(float("nan"), np.ones(10)) is None
+
+
+def _options(**kw):
+    base = dict(select_metric="spearman", select_per_group=False, alpha=0.05, ci_method="percentile",
+                min_ci_groups=10)
+    return SimpleNamespace(**{**base, **kw})
+
+
+def _rep(scale_reps: dict, scale: str, key: str = "k", groups: int = 40, dev=None) -> CellReport:
+    rows = []
+    for (method, score), (est, _) in scale_reps.items():
+        rows.append({"method": method, "score": score, "scale": scale, "dev_metric": dev.get(method) if dev else [0.5],
+                     "metrics": {"spearman": {"estimate": est}},
+                     **({"matched_baseline": "temperature"} if method == "contrastive" else {})})
+    return CellReport(rows=rows, aux={}, replicates={k: v[1] for k, v in scale_reps.items()}, resample_key=key,
+                      num_groups=groups)
+
+
+def _cells(rng, keys=("k", "k", "k")):
+    """Three ranges, three methods, replicates drawn by hand."""
+    cells, truth = [], {}
+    for scale, key in zip(("0-4", "1-5", "2-6"), keys):
+        reps = {}
+        for m, loc in (("vanilla", 0.5), ("temperature", 0.55), ("contrastive", 0.6)):
+            loc = loc + rng.normal(0, 0.05)
+            reps[(m, "expected@1")] = (loc, rng.normal(loc, 0.03, 500))
+        truth[scale] = reps
+        labels = {"judge": "j", "task": "stsb", "aspect": "similarity", "scale": scale}
+        cells.append((labels, _rep(reps, scale, key)))
+    return cells, truth
+
+
+def test_range_statistics_against_numpy():
+    cells, truth = _cells(np.random.default_rng(1))
+    recs = {r["method"]: r for r in range_statistics(cells, _options())}
+    scales = ("0-4", "1-5", "2-6")
+    est = {m: np.array([truth[s][(m, "expected@1")][0] for s in scales]) for m in recs}
+    reps = {m: np.stack([truth[s][(m, "expected@1")][1] for s in scales]) for m in recs}
+    con = recs["contrastive"]
+    assert con["mean"]["estimate"] == pytest.approx(est["contrastive"].mean())
+    assert [con["mean"]["low"], con["mean"]["high"]] == pytest.approx(
+        np.quantile(reps["contrastive"].mean(0), [0.025, 0.975]))
+    spread = reps["contrastive"].max(0) - reps["contrastive"].min(0)
+    assert con["spread"]["estimate"] == pytest.approx(np.ptp(est["contrastive"]))
+    assert [con["spread"]["low"], con["spread"]["high"]] == pytest.approx(np.quantile(spread, [0.025, 0.975]))
+    versus = {v["baseline"]: v for v in con["versus"]}
+    assert {v["role"] for v in con["versus"]} == {"vanilla", "matched"}
+    d = reps["contrastive"] - reps["temperature"]
+    m = versus["temperature"]
+    assert m["mean_diff"]["estimate"] == pytest.approx((est["contrastive"] - est["temperature"]).mean())
+    assert [m["mean_diff"]["low"], m["mean_diff"]["high"]] == pytest.approx(np.quantile(d.mean(0), [0.025, 0.975]))
+    sd = spread - (reps["temperature"].max(0) - reps["temperature"].min(0))
+    assert [m["spread_diff"]["low"], m["spread_diff"]["high"]] == pytest.approx(np.quantile(sd, [0.025, 0.975]))
+    rel = ((reps["contrastive"] - reps["vanilla"]) / np.abs(reps["vanilla"])).mean(0)
+    assert versus["vanilla"]["relative"]["estimate"] == pytest.approx(
+        ((est["contrastive"] - est["vanilla"]) / np.abs(est["vanilla"])).mean())
+    assert versus["vanilla"]["relative"]["low"] == pytest.approx(np.quantile(rel, 0.025))
+    assert "p" not in versus["vanilla"]["relative"]  # descriptive: its test is mean_diff's
+    assert recs["vanilla"]["versus"] == []
+
+
+def test_ranges_resampled_differently_get_no_interval():
+    cells, _ = _cells(np.random.default_rng(2), keys=("k", "k", "other"))
+    con = next(r for r in range_statistics(cells, _options()) if r["method"] == "contrastive")
+    assert con["mean"]["low"] is None and con["mean"]["reason"] == "ranges resampled differently"
+    assert con["versus"][0]["mean_diff"]["estimate"] is not None
+
+
+def test_best_calibration_baseline_is_chosen_on_dev():
+    rng = np.random.default_rng(3)
+    cells = []
+    for scale in ("1-5", "2-6"):
+        reps = {(m, "greedy"): (0.5, rng.normal(0.5, 0.02, 200)) for m in ("vanilla", "contextual", "batch", "deb_r")}
+        dev = {"vanilla": [0.1], "contextual": [0.2, 0.3], "batch": [0.4, 0.2], "deb_r": [0.9]}
+        cells.append(({"judge": "j", "task": "t", "aspect": "a", "scale": scale}, _rep(reps, scale, dev=dev)))
+    recs = {r["method"]: r for r in range_statistics(cells, _options())}
+    # Mean dev metric over ranges and folds: batch 0.3 beats contextual 0.25.
+    roles = {v["baseline"]: v["role"] for v in recs["deb_r"]["versus"]}
+    assert roles == {"vanilla": "vanilla", "batch": "calibration"}
+    # A calibration baseline is not compared with another calibration baseline.
+    assert all(v["role"] != "calibration" for v in recs["batch"]["versus"])
+
+
+def test_endpoints_primary_excluded_from_holm_family():
+    cells, _ = _cells(np.random.default_rng(4))
+    opts = _options()
+    ranges = range_statistics(cells, opts)
+    rows = []
+    ep = endpoints(rows, ranges, {"method": "contrastive", "versus": "temperature", "statistic": "mean",
+                                  "score": "expected@1"}, 0.05)
+    (prim,) = [e["interval"] for e in ep["primary"]["endpoints"]]
+    assert "p_holm" not in prim and prim["p"] is not None
+    family = [v[k] for r in ranges for v in r["versus"] for k in ("mean_diff", "spread_diff") if v[k] is not prim]
+    assert ep["secondary"]["count"] == len(family) == 2 * 3 - 1  # 3 comparisons x (mean, spread), less the primary
+    assert [iv["p_holm"] for iv in family] == pytest.approx(holm([iv["p"] for iv in family]))
+    own = endpoints(rows, ranges, {"method": "vanilla", "versus": None, "statistic": "spread",
+                                   "score": "expected@1"}, 0.05)
+    vanilla = next(r for r in ranges if r["method"] == "vanilla")
+    assert own["primary"]["endpoints"][0]["interval"] is vanilla["spread"]
+    assert own["secondary"]["count"] == 2 * 3  # nothing left out of the family
+    with pytest.raises(ValueError, match="matches no comparison"):
+        endpoints(rows, ranges, {"method": "contrastive", "versus": "batch", "statistic": "mean",
+                                 "score": "expected@1"}, 0.05)
+
+
+def test_pipeline_over_ranges_agree_with_per_range_rows():
+    """End to end on a simulated judge: the mean over ranges and its difference from vanilla
+    equal the means of the per-range rows' estimates (a separate code path)."""
+    rng = np.random.default_rng(0)
+    n_docs, per = 30, 4
+    groups = np.repeat([f"d{i}" for i in range(n_docs)], per)
+    human = rng.uniform(1, 5, groups.size)
+    arrays = {}
+    scales = ("0-4", "1-5", "2-6")
+    for s in scales:
+        sc = ScoreScale.parse(s)
+        q = sc.lo + (human - 1) / 4 * (sc.hi - sc.lo) + rng.normal(0, 0.6, human.size)
+        lp = -((sc.values[None] - q[:, None]) ** 2) + rng.normal(0, 0.5, (human.size, sc.size))
+        arrays[Cell("sim", "stsb", "similarity", s)] = CellArrays(
+            scale=sc, logprobs=lp / 0.3, human=human, human_range=(1.0, 5.0), groups=groups,
+            assistant=rng.normal(0, 1, (human.size, sc.size)), split_labels=np.where(np.arange(human.size) < 40,
+                                                                                    "dev", "test"))
+    task = SimpleNamespace(task="stsb", aspects=("similarity",), split="original", n_folds=5, fold_seed=0,
+                           per_group=False)
+    cfg = SimpleNamespace(
+        name="sim", tasks=(task,), scales=scales, judge_names=("sim",), methods=("vanilla", "temperature", "contrastive"),
+        temperatures=(1.0,), greedy=False, deb_tp=(10,), lambdas=(0.5,), lambdas_extended=None,
+        contrastive_lams=(0.1, 1.0), contrastive_temps=(1.0, 3.0), contrastive_fine=False,
+        contrastive_temperature="t_main", select_metric="spearman", select_per_group=False, metrics=("spearman",),
+        ci_metrics=("spearman",), n_boot=300, alpha=0.05, seed=0, min_ci_groups=10, ci_method="expanded",
+        assistant_of=lambda j: "asst", task_of=None, comparisons=(),
+        primary={"method": "contrastive", "versus": "temperature", "statistic": "mean", "score": "expected@1"},
+    )
+    cfg.task = lambda name: task
+    res = report_from_arrays(arrays, cfg)
+    per = {(r["method"], r["scale"]): r for r in res.rows}
+    con = next(r for r in res.ranges if r["method"] == "contrastive")
+    assert con["mean"]["estimate"] == pytest.approx(
+        np.mean([per[("contrastive", s)]["metrics"]["spearman"]["estimate"] for s in scales]), abs=1e-6)
+    vs_van = next(v for v in con["versus"] if v["baseline"] == "vanilla")
+    assert vs_van["mean_diff"]["estimate"] == pytest.approx(
+        np.mean([per[("contrastive", s)]["delta"]["spearman"]["estimate"] for s in scales]), abs=1e-6)
+    assert vs_van["mean_diff"]["low"] <= vs_van["mean_diff"]["estimate"] <= vs_van["mean_diff"]["high"]
+    assert res.endpoints["primary"]["endpoints"][0]["description"]["versus"] == "temperature"
+    # Per range: 2 comparisons x 3 ranges (vs vanilla; contrastive vs temperature) + 1 (temperature
+    # vs vanilla) x 3; over ranges: 3 (method, baseline) x (mean, spread); less the primary.
+    assert res.endpoints["secondary"]["count"] == 3 * 3 + 3 * 2 - 1
+    md = markdown_report(res)
+    assert md.splitlines()[2].startswith("**Primary endpoint** (95% interval, unadjusted): contrastive − temperature")
+    assert "## Over ranges" in md and "## Secondary comparisons" in md
+
+
+def test_co_primary_endpoints_one_per_aspect_holm_among_themselves():
+    rng = np.random.default_rng(5)
+    cells = []
+    for aspect in ("a", "b"):
+        part, _ = _cells(rng)
+        cells += [({**labels, "aspect": aspect}, rep) for labels, rep in part]
+    ranges = range_statistics(cells, _options())
+    ep = endpoints([], ranges, {"method": "contrastive", "versus": "vanilla", "statistic": "mean",
+                                "score": "expected@1"}, 0.05)
+    prim = ep["primary"]["endpoints"]
+    assert [e["description"]["aspect"] for e in prim] == ["a", "b"]
+    assert [e["interval"]["p_holm"] for e in prim] == pytest.approx(holm([e["interval"]["p"] for e in prim]))
+    assert ep["secondary"]["count"] == 2 * (2 * 3) - 2
