@@ -108,6 +108,12 @@ def test_range_statistics_against_numpy():
     assert versus["vanilla"]["relative"]["low"] == pytest.approx(np.quantile(rel, 0.025))
     assert "p" not in versus["vanilla"]["relative"]  # descriptive: its test is mean_diff's
     assert recs["vanilla"]["versus"] == []
+    # Every pair of ranges for the vanilla judge: 0-4 - 2-6 on the same resamples.
+    pair = next(d for d in recs["vanilla"]["range_diffs"] if d["scales"] == ["0-4", "2-6"])
+    assert pair["diff"]["estimate"] == pytest.approx(est["vanilla"][0] - est["vanilla"][2])
+    assert [pair["diff"]["low"], pair["diff"]["high"]] == pytest.approx(
+        np.quantile(reps["vanilla"][0] - reps["vanilla"][2], [0.025, 0.975]))
+    assert len(recs["vanilla"]["range_diffs"]) == 3 and "range_diffs" not in recs["contrastive"]
 
 
 def test_ranges_resampled_differently_get_no_interval():
@@ -142,13 +148,15 @@ def test_endpoints_primary_excluded_from_holm_family():
     (prim,) = [e["interval"] for e in ep["primary"]["endpoints"]]
     assert "p_holm" not in prim and prim["p"] is not None
     family = [v[k] for r in ranges for v in r["versus"] for k in ("mean_diff", "spread_diff") if v[k] is not prim]
-    assert ep["secondary"]["count"] == len(family) == 2 * 3 - 1  # 3 comparisons x (mean, spread), less the primary
+    family += [d["diff"] for r in ranges for d in r.get("range_diffs", ())]
+    # 3 comparisons x (mean, spread), less the primary, and vanilla's 3 pairs of ranges
+    assert ep["secondary"]["count"] == len(family) == 2 * 3 - 1 + 3
     assert [iv["p_holm"] for iv in family] == pytest.approx(holm([iv["p"] for iv in family]))
     own = endpoints(rows, ranges, {"method": "vanilla", "versus": None, "statistic": "spread",
                                    "score": "expected@1"}, 0.05)
     vanilla = next(r for r in ranges if r["method"] == "vanilla")
     assert own["primary"]["endpoints"][0]["interval"] is vanilla["spread"]
-    assert own["secondary"]["count"] == 2 * 3  # nothing left out of the family
+    assert own["secondary"]["count"] == 2 * 3 + 3  # nothing left out of the family
     with pytest.raises(ValueError, match="matches no comparison"):
         endpoints(rows, ranges, {"method": "contrastive", "versus": "batch", "statistic": "mean",
                                  "score": "expected@1"}, 0.05)
@@ -195,7 +203,8 @@ def test_pipeline_over_ranges_agree_with_per_range_rows():
     assert res.endpoints["primary"]["endpoints"][0]["description"]["versus"] == "temperature"
     # Per range: 2 comparisons x 3 ranges (vs vanilla; contrastive vs temperature) + 1 (temperature
     # vs vanilla) x 3; over ranges: 3 (method, baseline) x (mean, spread); less the primary.
-    assert res.endpoints["secondary"]["count"] == 3 * 3 + 3 * 2 - 1
+    # ... and vanilla's 3 pairs of ranges.
+    assert res.endpoints["secondary"]["count"] == 3 * 3 + 3 * 2 - 1 + 3
     md = markdown_report(res)
     assert md.splitlines()[2].startswith("**Primary endpoint** (95% interval, unadjusted): contrastive − temperature")
     assert "## Over ranges" in md and "## Secondary comparisons" in md
@@ -213,4 +222,4 @@ def test_co_primary_endpoints_one_per_aspect_holm_among_themselves():
     prim = ep["primary"]["endpoints"]
     assert [e["description"]["aspect"] for e in prim] == ["a", "b"]
     assert [e["interval"]["p_holm"] for e in prim] == pytest.approx(holm([e["interval"]["p"] for e in prim]))
-    assert ep["secondary"]["count"] == 2 * (2 * 3) - 2
+    assert ep["secondary"]["count"] == 2 * (2 * 3 + 3) - 2

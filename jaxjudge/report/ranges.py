@@ -10,6 +10,8 @@ interval, with the reason). From each row's replicates of the selection metric, 
 (judge, task, aspect, reading, method):
 
 * ``mean``: the mean of the metric over ranges; ``spread``: its max - min over ranges;
+* for the vanilla judge, ``range_diffs``: the difference between every pair of ranges (does
+  the range matter? each is a secondary comparison);
 * against each comparator (the vanilla judge read the same way, the method's matched baseline,
   the calibration baseline with the best dev metric, and any pair the config lists):
   ``mean_diff`` (difference of the means), ``spread_diff`` (difference of the spreads: negative
@@ -181,6 +183,17 @@ def range_statistics(
                                 entry[name]["reason"] = "ranges resampled differently"
                         versus.append(entry)
                 rec["versus"] = versus
+                if method == "vanilla":
+                    # Does the range matter? Every pair of ranges, paired on the same resamples.
+                    rec["range_diffs"] = []
+                    for i, a in enumerate(scales):
+                        for j in range(i + 1, len(scales)):
+                            e = ser[0][i] - ser[0][j]
+                            r = None if ser[1] is None else ser[1][i] - ser[1][j]
+                            iv = _iv(e, r, options, num_groups, p=True)
+                            if not same:
+                                iv["reason"] = "ranges resampled differently"
+                            rec["range_diffs"].append({"scales": [a, scales[j]], "diff": iv})
                 out.append(rec)
     return out
 
@@ -201,6 +214,9 @@ def comparisons(rows: Sequence[dict[str, Any]], ranges: Sequence[dict[str, Any]]
                     yield {**labels, "versus": versus, "statistic": r["scale"], "metric": metric}, iv
     for rec in ranges:
         labels = {k: rec.get(k) for k in ("judge", "task", "aspect", "score", "method")}
+        for d in rec.get("range_diffs", ()):
+            if d["diff"].get("p") is not None:
+                yield {**labels, "versus": None, "statistic": " − ".join(d["scales"]), "metric": rec["metric"]}, d["diff"]
         for v in rec["versus"]:
             for stat in ("mean", "spread"):
                 iv = v[f"{stat}_diff"]
@@ -227,6 +243,8 @@ def _all_comparisons(rows, ranges) -> Iterator[tuple[dict, dict]]:
         labels = {k: rec.get(k) for k in ("judge", "task", "aspect", "score", "method")}
         for stat in ("mean", "spread"):  # the method's own statistic (not a comparison)
             yield {**labels, "versus": None, "statistic": stat, "metric": rec["metric"]}, rec[stat]
+        for d in rec.get("range_diffs", ()):
+            yield {**labels, "versus": None, "statistic": " − ".join(d["scales"]), "metric": rec["metric"]}, d["diff"]
         for v in rec["versus"]:
             for stat in ("mean", "spread", "relative"):
                 key = "relative" if stat == "relative" else f"{stat}_diff"

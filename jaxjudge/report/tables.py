@@ -232,6 +232,8 @@ def _p(iv: dict[str, Any] | None) -> str:
 def _describe(d: dict[str, Any]) -> str:
     stat = {"mean": "mean over ranges", "spread": "spread over ranges",
             "relative": "relative improvement averaged over ranges"}.get(d["statistic"], f"range {d['statistic']}")
+    if " − " in d["statistic"]:
+        stat = f"ranges {d['statistic']}"
     where = ", ".join(str(d[k]) for k in ("judge", "task", "aspect") if d.get(k))
     what = d["method"] if d.get("versus") is None else f"{d['method']} − {d['versus']}"
     return f"{what}, {d['metric']}, {stat}, {d['score']} ({where})"
