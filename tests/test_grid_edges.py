@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from jaxjudge.report import Results, markdown_report
 from jaxjudge.report.edges import edge_table, grid_edges
 
@@ -34,9 +36,12 @@ def test_edges_counted_per_parameter_with_ties_apart():
         "low": 0.1, "high": 1.0, "at_low": 0, "at_high": 1, "flat": 1, "choices": 3}
     assert {k: recs["t"][k] for k in ("low", "high", "at_low", "at_high", "flat", "choices")} == {
         "low": 1.0, "high": 2.0, "at_low": 1, "at_high": 2, "flat": 0, "choices": 3}
+    # The last step's dev change at the edge choices: lam at t = 2 goes 0.2 -> 0.4 (0.2); t at
+    # lam = 1 goes 0.3 -> 0.4 (0.1), at lam = 0.5 0.3 -> 0.2 (0.1), at lam = 0.1 (bottom) 0.1 -> 0.3 (0.2).
+    assert recs["lam"]["last_step"] == pytest.approx(0.2) and recs["t"]["last_step"] == pytest.approx(0.2)
     table = edge_table(_results(hparams, DEV, PARAMS)).splitlines()
-    assert table[2] == "| j | m | expected@1 | lam | 0.1 .. 1 | 0 of 3 | 1 of 3 | 1 | 3 |"
-    assert table[3] == "| j | m | expected@1 | t | 1 .. 2 | 1 of 3 | 2 of 3 | 0 | 3 |"
+    assert table[2] == "| j | m | expected@1 | lam | 0.1 .. 1 | 0 of 3 | 1 of 3 | 1 | 3 | 0.2000 |"
+    assert table[3] == "| j | m | expected@1 | t | 1 .. 2 | 1 of 3 | 2 of 3 | 0 | 3 | 0.2000 |"
     md = markdown_report(_results(hparams, DEV, PARAMS))
     assert "## Choices at the edge of their grid" in md and table[3] in md
 

@@ -372,7 +372,9 @@ _EDGE_NOTE = (
     "Each tuned method's chosen value, per parameter and reading, counted over folds x cells "
     "(\"choices\"): how many sit at the bottom or the top of its grid, where the best value may lie "
     "beyond the grid. A choice among ties (the dev metric equal at every value of the parameter, "
-    "the others held as chosen; mean over folds) is counted as flat, at neither end."
+    "the others held as chosen; mean over folds) is counted as flat, at neither end. The last "
+    "column is how much the grid's last step moved the dev metric (mean over folds) for the edge "
+    "choices: near 0, the metric has levelled off and the edge is not what limits the method."
 )
 
 _MATCHED_NOTE = (
