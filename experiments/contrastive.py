@@ -4,7 +4,8 @@ Main judge Qwen2.5-Coder 1.5B, assistant Qwen2.5-Coder 0.5B (one tokenizer; any 
 config). The contrastive candidate distribution is
 ``log_softmax(log_softmax(main / t) - lambda * log_softmax(assistant))`` over the score
 candidates, the temperature dividing the main model's logits as in the paper's public code.
-The grid lambda in {0.01, 0.1, 0.5, 1} x t in {0.5, 1, 2, 3, 5} (argument ``"fine"`` adds
+The grid lambda in {0.01, 0.1, 0.5, 1} x t in {0.5, 1, 2, 3, 5} (the committed ``stsb``,
+``semrel`` and ``summeval`` runs widen it to lambda up to 5 and t from 0.25 to 100, see ``WIDE``; argument ``"fine"`` adds
 lambda 0..1 step 0.05 x t 0.5..5 step 0.25 as ``contrastive_fine``) is searched on the 10
 development documents of SummEval (``dev_doc_ids.txt``) and reported on the other 90, per
 range 0-4, 1-5, 2-6, 3-7 and aspect. Reported: Spearman (pooled and per document), Pearson,
@@ -65,6 +66,23 @@ from registry import (
 # probability-weighted score of the contrastive-decoding paper). Everything else is secondary.
 PRIMARY = Endpoint(method="contrastive", versus="temperature", statistic="mean", score="expected@1")
 
+# Grids of the committed STS-B, SemRel and SummEval runs, widened where the first runs' choices
+# sat at an edge: t_main reached 5 (the top) in most `temperature` cells and some contrastive
+# ones, contrastive lambda 1 (the top) in some, and Deb-T's lambda 1 (the top of 0.1..1) in every
+# expected-score cell of the 1.5B judge; a first widening (lambda to 2, t to 20) left lambda = 2
+# and t = 0.5 chosen together for contrastive + Deb-T (the product lambda / t is what moves), so
+# both ends moved again. All of them read existing stores (no forward pass).
+WIDE = dict(
+    contrastive_lams=(0.01, 0.1, 0.5, 1.0, 2.0, 3.0, 5.0),
+    contrastive_temps=(0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0),
+    lambdas=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0),
+)
+WIDE_CHANGES = (
+    "grids widened where the previous choices sat at an edge: t_main adds 0.25, 10, 20, 50 and 100 "
+    "(temperature, contrastive, contrastive + Deb-T), contrastive lambda adds 2, 3 and 5, Deb-T "
+    "lambda adds 1.5, 2, 3, 5 and 10",
+)
+
 # What changed in this experiment's committed CPU runs since their previous version.
 RUN_CHANGES = (
     "the temperature convention (every distribution tempered before the adjustment) leaves "
@@ -99,6 +117,8 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
             ci_metrics=("pearson", "spearman", "mse", "sdd", "validity"),
             run=arg,
             primary=PRIMARY,
+            changes=WIDE_CHANGES,
+            **WIDE,
             store_root=f"results/stores/contrastive_{arg}",
         )
     if arg == "summeval":
@@ -116,6 +136,7 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
             select_metric="spearman",
             run=arg,
             primary=PRIMARY,
+            **WIDE,
             # The 0.5B judge's score stores are those of random_number_debias.py:summeval.
             store_root="results/stores/summeval_qwen05",
         )
