@@ -32,7 +32,9 @@ from jaxjudge.data import (
     text_hash,
     to_prompt_range,
 )
-from jaxjudge.data.summeval import select_summeval_subset, summeval_subset_dir, write_summeval_subset
+from jaxjudge.data.summeval import (
+    select_summeval_subset, summeval_subset_dir, summeval_wide_dir, write_summeval_subset,
+)
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -139,6 +141,29 @@ def test_summeval_subset_is_reproducible_from_full_data(tmp_path):
     full = {e.id: e for e in load_summeval(folder)}
     for e in load_summeval_subset():
         assert e == full[e.id]
+
+
+@needs_shared
+def test_wide_subset_is_reproducible_from_full_data(tmp_path):
+    folder = SHARED / "summeval"
+    write_summeval_subset(folder, tmp_path, n_docs=16, per_doc=4)
+    for name in ("summeval_docs.jsonl", "summeval_summaries.jsonl"):
+        assert (tmp_path / name).read_bytes() == (summeval_wide_dir() / name).read_bytes()
+    # The rules, checked independently: the 16 shortest articles; document i of the sorted ids
+    # keeps the systems at sorted positions 4i .. 4i + 3 (mod 16).
+    docs = read_rows(folder / "summeval_docs.jsonl")
+    shortest = sorted(d["doc_id"] for d in sorted(docs, key=lambda d: (len(d["article"]), d["doc_id"]))[:16])
+    wide = load_summeval(summeval_wide_dir())
+    assert sorted({e.group for e in wide}) == shortest and len(wide) == 64
+    systems = sorted({r["model_id"] for r in read_rows(folder / "summeval_summaries.jsonl")})
+    assert len(systems) == 16
+    for i, doc in enumerate(shortest):
+        want = {systems[(4 * i + j) % 16] for j in range(4)}
+        assert {e.id.split("/")[-1] for e in wide if e.group == doc} == want
+    full = {e.id: e for e in load_summeval(folder)}
+    for e in wide:
+        assert e == full[e.id]
+    assert "MIT" in (summeval_wide_dir() / "README.md").read_text()
 
 
 # -- STS-B and SemRel ------------------------------------------------------------------------------

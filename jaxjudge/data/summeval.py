@@ -36,6 +36,8 @@ __all__ = [
     "summeval_dev_doc_ids",
     "summeval_subset_dir",
     "select_summeval_subset",
+    "rotated_models",
+    "summeval_wide_dir",
     "write_summeval_subset",
 ]
 
@@ -232,6 +234,26 @@ def load_summeval_subset(*, truecased: bool = True) -> list[Example]:
     return load_summeval(summeval_subset_dir(), truecased=truecased)
 
 
+WIDE_DOCS, WIDE_PER_DOC = 16, 4
+"""The wide embedded subset (the demo's): the 16 shortest articles, 4 summaries of each."""
+
+
+def summeval_wide_dir() -> Path:
+    """Folder of the wide SummEval subset shipped inside the package (16 articles x 4 summaries,
+    see its README): enough documents for grouped intervals, at the cost of the 4 x 16 one."""
+    return Path(str(resources.files("jaxjudge") / "resources" / "summeval_wide"))
+
+
+def rotated_models(models: list[str], doc_index: int, per_doc: int) -> list[str]:
+    """The wide subset's summary rule: of a document's systems in sorted order, the document
+    at position i (its subset's doc ids sorted) keeps the ``per_doc`` starting at
+    ``(i * per_doc) mod len(models)``, wrapping around, so every system is kept about equally
+    often and no summary is chosen by its scores."""
+    ordered = sorted(models)
+    start = (doc_index * per_doc) % len(ordered)
+    return [ordered[(start + j) % len(ordered)] for j in range(min(per_doc, len(ordered)))]
+
+
 def select_summeval_subset(data_dir: str | os.PathLike, n_docs: int = 4) -> list[str]:
     """The subset rule: the ``n_docs`` shortest articles by character count, ties by doc_id."""
     docs = _read_docs(Path(data_dir) / _DOCS)
@@ -239,11 +261,16 @@ def select_summeval_subset(data_dir: str | os.PathLike, n_docs: int = 4) -> list
     return sorted(ranked[:n_docs])
 
 
-def write_summeval_subset(data_dir: str | os.PathLike, dest_dir: str | os.PathLike, n_docs: int = 4) -> list[str]:
-    """Write the embedded-subset files from the full SummEval files (how the package copy was made).
+def write_summeval_subset(data_dir: str | os.PathLike, dest_dir: str | os.PathLike, n_docs: int = 4,
+                          per_doc: int | None = None) -> list[str]:
+    """Write the embedded-subset files from the full SummEval files (how the package copies were
+    made: ``n_docs=4`` the default subset, ``n_docs=16, per_doc=4`` the wide one).
 
     Only the fields the loader reads are kept (doc_id, article, reference; doc_id, model_id,
     summary, summary_truecased and the four scores), rows in the source order.
+
+    Args:
+      per_doc: keep only this many summaries per document (`rotated_models`); None: all.
 
     Returns:
       The selected doc ids.
@@ -251,13 +278,20 @@ def write_summeval_subset(data_dir: str | os.PathLike, dest_dir: str | os.PathLi
     data_dir, dest_dir = Path(data_dir), Path(dest_dir)
     doc_ids = select_summeval_subset(data_dir, n_docs)
     keep = set(doc_ids)
+    models: dict[str, list[str]] = {}
+    if per_doc is not None:
+        for _, row in iter_jsonl(data_dir / _SUMMARIES):
+            if row.get("doc_id") in keep:
+                models.setdefault(row["doc_id"], []).append(row["model_id"])
+        kept = {(d, m) for i, d in enumerate(doc_ids) for m in rotated_models(models.get(d, []), i, per_doc)}
     dest_dir.mkdir(parents=True, exist_ok=True)
     doc_fields = ("doc_id", "article", "reference")
     summary_fields = ("doc_id", "model_id", "summary", "summary_truecased", *SUMMEVAL_ASPECTS)
     for name, fields in ((_DOCS, doc_fields), (_SUMMARIES, summary_fields)):
         lines = []
         for lineno, row in iter_jsonl(data_dir / name):
-            if row.get("doc_id") in keep:
+            if row.get("doc_id") in keep and (per_doc is None or name == _DOCS
+                                              or (row["doc_id"], row.get("model_id")) in kept):
                 missing = [f for f in fields if f not in row]
                 if missing:
                     raise DataError(data_dir / name, lineno, missing[0], "missing field")

@@ -9,6 +9,7 @@ them (any object with ``task``, ``data``, ``split``, ``dev_docs`` and ``subset``
 applies the documented subset and labels each example's data split.
 
 Data folders: ``"embedded"`` is the SummEval subset shipped in the package (4 documents),
+``"embedded_wide"`` the wide one (16 documents x 4 summaries, the demo's),
 ``"shared"`` the task's folder under the shared data directory (``$JAXJUDGE_DATA_DIR``, else
 ``../shared/data`` seen from the working directory or from the repository), anything else a
 folder path.
@@ -31,6 +32,7 @@ from jaxjudge.data.summeval import (
     load_summeval,
     load_summeval_subset,
     summeval_dev_doc_ids,
+    summeval_wide_dir,
 )
 
 __all__ = ["SUMMEVAL_RANGE", "TASKS", "TaskData", "resolve_data_dir", "task_dev_docs", "load_task_data"]
@@ -80,6 +82,8 @@ def resolve_data_dir(task: Any) -> Path | None:
     """The folder holding a task's files; None for the embedded SummEval subset."""
     if task.data == "embedded":
         return None
+    if task.data == "embedded_wide":
+        return summeval_wide_dir()
     if task.data == "shared":
         candidates = [c / TASKS[task.task]["shared"] for c in _shared_data_candidates()]
         for c in candidates:

@@ -192,7 +192,8 @@ class TaskSpec(Typed):
     Attributes:
       task: ``"summeval"``, ``"stsb"`` or ``"semrel"`` (`jaxjudge.data.tasks.TASKS`).
       aspects: human-score aspects judged (each needs a template).
-      data: ``"shared"``, ``"embedded"`` (SummEval only) or a folder.
+      data: ``"shared"``, ``"embedded"`` (SummEval only: 4 documents x 16 summaries),
+        ``"embedded_wide"`` (SummEval only: 16 documents x 4 summaries) or a folder.
       split: ``"kfold"``: grouped k-fold, each fold's dev is one fold and its test the other
         folds (dev:test = 1:4 with 5 folds, as in the random-number paper); ``"fixed_docs"``:
         SummEval's 10-document dev split (``dev_doc_ids.txt``) and the other documents as
@@ -223,8 +224,8 @@ class TaskSpec(Typed):
         w, facts = self.where(), TASKS[self.task]
         for i, a in enumerate(self.aspects):
             choose(f"{w}.aspects[{i}]", a, facts["aspects"])
-        if self.data == "embedded" and self.task != "summeval":
-            raise ConfigError(f"{w}.data: 'embedded' data exists for summeval only")
+        if self.data in ("embedded", "embedded_wide") and self.task != "summeval":
+            raise ConfigError(f"{w}.data: {self.data!r} data exists for summeval only")
         choose(f"{w}.split", self.split, facts["splits"])
         if self.dev_docs is not None and self.split != "fixed_docs":
             raise ConfigError(f"{w}.dev_docs: only used with split='fixed_docs'")
