@@ -54,7 +54,8 @@ from jaxjudge.models.tokenizer import UnsupportedTokenizerError
 from jaxjudge.prompts.candidates import CandidateTokenizationError
 from jaxjudge.prompts.render import ContextOverflowError
 from jaxjudge.prompts.template import TemplateError
-from jaxjudge.report import StoreLookupError, headline_table, report_from_store, write_run
+from jaxjudge.report import StoreLookupError, report_from_store, write_run
+from jaxjudge.report.terminal import terminal_report
 from jaxjudge.store import StoreError, seal_store
 
 __all__ = ["main"]
@@ -101,10 +102,14 @@ def _report(cfg, args, spec: str) -> Path:
     meta = collect_metadata(cfg, config_file=config_file,
                             extra={"store_root": str(args.stores or cfg.store_root), "stores": stores})
     write_run(results, out, meta)
-    for score in ("expected@0.2",) if 0.2 in cfg.temperatures else (None,):
-        print(f"\nSpearman (95% grouped bootstrap interval), score {score or 'all'}:\n")
-        print(headline_table(results, "spearman", score=score))
-    print(f"\nreport: {out} ({time.perf_counter() - t0:.1f} s, no forward pass)")
+    # The primary endpoint's reading (else the papers' T = 0.2, else every reading); every number
+    # of every reading is in the run folder's results.md.
+    primary = getattr(cfg, "primary", None)
+    scores = [primary.score] if primary is not None else ["expected@0.2"] if 0.2 in cfg.temperatures else None
+    print()
+    metric = f"{cfg.select_metric}_doc" if cfg.select_per_group else cfg.select_metric
+    print(terminal_report(results, metric, scores=scores))
+    print(f"\nreport: {out} ({time.perf_counter() - t0:.1f} s, no forward pass; every number in results.md)")
     return out
 
 
