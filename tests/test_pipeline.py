@@ -155,7 +155,7 @@ def test_experiment_configs_are_valid(name):
     n_aspects = sum(len(t.aspects) for t in cfg.tasks)
     assert len(cells(cfg)) == len(cfg.judge_names) * n_aspects * len(cfg.scales)
     quick = load_config(f"{EXPERIMENTS / name}.py:{'ci' if name == 'demo' else 'quick'}", ["n_boot=10"])
-    assert quick.n_boot == 10 and all(t.data == "embedded" for t in quick.tasks)
+    assert quick.n_boot == 10 and all(t.data in ("embedded", "embedded_wide") for t in quick.tasks)
     with pytest.raises(ValueError, match="unknown argument"):
         load_config(f"{EXPERIMENTS / name}.py:nonsense")
 
