@@ -117,6 +117,10 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
             ci_metrics=("pearson", "spearman", "mse", "sdd", "validity"),
             run=arg,
             primary=PRIMARY,
+            # Method against method, beside the defaults (vanilla, matched baseline): does the
+            # assistant add to Deb-T, and does contrastive generation beat plain generation?
+            comparisons=(("contrastive_deb_t_tp10", "deb_t_tp10"),)
+            + ((("contrastive_generate", "generate"),) if arg == "stsb" else ()),
             changes=WIDE_CHANGES,
             **WIDE,
             store_root=f"results/stores/contrastive_{arg}",

@@ -113,6 +113,9 @@ def get_config(arg: str | None = None) -> ExperimentConfig:
         # the vanilla judge, averaged over the four ranges, on the expected score at the
         # random-number paper's temperature 0.2. Everything else is secondary.
         primary=Endpoint(method="deb_t_tp10", versus="vanilla", statistic="mean", score="expected@0.2"),
+        # Does Tp matter (10 vs 100 least-perplexity prompts), and does the task instruction
+        # (Deb-T) add to plain random-number prompts (Deb-R)?
+        comparisons=(("deb_t_tp100", "deb_t_tp10"), ("deb_r_tp100", "deb_r_tp10"), ("deb_t_tp10", "deb_r_tp10")),
         changes=(*RUN_CHANGES, *CPU_RUN_CHANGES) if arg == "cpu" else (),
         store_root=f"results/stores/{arg}_qwen05" if arg in ("stsb", "semrel", "summeval") else "results/stores/cpu_qwen" if arg == "cpu" else "stores",
     )
