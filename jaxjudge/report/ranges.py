@@ -38,7 +38,7 @@ import numpy as np
 from jaxjudge.metrics.fold_stat import interval_summary
 from jaxjudge.metrics.multiplicity import bootstrap_p_value, holm
 
-__all__ = ["CALIBRATION", "range_statistics", "endpoints", "comparisons", "find_primary"]
+__all__ = ["CALIBRATION", "all_comparisons", "range_statistics", "endpoints", "comparisons", "find_primary"]
 
 CALIBRATION = ("contextual", "batch", "distribution")
 """The calibration baselines' method families (their variants' names start with these)."""
@@ -229,10 +229,10 @@ def find_primary(rows: Sequence[dict[str, Any]], ranges: Sequence[dict[str, Any]
     """The comparisons `primary` names (fields as `jaxjudge.experiment.Endpoint`): one per
     (judge, task, aspect) where it is defined unless those are named."""
     want = {k: v for k, v in primary.items() if v is not None or k == "versus"}
-    return [(d, iv) for d, iv in _all_comparisons(rows, ranges) if all(d.get(k) == v for k, v in want.items())]
+    return [(d, iv) for d, iv in all_comparisons(rows, ranges) if all(d.get(k) == v for k, v in want.items())]
 
 
-def _all_comparisons(rows, ranges) -> Iterator[tuple[dict, dict]]:
+def all_comparisons(rows, ranges) -> Iterator[tuple[dict, dict]]:
     """As `comparisons`, also those without a p-value (an interval withheld), and ``relative``."""
     for r in rows:
         labels = {k: r.get(k) for k in ("judge", "task", "aspect", "score", "method")}

@@ -1,0 +1,212 @@
+"""Verdicts on the papers' claims by a stated rule, read from committed runs' ``results.json``.
+
+A claim names a comparison of a run (a method against a comparator, on a statistic over or on a
+range, at one reading) and the direction the paper states. Its verdict follows one rule
+(`RULE`), applied to the interval the report already holds, and the table quotes that interval:
+
+* **holds**: the 95% interval lies on the claimed side of 0 and, for a secondary comparison,
+  its Holm-adjusted p-value (`jaxjudge.report.ranges`) is below 0.05;
+* **contradicted**: the same on the other side;
+* **not shown**: anything else (the interval covers 0, or only the unadjusted one clears it);
+* an *equivalence* claim ("barely matters") holds when the interval lies within +-margin and is
+  contradicted when it lies outside it;
+* "the range matters" holds when some pair of ranges differs (the vanilla judge's range
+  differences, Holm-adjusted): the pair with the smallest adjusted p-value is quoted.
+
+    python -m jaxjudge.report.claims experiments/claims.py --write results/README.md   # rewrite
+    python -m jaxjudge.report.claims experiments/claims.py --check results/README.md   # verify
+
+The table goes between the markers ``<!-- claims: begin -->`` and ``<!-- claims: end -->``;
+``--check`` exits 1 when the file's block differs from what the runs give.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jaxjudge.report.ranges import all_comparisons
+from jaxjudge.report.results import Results
+
+__all__ = ["Claim", "RULE", "verdict", "claims_table", "main"]
+
+BEGIN, END = "<!-- claims: begin -->", "<!-- claims: end -->"
+
+RULE = (
+    "Verdicts by rule, from the runs' own intervals: **holds** where the 95% interval lies on the "
+    "claimed side of 0 and (for a secondary comparison) its Holm-adjusted p-value is below 0.05; "
+    "**contradicted** where the same holds on the other side; **not shown** otherwise. An "
+    "equivalence claim holds where the interval lies within the stated margin, and is "
+    "contradicted where it lies outside it. \"The range matters\" holds where some pair of ranges "
+    "differs by the same rule (the pair with the smallest adjusted p-value is quoted). Each run's "
+    "primary endpoint is read unadjusted (marked *primary*); everything else is secondary."
+)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of the papers, as a comparison of committed runs.
+
+    Attributes:
+      text: the claim as stated.
+      runs: run folders under the results root (``"contrastive/stsb"``); one verdict each.
+      method: the row (method variant) the claim is about.
+      versus: its comparator: a row name, ``"@calibration"`` (the calibration baseline with the
+        best dev metric, as the report picks it) or None (the method's own range differences).
+      statistic: ``"mean"``, ``"spread"``, ``"relative"``, a range (``"1-5"``) or
+        ``"range pairs"`` (with ``versus=None``).
+      score: the reading, e.g. ``"expected@0.2"``.
+      expect: ``"higher"``, ``"lower"`` or ``"equivalent"`` (the difference, method minus
+        comparator; for ``"range pairs"``: ``"differs"``).
+      margin: the equivalence margin.
+    """
+
+    text: str
+    runs: tuple[str, ...]
+    method: str
+    versus: str | None
+    statistic: str
+    score: str
+    expect: str
+    margin: float = 0.05
+
+
+def _fmt(iv: dict[str, Any]) -> str:
+    if iv.get("estimate") is None:
+        return "undefined"
+    text = f"{iv['estimate']:+.3f}"
+    if iv.get("low") is not None and not iv.get("reason"):
+        text += f" [{iv['low']:+.3f}, {iv['high']:+.3f}]"
+    else:
+        text += f" (no interval: {iv.get('reason')})"
+    if iv.get("p_holm") is not None:
+        text += f", Holm p {iv['p_holm']:.2g}"
+    return text
+
+
+def _side(iv: dict[str, Any], primary: bool, alpha: float = 0.05) -> int:
+    """+1 / -1 where the interval clears 0 above / below (and a secondary's Holm p < alpha), else 0."""
+    if iv.get("low") is None or iv.get("reason"):
+        return 0
+    if not primary and not (iv.get("p_holm") is not None and iv["p_holm"] < alpha):
+        return 0
+    return 1 if iv["low"] > 0 else -1 if iv["high"] < 0 else 0
+
+
+def _find(res: Results, claim: Claim) -> list[tuple[dict, dict]]:
+    hits = []
+    for d, iv in all_comparisons(res.rows, res.ranges):
+        if (d["method"], d["score"]) != (claim.method, claim.score):
+            continue
+        if claim.statistic == "range pairs":
+            if d["versus"] is None and " − " in d["statistic"]:
+                hits.append((d, iv))
+            continue
+        if d["statistic"] != claim.statistic:
+            continue
+        if claim.versus == "@calibration":
+            rec = next((r for r in res.ranges if all(r[k] == d[k] for k in ("judge", "task", "aspect", "score",
+                                                                          "method"))), None)
+            roles = {v["baseline"]: v["role"] for v in (rec or {}).get("versus", [])}
+            if roles.get(d["versus"]) == "calibration":
+                hits.append((d, iv))
+        elif d["versus"] == claim.versus:
+            hits.append((d, iv))
+    return hits
+
+
+def verdict(res: Results, claim: Claim) -> tuple[str, str, str]:
+    """``(verdict, the comparison quoted, its interval)`` of one claim on one run."""
+    hits = _find(res, claim)
+    if not hits:
+        raise ValueError(f"claim {claim.text!r}: no comparison {claim.method} vs {claim.versus}, {claim.statistic}, "
+                         f"{claim.score} in run {res.experiment}")
+    prim = [e["description"] for e in ((res.endpoints or {}).get("primary") or {}).get("endpoints", [])]
+    if claim.statistic == "range pairs":
+        tested = [(d, iv) for d, iv in hits if iv.get("p_holm") is not None]
+        d, iv = min(tested or hits, key=lambda h: h[1].get("p_holm") if h[1].get("p_holm") is not None else 2.0)
+        word = "holds" if _side(iv, False) != 0 else "not shown"
+        return word, f"{d['method']}, ranges {d['statistic']}", _fmt(iv)
+    if len(hits) > 1:
+        raise ValueError(f"claim {claim.text!r}: {len(hits)} comparisons match in run {res.experiment}; "
+                         "the claims name one judge, task and aspect per run")
+    d, iv = hits[0]
+    is_primary = d in prim
+    label = f"{d['method']} − {d['versus']}, {d['statistic']}" + (" (*primary*)" if is_primary else "")
+    if claim.expect == "equivalent":
+        if iv.get("low") is None or iv.get("reason"):
+            word = "not shown"
+        elif -claim.margin < iv["low"] and iv["high"] < claim.margin:
+            word = f"holds (within ±{claim.margin:g})"
+        elif iv["low"] > claim.margin or iv["high"] < -claim.margin:
+            word = f"contradicted (outside ±{claim.margin:g})"
+        else:
+            word = "not shown"
+        return word, label, _fmt(iv)
+    side = _side(iv, is_primary)
+    want = {"higher": 1, "lower": -1}[claim.expect]
+    word = "holds" if side == want else "contradicted" if side == -want else "not shown"
+    return word, label, _fmt(iv)
+
+
+def claims_table(claims: Sequence[Claim], results_root: str | Path = "results") -> str:
+    """The Markdown block: the rule, then one line per (claim, run)."""
+    lines = [RULE, "", "| claim | run | reading | comparison | difference [95% interval] | verdict |",
+             "|---|---|---|---|---|---|"]
+    for c in claims:
+        for run in c.runs:
+            res = Results.load_json(Path(results_root) / run / "results.json")
+            word, label, interval = verdict(res, c)
+            lines.append(f"| {c.text} | {run} | {c.score} | {label} | {interval} | **{word}** |")
+    return "\n".join(lines)
+
+
+def _load_claims(path: str) -> list[Claim]:
+    spec = importlib.util.spec_from_file_location("_claims", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"claims: cannot load {path}")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return list(mod.CLAIMS)
+
+
+def _replace_block(text: str, block: str, where: str) -> str:
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"claims: {where} has no {BEGIN} ... {END} block")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n{block}\n{END}{tail}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("claims", help="a Python file defining CLAIMS, a list of Claim")
+    ap.add_argument("--results", default="results", help="results root (default: results)")
+    group = ap.add_mutually_exclusive_group()
+    group.add_argument("--write", metavar="MARKDOWN", help="rewrite the claims block of this file")
+    group.add_argument("--check", metavar="MARKDOWN", help="exit 1 if this file's claims block differs")
+    args = ap.parse_args(argv)
+    block = claims_table(_load_claims(args.claims), args.results)
+    if not args.write and not args.check:
+        print(block)
+        return 0
+    path = Path(args.write or args.check)
+    old = path.read_text(encoding="utf-8")
+    new = _replace_block(old, block, str(path))
+    if args.check:
+        if new != old:
+            print(f"claims: {path}'s claims block differs from the runs' results", flush=True)
+            return 1
+        print(f"claims: {path} is up to date")
+        return 0
+    path.write_text(new, encoding="utf-8")
+    print(f"claims: {path} {'rewritten' if new != old else 'unchanged'}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
