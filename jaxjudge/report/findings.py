@@ -46,7 +46,9 @@ def range_rows(results: Results, metric: str = "spearman", scores: Sequence[str]
     Returns:
       dicts with the labels, ``scales`` (sorted), ``per_scale`` (scale -> interval dict),
       ``delta`` (scale -> paired difference from vanilla, or None), ``spread`` and ``mean``
-      (over the scales whose estimate is defined; None when fewer than two are).
+      (over the scales whose estimate is defined; None when fewer than two are) and ``over``:
+      the report's record over ranges (`jaxjudge.report.ranges`: mean and spread with intervals)
+      or None.
     """
     groups: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for r in results.rows:
@@ -54,6 +56,8 @@ def range_rows(results: Results, metric: str = "spearman", scores: Sequence[str]
             continue
         key = (r.get("judge"), r.get("task"), r.get("aspect"), r["score"], r["method"])
         groups[key][r["scale"]] = r
+    over = {(g["judge"], g["task"], g["aspect"], g["score"], g["method"]): g for g in results.ranges
+            if g.get("metric") == metric}
     out = []
     for (judge, task, aspect, score, method), by_scale in groups.items():
         scales = sorted(by_scale, key=_scale_key)
@@ -66,6 +70,8 @@ def range_rows(results: Results, metric: str = "spearman", scores: Sequence[str]
             "per_scale": per, "delta": delta,
             "spread": float(max(est) - min(est)) if len(est) >= 2 else None,
             "mean": float(np.mean(est)) if len(est) >= 2 else None,
+            # With intervals where the report computed them over the ranges' shared resamples.
+            "over": over.get((judge, task, aspect, score, method)),
         })
     return out
 
@@ -89,7 +95,11 @@ def range_markdown(results: Results, metric: str = "spearman", scores: Sequence[
         parts += [f"| {' | '.join(head)} |", "|" + "---|" * len(head)]
         for r in rs:
             cells = [r["method"]] + [format_interval(r["per_scale"].get(s)) for s in scales]
-            cells += ["-" if r["spread"] is None else f"{r['spread']:.3f}", "-" if r["mean"] is None else f"{r['mean']:.3f}"]
+            if r["over"] is not None:
+                cells += [format_interval(r["over"]["spread"]), format_interval(r["over"]["mean"])]
+            else:
+                cells += ["-" if r["spread"] is None else f"{r['spread']:.3f}",
+                          "-" if r["mean"] is None else f"{r['mean']:.3f}"]
             cells += [format_interval(r["delta"].get(s)) if r["delta"].get(s) else "" for s in scales]
             parts.append(f"| {' | '.join(cells)} |")
         parts.append("")
