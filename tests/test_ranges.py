@@ -223,3 +223,19 @@ def test_co_primary_endpoints_one_per_aspect_holm_among_themselves():
     assert [e["description"]["aspect"] for e in prim] == ["a", "b"]
     assert [e["interval"]["p_holm"] for e in prim] == pytest.approx(holm([e["interval"]["p"] for e in prim]))
     assert ep["secondary"]["count"] == 2 * (2 * 3 + 3) - 2
+
+
+def test_findings_tables_show_the_over_range_intervals():
+    from jaxjudge.report import Results  # noqa: PLC0415
+    from jaxjudge.report.findings import range_markdown  # noqa: PLC0415
+
+    rows = [{"judge": "j", "task": "t", "aspect": "a", "scale": s, "method": "vanilla", "score": "expected@1",
+             "metrics": {"spearman": {"estimate": e, "low": e - 0.1, "high": e + 0.1}}, "delta": None}
+            for s, e in (("1-5", 0.5), ("3-7", 0.3))]
+    over = {"judge": "j", "task": "t", "aspect": "a", "score": "expected@1", "method": "vanilla",
+            "metric": "spearman", "scales": ["1-5", "3-7"], "versus": [],
+            "mean": {"estimate": 0.4, "low": 0.31, "high": 0.49}, "spread": {"estimate": 0.2, "low": 0.12, "high": 0.28}}
+    line = range_markdown(Results("x", rows=rows, ranges=[over])).splitlines()[4]
+    assert "| 0.200 [0.120, 0.280] | 0.400 [0.310, 0.490] |" in line
+    # Without the report's record (older results), the bare spread and mean of the estimates.
+    assert "| 0.200 | 0.400 |" in range_markdown(Results("x", rows=rows)).splitlines()[4]
