@@ -26,6 +26,8 @@ CLAIMS = [
           "deb_r_tp10_ext", "vanilla", "mean", "expected@0.2", "higher"),
     Claim("Deb-T beats the best calibration baseline (chosen on dev)", RANDOM_RUNS,
           "deb_t_tp10", "@calibration", "mean", "expected@0.2", "higher"),
+    Claim("Deb-R with lambda up to 10 beats the best calibration baseline (chosen on dev)", RANDOM_RUNS,
+          "deb_r_tp10_ext", "@calibration", "mean", "expected@0.2", "higher"),
     Claim("Deb-T is more stable across ranges than the vanilla judge (spread)", RANDOM_RUNS,
           "deb_t_tp10", "vanilla", "spread", "expected@0.2", "lower"),
     Claim("Deb-T adds to plain random-number prompts (Deb-T minus Deb-R)", RANDOM_RUNS,
