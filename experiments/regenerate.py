@@ -11,7 +11,7 @@ config or a ``python experiments/few_labels.py`` run (the position-bias run read
 left out). Each is recomputed in memory (nothing is written) and compared field by field with the
 committed ``results.json``: labels and counts exactly, numbers within ``--tol`` (default 1e-6,
 absolute, or relative for numbers above 1: float32 reductions under XLA follow the CPU's vector
-width and the array layout, see ``tests/test_regenerate.py``).
+width and the array layout, see ``tests/experiments/test_regenerate.py``).
 Prints one line per run with its time, the total time, and exits 1 if any run differs.
 With ``--markdown`` nothing is recomputed: each ``jaxjudge report`` run's ``results.md`` is written
 again from its committed ``results.json`` and ``metadata.json`` (after a change to the tables

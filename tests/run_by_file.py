@@ -20,7 +20,7 @@ COUNTS = ("passed", "failed", "skipped", "error", "errors", "xfailed", "xpassed"
 
 
 def main(argv: list[str]) -> int:
-    files = sorted(Path(__file__).resolve().parent.glob("test_*.py"))
+    files = sorted(Path(__file__).resolve().parent.rglob("test_*.py"))
     totals = dict.fromkeys(COUNTS, 0)
     bad = []
     t0 = time.perf_counter()
@@ -28,11 +28,12 @@ def main(argv: list[str]) -> int:
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", *argv, str(f)], capture_output=True, text=True)
         out = proc.stdout + proc.stderr
         lines = out.rstrip().splitlines()
-        print(f"{f.name}: {lines[-1] if lines else '(no output)'}", flush=True)
+        name = f.relative_to(Path(__file__).resolve().parent)
+        print(f"{name}: {lines[-1] if lines else '(no output)'}", flush=True)
         for n, what in re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)", lines[-1] if lines else ""):
             totals[what] += int(n)
         if proc.returncode not in (0, 5):  # 5: no test collected (every test deselected)
-            bad.append(f.name)
+            bad.append(str(name))
             print(out[-6000:], flush=True)
     failed = totals["failed"] + totals["error"] + totals["errors"]
     print(f"\n{len(files)} files in {time.perf_counter() - t0:.0f} s" + (f"; failing: {', '.join(bad)}" if bad else ""))

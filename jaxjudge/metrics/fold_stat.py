@@ -24,7 +24,7 @@ from one resample to the next and are computed once per call (`fold_prepare`):
   sums S (`jaxjudge.metrics.group_sums`), when a fold has several rows a group.
 
 A resample then costs the pooled metrics over the rows and a few products over groups. The
-numbers equal those of the plain metrics on the repeated rows (tests/test_report.py).
+numbers equal those of the plain metrics on the repeated rows (tests/report/test_report.py).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ are a biased subsample: e.g. resamples whose test side holds one distinct parsed
 MIN_CI_GROUPS = 10
 """Fewest reported (test) groups for which the report prints an interval. Below it the
 percentile bootstrap of a correlation under-covers badly (3 test documents: about 77% for a
-nominal 95%); `tests/test_coverage.py` and `benchmarks/coverage.py` measure coverage at and
+nominal 95%); `tests/report/test_coverage.py` and `benchmarks/coverage.py` measure coverage at and
 above this minimum."""
 
 

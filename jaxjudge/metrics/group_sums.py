@@ -9,7 +9,7 @@ pooled Pearson, MSE and SDD this way when a fold has more test rows than groups,
 pooled Spearman from mid-rank vectors (`midrank_pearson`).
 
 The numbers equal those of `jaxjudge.metrics.pearson`, `mse` and `sdd_from_logprobs` on the
-literally repeated rows up to float32 rounding (tests/test_report.py compares with scipy).
+literally repeated rows up to float32 rounding (tests/report/test_report.py compares with scipy).
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ from jaxjudge.report.stores import (
 )
 from jaxjudge.store import Store
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXPERIMENTS = REPO / "experiments"
 
 

@@ -14,7 +14,7 @@ import scipy.stats
 import jaxjudge.diagnostics as D
 from jaxjudge.diagnostics import _stats
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 Z95 = 1.959963984540054
 
 # --------------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from jaxjudge.models.decoder import Decoder
 from jaxjudge.models.judge import Judge
 from jaxjudge.prompts import CandidateTokenizationError, ChatFormat, RenderedPrompt
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "experiments" / "position_bias.py"
 
 CHAT = (

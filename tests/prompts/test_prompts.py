@@ -33,7 +33,7 @@ from jaxjudge.prompts import (
     truncate_text,
 )
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 # -- tokenizers ------------------------------------------------------------------------------------

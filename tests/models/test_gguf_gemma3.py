@@ -159,7 +159,7 @@ def test_gemma3_model_spec_and_experiment_variant():
 
     path = resolve_model_path(GEMMA3_270M)
     assert path == jg.gguf_dir() / FILE
-    cfg = load_config(f"{Path(__file__).resolve().parents[1] / 'experiments' / 'score_range_bias.py'}:gemma3")
+    cfg = load_config(f"{Path(__file__).resolve().parents[2] / 'experiments' / 'score_range_bias.py'}:gemma3")
     assert cfg.models == (GEMMA3_270M,) and cfg.prompt_style == "raw"  # a base model: no chat template
     validate_config(cfg, check_files=False)
     if path.is_file():

@@ -15,7 +15,7 @@ from jaxjudge import experiment as C
 from jaxjudge.experiment.few_labels import FewLabelsConfig
 from jaxjudge.report import few_labels as FL
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CPU_STORES = ROOT / "results" / "stores" / "cpu_qwen"
 
 

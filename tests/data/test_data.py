@@ -36,8 +36,8 @@ from jaxjudge.data.summeval import (
     select_summeval_subset, summeval_subset_dir, summeval_wide_dir, write_summeval_subset,
 )
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 needs_shared = pytest.mark.skipif(not (SHARED / "summeval").is_dir(), reason="../shared/data not present")
 
 

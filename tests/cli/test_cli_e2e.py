@@ -20,7 +20,7 @@ import pytest
 from experiments.registry import SMOLLM2
 from jaxjudge.experiment import ModelSpec, TaskSpec, config_to_dict
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 

@@ -23,7 +23,7 @@ from jaxjudge.experiment import load_config
 from jaxjudge.report import report_from_store
 from jaxjudge.report.results import Results
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _compare(a, b, where="results"):

@@ -22,7 +22,7 @@ def _no_persistent_compile_cache(monkeypatch):
     leave it off."""
     monkeypatch.setenv("JAXJUDGE_XLA_CACHE", "")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _cfg(tmp_path, **kw):

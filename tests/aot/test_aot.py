@@ -22,7 +22,7 @@ from jaxjudge.aot import hlo
 from jaxjudge.aot.command import parse_mesh
 from jaxjudge.models.config import config_from_hf
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 HLO = """
 HloModule m
