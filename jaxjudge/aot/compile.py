@@ -45,7 +45,7 @@ from jaxjudge.models import sharding as _sh
 from jaxjudge.models.config import config_from_hf
 from jaxjudge.models.convert import abstract_model
 from jaxjudge.models.decoder_config import DecoderConfig
-from jaxjudge.models.layers import MLP, as_dtype
+from jaxjudge.models.layers import as_dtype
 
 __all__ = ["Workload", "StepReport", "DoesNotFitError", "LibtpuMissingError", "tpu_devices", "aot_compile"]
 
@@ -165,15 +165,9 @@ def _abstract_state(cfg: DecoderConfig, dtype: jnp.dtype, mesh, unroll: bool = F
                     ) -> tuple[nnx.GraphDef, Any, int]:
     """The decoder's graphdef, its abstract state on the mesh, and its parameter bytes per chip
     (``unroll``: the layer scan unrolled, for the cost programs)."""
-    model = abstract_model(cfg, dtype)
-    if unroll:
-        # An int, not True: 1 == True, so a graphdef holding True would equal the scanned one
-        # and the jit caches would hand back the scanned program.
-        model.scan_unroll = cfg.num_hidden_layers
-    for _, module in nnx.iter_modules(model):
-        if isinstance(module, MLP):
-            # The CPU tuning stacks gate and up kernels per call: a copy of both on a TPU.
-            module.fused_gate_up_min_rows = None
+    # The CPU tuning of the MLP stacks gate and up kernels per call: a copy of both on a TPU.
+    model = abstract_model(cfg, dtype, scan_unroll=cfg.num_hidden_layers if unroll else 1,
+                           fused_gate_up_min_rows=None)
     graphdef, abstract = nnx.split(model)
     shardings = _sh.param_shardings(abstract, mesh)
     per_chip = 0

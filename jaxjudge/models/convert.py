@@ -135,18 +135,20 @@ def _param_path(key: str) -> tuple[str, Callable] | None:
     return None
 
 
-def abstract_model(cfg: DecoderConfig, dtype: Any = "float32") -> Decoder:
+def abstract_model(cfg: DecoderConfig, dtype: Any = "float32", **options: Any) -> Decoder:
     """The decoder with ``ShapeDtypeStruct`` leaves: shapes and dtypes, no memory.
 
     Args:
         cfg: the config.
         dtype: parameter and compute dtype (``"float32"`` or ``"bfloat16"``).
+        **options: `Decoder`'s construction options (``scan_unroll``,
+            ``fused_gate_up_min_rows``).
 
     Returns:
         An abstract :class:`Decoder` (``nnx.eval_shape``).
     """
     d = as_dtype(dtype)
-    return nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0), dtype=d, param_dtype=d))
+    return nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0), dtype=d, param_dtype=d, **options))
 
 
 def _flat(state: nnx.State) -> dict[str, nnx.Variable]:

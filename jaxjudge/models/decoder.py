@@ -63,7 +63,9 @@ from jaxjudge.models.attention import Attention, KeyBlock
 from jaxjudge.models.decoder_config import DecoderConfig, rope_inverse_frequencies
 from jaxjudge.models.generation import generate, sample_key
 from jaxjudge.models.kvcache import KVCache, default_positions, init_cache, pad_batch
-from jaxjudge.models.layers import DTYPES, MLP, Embedding, Projection, RMSNorm, as_dtype, softcap
+from jaxjudge.models.layers import (
+    DTYPES, FUSED_GATE_UP_MIN_ROWS, MLP, Embedding, Projection, RMSNorm, as_dtype, softcap,
+)
 from jaxjudge.models.nll import next_token_nll, next_token_targets
 
 __all__ = [
@@ -92,7 +94,8 @@ class DecoderLayer(nnx.Module):
     ``post_attention_layernorm`` is the MLP's input norm, as Hugging Face names it.
     """
 
-    def __init__(self, cfg: DecoderConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
+    def __init__(self, cfg: DecoderConfig, *, dtype, param_dtype, rngs: nnx.Rngs,
+                 fused_gate_up_min_rows: int | None = FUSED_GATE_UP_MIN_ROWS):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         norm = dict(eps=cfg.rms_norm_eps, plus_one=cfg.norm_plus_one, param_dtype=param_dtype)
         self.input_layernorm = RMSNorm(cfg.hidden_size, **norm)
@@ -103,7 +106,7 @@ class DecoderLayer(nnx.Module):
             self.post_feedforward_layernorm = RMSNorm(cfg.hidden_size, **norm)
         else:
             self.pre_feedforward_layernorm = self.post_feedforward_layernorm = None
-        self.mlp = MLP(cfg, **kw)
+        self.mlp = MLP(cfg, **kw, fused_gate_up_min_rows=fused_gate_up_min_rows)
 
     def __call__(self, x_btd: jax.Array, cos_bth: jax.Array, sin_bth: jax.Array,
                  positions_bt: jax.Array, mask_bt: jax.Array, prefix: KeyBlock | None = None,
@@ -163,21 +166,26 @@ class Decoder(nnx.Module):
         rngs: random streams for the (throw-away) initial parameters.
         dtype: compute dtype (activations, cache).
         param_dtype: storage dtype of the parameters.
+        scan_unroll: ``unroll`` of the layer scan: 1 keeps one compiled layer body; the number
+            of layers unrolls it (what a cost analysis that counts a loop body once needs, see
+            `jaxjudge.aot`). An int, never a bool: the graphdef compares it, and True == 1.
+        fused_gate_up_min_rows: the MLP's CPU tuning (`jaxjudge.models.layers.MLP`); None turns
+            it off (an accelerator program, where stacking the kernels per call is a copy).
     """
 
     def __init__(self, cfg: DecoderConfig, *, rngs: nnx.Rngs, dtype: Any = jnp.float32,
-                 param_dtype: Any = jnp.float32):
+                 param_dtype: Any = jnp.float32, scan_unroll: int = 1,
+                 fused_gate_up_min_rows: int | None = FUSED_GATE_UP_MIN_ROWS):
         dtype, param_dtype = as_dtype(dtype), as_dtype(param_dtype)
+        if isinstance(scan_unroll, bool) or not isinstance(scan_unroll, int) or scan_unroll < 1:
+            raise ValueError(f"Decoder: scan_unroll must be a positive int, got {scan_unroll!r}")
         self.cfg = cfg
         self.dtype = dtype
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, param_dtype=param_dtype,
                                       rngs=rngs)
-        self.layers = _stacked_layers(cfg, kw)
-        # `unroll` of the layer scan: 1 keeps one compiled layer body; L unrolls it (what a cost
-        # analysis that counts a loop body once needs, see jaxjudge.aot). An int: the graphdef
-        # compares it, and True == 1.
-        self.scan_unroll: int = 1
+        self.layers = _stacked_layers(cfg, {**kw, "fused_gate_up_min_rows": fused_gate_up_min_rows})
+        self.scan_unroll: int = scan_unroll
         self.norm = RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps, plus_one=cfg.norm_plus_one,
                             param_dtype=param_dtype)
         if cfg.tie_word_embeddings:

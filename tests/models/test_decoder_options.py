@@ -1,0 +1,43 @@
+"""The decoder's construction options change the compiled program, never the numbers."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from jaxjudge.models.config import LlamaConfig
+from jaxjudge.models.convert import abstract_model
+from jaxjudge.models.decoder import Decoder
+from jaxjudge.models.layers import MLP
+
+
+def _logits(**options):
+    cfg = LlamaConfig.tiny(vocab_size=64, num_hidden_layers=3)
+    model = Decoder(cfg, rngs=nnx.Rngs(0), **options)
+    b, t = 2, 80  # 160 rows: over the fused path's 64-row threshold
+    tokens = jnp.asarray(np.random.default_rng(0).integers(0, 64, (b, t)), jnp.int32)
+    positions = jnp.broadcast_to(jnp.arange(t), (b, t))
+    mask = jnp.ones((b, t), bool)
+    read = jnp.asarray([[t - 1, t // 2]] * b, jnp.int32)
+    return np.asarray(model(tokens, positions, mask, read)[0]), model
+
+
+def test_unrolled_scan_and_unfused_mlp_give_the_same_logits():
+    base, model = _logits()
+    assert model.scan_unroll == 1
+    assert all(m.fused_gate_up_min_rows == 64 for _, m in nnx.iter_modules(model) if isinstance(m, MLP))
+    unrolled, model = _logits(scan_unroll=3, fused_gate_up_min_rows=None)
+    assert model.scan_unroll == 3
+    assert all(m.fused_gate_up_min_rows is None for _, m in nnx.iter_modules(model) if isinstance(m, MLP))
+    np.testing.assert_allclose(unrolled, base, rtol=1e-5, atol=1e-5)
+
+
+def test_options_reach_an_abstract_model_and_bad_unroll_is_refused():
+    cfg = LlamaConfig.tiny(vocab_size=64, num_hidden_layers=2)
+    model = abstract_model(cfg, "bfloat16", scan_unroll=2, fused_gate_up_min_rows=None)
+    assert model.scan_unroll == 2 and model.layers.mlp.fused_gate_up_min_rows is None
+    for bad in (True, 0, 1.5):
+        with pytest.raises(ValueError, match="scan_unroll must be a positive int"):
+            Decoder(cfg, rngs=nnx.Rngs(0), scan_unroll=bad)
