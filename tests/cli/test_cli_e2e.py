@@ -52,8 +52,16 @@ def _assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -
     return lines[0]
 
 
+def _pipeline_helpers():
+    """The synthetic-store helpers of tests/report/test_pipeline.py."""
+    sys.path.insert(0, str(REPO / "tests" / "report"))
+    import test_pipeline  # noqa: PLC0415
+
+    return test_pipeline._cfg, test_pipeline._synthetic_cells, test_pipeline._write_stores
+
+
 def test_cli_refuses_tampered_store(tmp_path):
-    from test_pipeline import _cfg, _synthetic_cells, _write_stores
+    _cfg, _synthetic_cells, _write_stores = _pipeline_helpers()
 
     from jaxjudge.store import Store
 
