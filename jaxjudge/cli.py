@@ -70,13 +70,14 @@ def _demo_config_path() -> Path:
     raise SystemExit("jaxjudge demo: experiments/demo.py not found (run it from the repository)")
 
 
-def enable_compile_cache() -> None:
+def enable_compile_cache(folder: str | None = None) -> None:
     """Keep compiled XLA programs on disk: a repeated run skips most of its compile time.
 
-    ``$JAXJUDGE_XLA_CACHE`` (default ``~/.cache/jaxjudge/xla``); set it to an empty string to
-    turn the cache off.
+    ``folder`` (a config's ``compile_cache``), else ``$JAXJUDGE_XLA_CACHE`` (default
+    ``~/.cache/jaxjudge/xla``); an empty string turns the cache off.
     """
-    folder = os.environ.get("JAXJUDGE_XLA_CACHE", str(Path.home() / ".cache" / "jaxjudge" / "xla"))
+    if folder is None:
+        folder = os.environ.get("JAXJUDGE_XLA_CACHE", str(Path.home() / ".cache" / "jaxjudge" / "xla"))
     if not folder:
         return
     jax.config.update("jax_compilation_cache_dir", folder)
@@ -205,9 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         spec = f"{_demo_config_path()}" + (":ci" if args.ci else "")
     else:
         spec = args.config
-    enable_compile_cache()
     try:
         cfg = load_config(spec, args.overrides)
+        enable_compile_cache(cfg.compile_cache)
         if args.run is not None:  # checked before any work: a run is one folder under the results root
             check_run_name("--run", args.run)
         if args.command in ("extract", "sweep", "demo"):

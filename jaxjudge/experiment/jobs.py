@@ -46,6 +46,7 @@ from jaxjudge import models as M
 from jaxjudge.data.tasks import load_task_data
 from jaxjudge.engine import GenerationRoomError, contrastive_generate_scores, extract, generate_scores, parse_replies
 from jaxjudge.experiment.checks import check_tokenizer, validate_config
+from jaxjudge.experiment.hardware import mesh_for
 from jaxjudge.experiment.plan import extraction_plan
 from jaxjudge.experiment.schema import ConfigError, ExperimentConfig, engine_options, resolve_model_path
 from jaxjudge.models.cache import cache_root, source_sha256
@@ -170,6 +171,7 @@ def run_extractions(
         (and before any weights are read).
     """
     validate_config(cfg)
+    mesh = mesh_for(cfg)  # before any model loads: sizes that do not fit the devices fail here
     root = Path(store_root or cfg.store_root)
     plan = extraction_plan(cfg)
     names = list(dict.fromkeys(j.model for j in plan))
@@ -222,7 +224,7 @@ def run_extractions(
 
     for n in names:
         try:
-            judge = M.load(paths[n], expected_sha256=cfg.model(n).sha256)
+            judge = M.load(paths[n], dtype=cfg.dtype, mesh=mesh, expected_sha256=cfg.model(n).sha256)
         except M.ModelHashMismatch as e:  # changed since the check above
             raise ConfigError(f"model {n!r}: {e}") from None
         assistant = None  # loaded at the first contrastive_generate job of this judge
@@ -292,7 +294,7 @@ def run_extractions(
                          c_prompts=c_prompts):
                     nonlocal assistant
                     if assistant is None:
-                        assistant = M.load(a_path)
+                        assistant = M.load(a_path, dtype=cfg.dtype, mesh=mesh)
                     # Both judges read the same tokens, so the prompts fit the smaller context.
                     c_ctx = min(ctx, int(assistant.config.max_position_embeddings))
                     if not c_prompts:

@@ -37,6 +37,7 @@ from typing import Any, Literal
 from jaxjudge.data.tasks import TASKS
 from jaxjudge.engine.extract import extract
 from jaxjudge.experiment.endpoint import Endpoint
+from jaxjudge.experiment.hardware import check_mesh
 from jaxjudge.experiment.typed import ConfigError, Typed, choose, coerce, from_dict, opt, replace_fields, to_dict
 from jaxjudge.models.gguf import default_model_path, gguf_dir
 from jaxjudge.prompts import ScoreScale
@@ -295,6 +296,14 @@ class ExperimentConfig(Typed):
       comparisons: extra ``(method, other method)`` pairs compared over ranges with paired
         intervals, beside the defaults (every method against vanilla, its matched baseline and
         the calibration baseline with the best dev metric).
+      dtype: the judges' parameter and compute dtype, ``"float32"`` or ``"bfloat16"`` (part of
+        every store's key: stores of another dtype are not reused).
+      mesh: device mesh axis sizes, e.g. ``{"data": 2, "model": 4}`` (rows over ``data``,
+        heads over ``model``); one axis may be -1 (the devices the others leave); None: no mesh,
+        one device. Checked against the devices before any model loads
+        (`jaxjudge.experiment.mesh_for`).
+      compile_cache: folder of the persistent XLA compilation cache (None: the command line's
+        default, ``$JAXJUDGE_XLA_CACHE`` or ``~/.cache/jaxjudge/xla``).
       engine: options passed verbatim to the engine (batch size, context length, ...), each
         checked against the annotation of `jaxjudge.engine.extract`'s parameter.
     """
@@ -337,6 +346,9 @@ class ExperimentConfig(Typed):
     changes: tuple[str, ...] = opt((), empty=True)
     primary: Endpoint | None = None
     comparisons: tuple[tuple[str, str], ...] = opt((), empty=True)
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    mesh: Mapping[str, int] | None = None
+    compile_cache: str | None = None
     engine: Mapping[str, Any] = opt(factory=dict)
 
     def check(self) -> None:
@@ -388,6 +400,8 @@ class ExperimentConfig(Typed):
             if self.primary.statistic not in ("mean", "spread", "relative"):
                 choose(f"{w}.primary.statistic", self.primary.statistic, self.scales)
         _check_engine_options(f"{w}.engine", self.engine)
+        if self.mesh is not None:
+            check_mesh(f"{w}.mesh", self.mesh)
 
     # -- lookups ----------------------------------------------------------------------------
 

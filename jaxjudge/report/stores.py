@@ -282,6 +282,10 @@ class StoreIndex:
         """
         store = self.find(job, extra)
         self.read[str(store.root)] = {"key_hash": store.key_hash, "key": store.key}
+        dtype = getattr(cfg, "dtype", None)
+        if dtype is not None and store.key.get("dtype", dtype) != dtype:
+            raise StoreLookupError(f"store {store.root} was extracted in {store.key['dtype']}, the config asks for "
+                                   f"{dtype} (ExperimentConfig.dtype): extract again into another store root")
         if check_model:
             check_store_model(store.key, cfg.model(job.model), store.root)
             asst = store.key.get("assistant")

@@ -1,0 +1,66 @@
+"""The hardware a config names: dtype, mesh and compile cache, checked before any model loads.
+
+The mesh test runs the embedded SmolLM2 judge (slow): a 2 x 2 mesh over four of the eight host
+devices (tests/conftest.py) gives the same score log-probabilities as one device.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from experiments.registry import SMOLLM2
+from jaxjudge.data import SUMMEVAL_SUBSET_DOC_IDS
+from jaxjudge.experiment import ConfigError, ExperimentConfig, SubsetSpec, TaskSpec, run_extractions, with_overrides
+from jaxjudge.experiment.hardware import mesh_for
+from jaxjudge.report import StoreLookupError, report_from_store
+from jaxjudge.store import Store
+
+
+def _cfg(tmp_path, **kw):
+    docs = SUMMEVAL_SUBSET_DOC_IDS[:2]
+    base = dict(name="hw", models=(SMOLLM2,),
+                tasks=(TaskSpec("summeval", ("coherence",), data="embedded", split="fixed_docs", dev_docs=docs[:1],
+                                subset=SubsetSpec(reason="test", doc_ids=docs)),),
+                scales=("1-5",), methods=("vanilla",), temperatures=(1.0,), greedy=False, lambdas_extended=None,
+                n_boot=20, store_root=str(tmp_path / "stores"), results_root=str(tmp_path / "results"))
+    return ExperimentConfig(**{**base, **kw})
+
+
+def test_mesh_and_dtype_fields_are_checked(tmp_path):
+    with pytest.raises(ConfigError, match=r"mesh\.dat: .*did you mean 'data'"):
+        _cfg(tmp_path, mesh={"dat": 2})
+    with pytest.raises(ConfigError, match=r"mesh\.model: a mesh axis size is a positive int or -1"):
+        _cfg(tmp_path, mesh={"model": 0})
+    with pytest.raises(ConfigError, match="at most one axis may be -1"):
+        _cfg(tmp_path, mesh={"data": -1, "model": -1})
+    with pytest.raises(ConfigError, match="dtype"):
+        _cfg(tmp_path, dtype="float16")
+    cfg = with_overrides(_cfg(tmp_path), ["mesh={'data': 2, 'model': -1}", "dtype=bfloat16", "compile_cache=xla"])
+    assert dict(cfg.mesh) == {"data": 2, "model": -1} and cfg.dtype == "bfloat16" and cfg.compile_cache == "xla"
+
+
+def test_mesh_is_built_over_the_devices_or_refused_by_field(tmp_path):
+    devices = jax.devices()[:8]
+    mesh = mesh_for(_cfg(tmp_path, mesh={"data": 2, "model": -1}), devices)
+    assert dict(mesh.shape) == {"data": 2, "model": 4}
+    assert mesh_for(_cfg(tmp_path)) is None
+    with pytest.raises(ConfigError, match=r"ExperimentConfig\.mesh: .* 8 here"):
+        mesh_for(_cfg(tmp_path, mesh={"data": 3}), devices)
+
+
+@pytest.mark.slow
+def test_a_mesh_gives_the_same_scores_and_a_dtype_is_kept_apart(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAXJUDGE_XLA_CACHE", "")
+    one = _cfg(tmp_path / "one")
+    run_extractions(one, progress=False)
+    meshed = _cfg(tmp_path / "mesh", mesh={"data": 2, "model": 2})
+    run_extractions(meshed, progress=False)
+    la, lb = (Store.open(next((tmp_path / d / "stores").rglob("manifest.json")).parent).load()["cand_logprobs"]
+              for d in ("one", "mesh"))
+    assert la.shape == lb.shape == (32, 5)
+    np.testing.assert_allclose(la, lb, atol=1e-4)
+    # A float32 store is not read for a bfloat16 config: refused by name.
+    with pytest.raises(StoreLookupError, match=r"extracted in float32, the config asks for bfloat16"):
+        report_from_store(one.store_root, with_overrides(one, ["dtype=bfloat16"]))
