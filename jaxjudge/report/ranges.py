@@ -76,6 +76,90 @@ def _dev_score(rows: Sequence[dict[str, Any]], minimize: bool) -> float:
     return -m if minimize else m
 
 
+def _mean(x: np.ndarray) -> np.ndarray:
+    return np.mean(x, axis=0)
+
+
+def _spread(x: np.ndarray) -> np.ndarray:
+    return np.max(x, axis=0) - np.min(x, axis=0)
+
+
+_DIFFS = (  # (name, statistic of the method's and the comparator's series, has a p-value)
+    ("mean_diff", lambda a, b: _mean(a) - _mean(b), True),
+    ("spread_diff", lambda a, b: _spread(a) - _spread(b), True),
+    ("relative", lambda a, b: _mean((a - b) / np.abs(b)), False),
+)
+
+_Series = tuple[np.ndarray, "np.ndarray | None"]  # [S] estimates, [S, B] replicates (None: no interval)
+
+
+class _Panel:
+    """One (judge, task, aspect): its cells over the ranges, rows indexed by (method, reading)."""
+
+    def __init__(self, per_scale: list[tuple[str, Any]], options: Any, metric: str):
+        self.scales = [s for s, _ in per_scale]
+        self.same = len({rep.resample_key for _, rep in per_scale}) == 1
+        self.num_groups = min(rep.num_groups for _, rep in per_scale)
+        self.options, self.metric = options, metric
+        # (method, reading) -> scale -> (row, replicates or None)
+        self.table: dict[tuple[str, str], dict[str, tuple[dict, np.ndarray | None]]] = defaultdict(dict)
+        for s, rep in per_scale:
+            for r in rep.rows:
+                self.table[(r["method"], r["score"])][s] = (r, rep.replicates.get((r["method"], r["score"])))
+
+    def series(self, method: str, score: str) -> _Series | None:
+        """The metric on every range, and its replicates where all ranges share resamples."""
+        got = self.table.get((method, score))
+        if not got or set(got) != set(self.scales):
+            return None
+        est = np.asarray([((got[s][0].get("metrics") or {}).get(self.metric) or {}).get("estimate")
+                          for s in self.scales], dtype=np.float64)  # None -> NaN
+        reps = [got[s][1] for s in self.scales]
+        usable = self.same and all(x is not None for x in reps)
+        return est, (np.stack(reps).astype(np.float64) if usable else None)
+
+    def interval(self, fn, *series: _Series, p: bool) -> dict[str, Any]:
+        """``fn`` of the series' estimates, with its interval from ``fn`` of their replicates."""
+        est = fn(*(e for e, _ in series))
+        reps = None if any(r is None for _, r in series) else fn(*(r for _, r in series))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            iv = _iv(est, reps, self.options, self.num_groups, p=p)
+        if not self.same:
+            iv["reason"] = "ranges resampled differently"
+        return iv
+
+    def comparators(self, method: str, score: str, best_cal: str | None,
+                    pairs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+        """``(row name, role)`` of everything ``method`` is compared with at this reading."""
+        row0 = self.table[(method, score)][self.scales[0]][0]
+        comps: list[tuple[str, str]] = []
+        if method != "vanilla" and ("vanilla", score) in self.table:
+            comps.append(("vanilla", "vanilla"))
+        if row0.get("matched_baseline"):
+            comps.append((row0["matched_baseline"], "matched"))
+        if best_cal and method != best_cal and not _family(method, CALIBRATION):
+            comps.append((best_cal, "calibration"))
+        comps += [(b, "listed") for m, b in pairs if m == method]
+        return list(dict.fromkeys(comps))
+
+    def record(self, method: str, score: str, ser: _Series, comps: list[tuple[str, str]]) -> dict[str, Any]:
+        rec: dict[str, Any] = {"score": score, "method": method, "metric": self.metric, "scales": self.scales,
+                               "mean": self.interval(_mean, ser, p=False),
+                               "spread": self.interval(_spread, ser, p=False), "versus": []}
+        for base, role in comps:
+            bser = self.series(base, score)
+            if bser is not None:
+                rec["versus"].append({"baseline": base, "role": role,
+                                      **{name: self.interval(fn, ser, bser, p=p) for name, fn, p in _DIFFS}})
+        if method == "vanilla":  # does the range matter? every pair of ranges, on the same resamples
+            rec["range_diffs"] = [
+                {"scales": [a, b], "diff": self.interval(lambda x, i=i, j=j: x[i] - x[j], ser, p=True)}
+                for i, a in enumerate(self.scales) for j, b in enumerate(self.scales) if j > i
+            ]
+        return rec
+
+
 def range_statistics(
     cells: Sequence[tuple[dict[str, Any], Any]],
     options: Any,
@@ -93,8 +177,9 @@ def range_statistics(
 
     Returns:
       one dict per (judge, task, aspect, reading, method) with at least two ranges: the labels,
-      ``metric``, ``scales``, ``mean``, ``spread`` (interval dicts) and ``versus``: a list of
-      ``{baseline, role, mean_diff, spread_diff, relative}``.
+      ``metric``, ``scales``, ``mean``, ``spread`` (interval dicts), ``versus``: a list of
+      ``{baseline, role, mean_diff, spread_diff, relative}``, and for the vanilla judge
+      ``range_diffs``.
     """
     metric = f"{options.select_metric}_doc" if options.select_per_group else options.select_metric
     minimize = options.select_metric == "mse"
@@ -103,98 +188,19 @@ def range_statistics(
         by_key[(labels["judge"], labels["task"], labels["aspect"])].append((labels["scale"], rep))
     out = []
     for (judge, task, aspect), per_scale in by_key.items():
-        per_scale = sorted(per_scale, key=lambda x: _scale_key(x[0]))
         if len(per_scale) < 2:
             continue
-        scales = [s for s, _ in per_scale]
-        keys = {rep.resample_key for _, rep in per_scale}
-        same = len(keys) == 1
-        num_groups = min(rep.num_groups for _, rep in per_scale)
-        # (method, reading) -> scale -> (row, replicates or None)
-        table: dict[tuple[str, str], dict[str, tuple[dict, np.ndarray | None]]] = defaultdict(dict)
-        for s, rep in per_scale:
-            for r in rep.rows:
-                table[(r["method"], r["score"])][s] = (r, rep.replicates.get((r["method"], r["score"])))
-        readings = list(dict.fromkeys(score for _, score in table))
-
-        def series(method: str, score: str) -> tuple[np.ndarray, np.ndarray | None] | None:
-            got = table.get((method, score))
-            if not got or set(got) != set(scales):
-                return None
-            est = np.asarray([((got[s][0].get("metrics") or {}).get(metric) or {}).get("estimate") for s in scales],
-                             dtype=np.float64)  # None -> NaN
-            reps = [got[s][1] for s in scales]
-            return est, (np.stack(reps).astype(np.float64) if same and all(x is not None for x in reps) else None)
-
-        def stat(fn, *ser):
-            est = fn(*(e for e, _ in ser))
-            reps = None if any(r is None for _, r in ser) else fn(*(r for _, r in ser))
-            return est, reps
-
-        def mean(x):
-            return np.mean(x, axis=0)
-
-        def spread(x):
-            return np.max(x, axis=0) - np.min(x, axis=0)
-
-        for score in readings:
-            methods = [m for (m, sc) in table if sc == score]
+        panel = _Panel(sorted(per_scale, key=lambda x: _scale_key(x[0])), options, metric)
+        for score in dict.fromkeys(sc for _, sc in panel.table):
+            methods = [m for (m, sc) in panel.table if sc == score]
             calib = [m for m in methods if _family(m, CALIBRATION)]
-            best_cal = max(calib, key=lambda m: _dev_score([table[(m, score)][s][0] for s in table[(m, score)]],
+            best_cal = max(calib, key=lambda m: _dev_score([row for row, _ in panel.table[(m, score)].values()],
                                                            minimize), default=None)
             for method in methods:
-                ser = series(method, score)
-                if ser is None:
-                    continue
-                row0 = table[(method, score)][scales[0]][0]
-                rec: dict[str, Any] = {
-                    "judge": judge, "task": task, "aspect": aspect, "score": score, "method": method,
-                    "metric": metric, "scales": scales,
-                }
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)
-                    for name, fn in (("mean", mean), ("spread", spread)):
-                        e, r = stat(fn, ser)
-                        rec[name] = _iv(e, r, options, num_groups, p=False)
-                        if not same:
-                            rec[name]["reason"] = "ranges resampled differently"
-                    versus = []
-                    comps: list[tuple[str, str]] = []
-                    if method != "vanilla" and ("vanilla", score) in table:
-                        comps.append(("vanilla", "vanilla"))
-                    if row0.get("matched_baseline"):
-                        comps.append((row0["matched_baseline"], "matched"))
-                    if best_cal and method != best_cal and not _family(method, CALIBRATION):
-                        comps.append((best_cal, "calibration"))
-                    comps += [(b, "listed") for m, b in pairs if m == method]
-                    for base, role in dict.fromkeys(comps):
-                        bser = series(base, score)
-                        if bser is None:
-                            continue
-                        entry: dict[str, Any] = {"baseline": base, "role": role}
-                        for name, fn, p in (
-                            ("mean_diff", lambda a, b: mean(a) - mean(b), True),
-                            ("spread_diff", lambda a, b: spread(a) - spread(b), True),
-                            ("relative", lambda a, b: mean((a - b) / np.abs(b)), False),
-                        ):
-                            e, r = stat(fn, ser, bser)
-                            entry[name] = _iv(e, r, options, num_groups, p=p)
-                            if not same:
-                                entry[name]["reason"] = "ranges resampled differently"
-                        versus.append(entry)
-                rec["versus"] = versus
-                if method == "vanilla":
-                    # Does the range matter? Every pair of ranges, paired on the same resamples.
-                    rec["range_diffs"] = []
-                    for i, a in enumerate(scales):
-                        for j in range(i + 1, len(scales)):
-                            e = ser[0][i] - ser[0][j]
-                            r = None if ser[1] is None else ser[1][i] - ser[1][j]
-                            iv = _iv(e, r, options, num_groups, p=True)
-                            if not same:
-                                iv["reason"] = "ranges resampled differently"
-                            rec["range_diffs"].append({"scales": [a, scales[j]], "diff": iv})
-                out.append(rec)
+                ser = panel.series(method, score)
+                if ser is not None:
+                    rec = panel.record(method, score, ser, panel.comparators(method, score, best_cal, pairs))
+                    out.append({"judge": judge, "task": task, "aspect": aspect, **rec})
     return out
 
 
