@@ -28,7 +28,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from jaxjudge.report.results import Results
-from jaxjudge.report.tables import format_interval
+from jaxjudge.report.intervals_text import format_interval
 
 __all__ = ["range_rows", "range_markdown", "plot_range_curves", "main"]
 

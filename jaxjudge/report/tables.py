@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from jaxjudge.report.edges import edge_table, grid_edges
+from jaxjudge.report.intervals_text import format_interval
+from jaxjudge.report.endpoint_tables import RANGES_NOTE, SECONDARY_NOTE, primary_line, ranges_table, secondary_table
 from jaxjudge.report.results import Results
 
 __all__ = [
@@ -32,9 +34,6 @@ __all__ = [
     "read_csv",
     "format_interval",
     "headline_table",
-    "primary_line",
-    "ranges_table",
-    "secondary_table",
     "markdown_report",
     "paired_table",
 ]
@@ -142,28 +141,6 @@ def read_csv(path: str | os.PathLike) -> list[dict[str, Any]]:
     return out
 
 
-def format_interval(iv: dict[str, Any] | None, digits: int = 3) -> str:
-    """``"0.412 [0.351, 0.470]"``; ``"-"`` when undefined.
-
-    Notes follow in parentheses: the share of undefined bootstrap resamples when there were
-    any; the reason when no interval is given (too few groups, too many undefined resamples);
-    for a per-document mean, how many test documents had a defined metric.
-    """
-    if not iv or iv.get("estimate") is None:
-        return "-" if not iv or iv.get("docs") is None else f"- ({iv['docs_defined']}/{iv['docs']} docs defined)"
-    text = f"{iv['estimate']:.{digits}f}"
-    notes = []
-    if iv.get("reason"):
-        notes.append(f"no interval: {iv['reason']}")
-    elif iv.get("low") is not None and iv.get("high") is not None:
-        text += f" [{iv['low']:.{digits}f}, {iv['high']:.{digits}f}]"
-        if iv.get("nan_share"):
-            notes.append(f"{iv['nan_share']:.1%} of resamples undefined")
-    if iv.get("docs") is not None:
-        notes.append(f"{iv['docs_defined']}/{iv['docs']} docs defined")
-    return text + (f" ({'; '.join(notes)})" if notes else "")
-
-
 def _methods_in_order(rows: Sequence[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(r["method"] for r in rows))
 
@@ -219,103 +196,6 @@ def paired_table(results: Results) -> str:
             r = index.get((*key, m))
             cells.append(format_interval(((r or {}).get(field) or {}).get(metric)) if r else "")
         lines.append(f"| {' | '.join(cells)} |")
-    return "\n".join(lines)
-
-
-def _p(iv: dict[str, Any] | None) -> str:
-    if not iv or iv.get("p") is None:
-        return ""
-    held = f", Holm {iv['p_holm']:.2g}" if iv.get("p_holm") is not None else ""
-    return f" (p {iv['p']:.2g}{held})"
-
-
-def _describe(d: dict[str, Any]) -> str:
-    stat = {"mean": "mean over ranges", "spread": "spread over ranges",
-            "relative": "relative improvement averaged over ranges"}.get(d["statistic"], f"range {d['statistic']}")
-    if " − " in d["statistic"]:
-        stat = f"ranges {d['statistic']}"
-    where = ", ".join(str(d[k]) for k in ("judge", "task", "aspect") if d.get(k))
-    what = d["method"] if d.get("versus") is None else f"{d['method']} − {d['versus']}"
-    return f"{what}, {d['metric']}, {stat}, {d['score']} ({where})"
-
-
-def primary_line(results: Results) -> str:
-    """The primary endpoint(s) with (unadjusted) intervals, and the secondary count."""
-    ep = results.endpoints or {}
-    sec = ep.get("secondary") or {}
-    count = (f"{sec['count']} secondary comparisons, Holm-adjusted: {sec['significant']} with adjusted p < "
-             f"{sec['alpha']:g}." if sec else "")
-    prim = ep.get("primary")
-    if not prim:
-        return ("No primary endpoint is declared (config field `primary`): every comparison is secondary. "
-                + count).strip()
-    lines = []
-    for e in prim["endpoints"]:
-        iv = e["interval"]
-        text = f"{_describe(e['description'])}: {format_interval(iv)}"
-        if iv.get("p") is not None:
-            text += f", p {iv['p']:.2g}"
-            if iv.get("p_holm") is not None:
-                text += f" (Holm over the {len(prim['endpoints'])} co-primary: {iv['p_holm']:.2g})"
-        lines.append(text)
-    if len(lines) == 1:
-        return f"**Primary endpoint** (95% interval, unadjusted): {lines[0]}. {count}"
-    return "\n".join([f"**Primary endpoint**, once per judge, task and aspect (95% intervals, unadjusted):", ""]
-                     + [f"- {t}" for t in lines] + ["", count])
-
-
-def ranges_table(results: Results, score: str | None = None) -> str:
-    """Markdown: per (judge, task, aspect, reading), each method's mean and spread over ranges
-    and its paired differences from its comparators (with Holm-adjusted p-values)."""
-    parts = []
-    recs = [r for r in results.ranges if score is None or r["score"] == score]
-    panels: dict[tuple, list[dict[str, Any]]] = {}
-    for r in recs:
-        panels.setdefault((r["judge"], r["task"], r["aspect"], r["score"]), []).append(r)
-    for (judge, task, aspect, sc), rs in panels.items():
-        metric = rs[0]["metric"]
-        parts += [f"{judge}, {task} {aspect}, {sc}: {metric} over ranges {', '.join(rs[0]['scales'])}", ""]
-        head = ["method", "mean", "spread", "versus", "Δ mean", "Δ spread", "relative (mean over ranges)"]
-        parts += [f"| {' | '.join(head)} |", "|" + "---|" * len(head)]
-        for r in rs:
-            first = [r["method"], format_interval(r["mean"]), format_interval(r["spread"])]
-            if not r["versus"]:
-                parts.append(f"| {' | '.join(first + ['', '', '', ''])} |")
-            for i, v in enumerate(r["versus"]):
-                cells = (first if i == 0 else ["", "", ""]) + [
-                    f"{v['baseline']} ({v['role']})",
-                    format_interval(v["mean_diff"]) + _p(v["mean_diff"]),
-                    format_interval(v["spread_diff"]) + _p(v["spread_diff"]),
-                    _relative(v["relative"]),
-                ]
-                parts.append(f"| {' | '.join(cells)} |")
-        parts.append("")
-    return "\n".join(parts)
-
-
-def _relative(iv: dict[str, Any] | None) -> str:
-    if not iv or iv.get("estimate") is None:
-        return "-"
-    text = f"{iv['estimate']:+.1%}"
-    if iv.get("reason"):
-        return text + f" (no interval: {iv['reason']})"
-    if iv.get("low") is not None:
-        text += f" [{iv['low']:+.1%}, {iv['high']:+.1%}]"
-    return text
-
-
-def secondary_table(results: Results) -> str:
-    """Markdown: every secondary comparison with its interval, p-value and Holm-adjusted p."""
-    from jaxjudge.report.ranges import comparisons  # noqa: PLC0415 (tables is imported by ranges' users)
-
-    prim = [e["description"] for e in ((results.endpoints or {}).get("primary") or {}).get("endpoints", [])]
-    head = ["comparison", "difference [95% interval]", "p", "Holm p"]
-    lines = [f"| {' | '.join(head)} |", "|" + "---|" * len(head)]
-    for d, iv in comparisons(results.rows, results.ranges):
-        if d in prim:
-            continue
-        lines.append(f"| {_describe(d)} | {format_interval(iv)} | {iv['p']:.2g} | "
-                     f"{'-' if iv.get('p_holm') is None else format(iv['p_holm'], '.2g')} |")
     return "\n".join(lines)
 
 
@@ -385,25 +265,6 @@ _MATCHED_NOTE = (
 )
 
 
-_RANGES_NOTE = (
-    "Mean and spread (max - min) of the selection metric over the score ranges, and each method's "
-    "paired differences from its comparators: the vanilla judge read the same way, its matched "
-    "baseline, and the calibration baseline with the best dev metric (role in parentheses). "
-    "The ranges' cells resample the same groups with the same seed, so every statistic here is "
-    "computed on each resample (a negative Δ spread is more stable). \"relative\" is the "
-    "papers' figure: (method - baseline) / |baseline| on each range, averaged over ranges. "
-    "p: Wald p-value from the bootstrap standard error; Holm: adjusted over the secondary family."
-)
-
-_SECONDARY_NOTE = (
-    "Every paired comparison other than the primary endpoint: {count} in all, adjusted together "
-    "with Holm's step-down procedure (family-wise error rate {alpha:g}); {significant} have an "
-    "adjusted p-value below {alpha:g}. The p-values are Wald ones from the bootstrap standard "
-    "error (a percentile-bootstrap p-value cannot go below 2/(B+1), which Holm over this many "
-    "comparisons could never reject); the intervals are the unadjusted 95% ones."
-)
-
-
 def markdown_report(results: Results, metadata: dict[str, Any] | None = None, *, metric: str = "spearman") -> str:
     """The run's Markdown: command, notes, the headline pivot(s), then every number."""
     parts = [f"# {results.experiment}", ""]
@@ -456,10 +317,10 @@ def markdown_report(results: Results, metadata: dict[str, Any] | None = None, *,
     if any(r.get("delta_matched") for r in results.rows):
         parts += ["## Paired differences (headline)", "", paired_table(results), ""]
     if results.ranges:
-        parts += ["## Over ranges", "", _RANGES_NOTE, "", ranges_table(results), ""]
+        parts += ["## Over ranges", "", RANGES_NOTE, "", ranges_table(results), ""]
     if results.endpoints and (results.endpoints.get("secondary") or {}).get("count"):
         sec = results.endpoints["secondary"]
-        parts += ["## Secondary comparisons", "", _SECONDARY_NOTE.format(**sec), "", secondary_table(results), ""]
+        parts += ["## Secondary comparisons", "", SECONDARY_NOTE.format(**sec), "", secondary_table(results), ""]
     if any(e["choices"] for e in grid_edges(results)):
         table = edge_table(results)
         parts += ["## Choices at the edge of their grid", ""]

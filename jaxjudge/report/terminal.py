@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from jaxjudge.report.results import Results
-from jaxjudge.report.tables import primary_line
+from jaxjudge.report.endpoint_tables import primary_line
 
 __all__ = ["terminal_report"]
 
