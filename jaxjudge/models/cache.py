@@ -128,13 +128,13 @@ def memo_file_sha256(path: str | os.PathLike[str], memo_dir: str | os.PathLike[s
 
 def source_sha256(source: str | os.PathLike[str], memo_dir: str | os.PathLike[str] | None = None, *,
                   verify: bool = False) -> str:
-    """Content hash of a model source: a GGUF file's sha256 (memoised, see :func:`memo_file_sha256`;
-    ``verify`` bypasses the memo), or a Hugging Face folder's hash over its config, tokenizer
-    and safetensors files (always hashed)."""
+    """Content hash of a model source: a GGUF file's sha256, or a Hugging Face folder's hash over
+    its config, tokenizer and safetensors files; every file's sha256 memoised (see
+    :func:`memo_file_sha256`: a shard is read once per version), ``verify`` bypassing the memo."""
     path = Path(source)
     if path.is_file():
         return memo_file_sha256(path, memo_dir, verify=verify)
-    return hf.source_sha256(path)
+    return hf.source_sha256(path, file_hash=lambda p: memo_file_sha256(p, memo_dir, verify=verify))
 
 
 @dataclass

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -183,20 +184,25 @@ def load_hf(source: str | os.PathLike):
     return hf_config, tensors, tokenizer, template
 
 
-def source_sha256(source: str | os.PathLike, chunk: int = 1 << 20) -> str:
+def source_sha256(source: str | os.PathLike, chunk: int = 1 << 20,
+                  file_hash: Callable[[Path], str] | None = None) -> str:
     """Content hash of a model source: a file's sha256, or for a folder the sha256 over
-    (relative name, file sha256) of its config, tokenizer and safetensors files, sorted."""
+    (relative name, file sha256) of its config, tokenizer and safetensors files, sorted.
+
+    ``file_hash``: how one file is hashed (default: read it whole; `jaxjudge.models.cache`
+    passes its memoised hash, so that a folder's shards are read once per version)."""
     path = Path(source)
 
-    def file_hash(p: Path) -> str:
+    def read_hash(p: Path) -> str:
         h = hashlib.sha256()
         with open(p, "rb") as f:
             while block := f.read(chunk):
                 h.update(block)
         return h.hexdigest()
 
+    one = file_hash or read_hash
     if path.is_file():
-        return file_hash(path)
+        return one(path)
     if not path.is_dir():
         raise FileNotFoundError(f"{path} does not exist")
     names = sorted(
@@ -205,5 +211,5 @@ def source_sha256(source: str | os.PathLike, chunk: int = 1 << 20) -> str:
     )
     outer = hashlib.sha256()
     for p in names:
-        outer.update(p.name.encode() + b"\0" + file_hash(p).encode() + b"\n")
+        outer.update(p.name.encode() + b"\0" + one(p).encode() + b"\n")
     return outer.hexdigest()

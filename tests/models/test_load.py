@@ -396,3 +396,33 @@ def test_load_refuses_a_source_with_another_sha256_before_reading_weights(tmp_pa
     monkeypatch.setattr(jg, "load_gguf", lambda *a, **k: (_ for _ in ()).throw(AssertionError("weights read")))
     with pytest.raises(jm.ModelHashMismatch, match=r"m\.gguf: sha256 is [0-9a-f]{64}, expected 1111"):
         jm.load(f, cache_dir=tmp_path / "cache", expected_sha256="1" * 64)
+
+
+def test_a_folder_hash_reads_each_shard_once_per_version(tmp_path, monkeypatch):
+    """A Hugging Face folder's shards are hashed through the memo: a second load reads none of
+    them, an edited shard is read again, ``verify`` reads all; the digest is the plain one."""
+    from jaxjudge.models import cache as cache_mod  # noqa: PLC0415
+    from jaxjudge.models import hf as hf_mod  # noqa: PLC0415
+
+    folder = tmp_path / "judge"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "llama"}')
+    for i in range(2):
+        (folder / f"model-0000{i}.safetensors").write_bytes(bytes([i]) * 1000)
+    (folder / "README.md").write_text("not hashed")
+    want = hashlib.sha256()
+    for p in sorted(x for x in folder.iterdir() if x.suffix in (".json", ".safetensors")):
+        want.update(p.name.encode() + b"\0" + hashlib.sha256(p.read_bytes()).hexdigest().encode() + b"\n")
+    reads = []
+    real = cache_mod.file_sha256
+    monkeypatch.setattr(cache_mod, "file_sha256", lambda p, **kw: reads.append(Path(p).name) or real(p, **kw))
+    memo = tmp_path / "memo"
+    assert cache_mod.source_sha256(folder, memo) == want.hexdigest() == hf_mod.source_sha256(folder)
+    assert sorted(reads) == ["config.json", "model-00000.safetensors", "model-00001.safetensors"]
+    reads.clear()
+    assert cache_mod.source_sha256(folder, memo) == want.hexdigest() and reads == []
+    (folder / "model-00001.safetensors").write_bytes(b"\x07" * 1000)
+    changed = cache_mod.source_sha256(folder, memo)
+    assert changed != want.hexdigest() and reads == ["model-00001.safetensors"]
+    reads.clear()
+    assert cache_mod.source_sha256(folder, memo, verify=True) == changed and len(reads) == 3
