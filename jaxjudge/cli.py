@@ -110,7 +110,8 @@ def _report(cfg, args, spec: str) -> Path:
     print()
     metric = f"{cfg.select_metric}_doc" if cfg.select_per_group else cfg.select_metric
     print(terminal_report(results, metric, scores=scores))
-    print(f"\nreport: {out} ({time.perf_counter() - t0:.1f} s, no forward pass; every number in results.md)")
+    # The folder goes on a line of its own: a long --results path must not widen the report.
+    print(f"\nreport: {time.perf_counter() - t0:.1f} s, no forward pass; every number is in results.md of\n{out}")
     return out
 
 
