@@ -110,12 +110,14 @@ def cell():
     return arrays, make_splits("kfold", arrays.groups, n_folds=4, seed=0)
 
 
-def _options(greedy=True, **kw):
-    return MethodOptions(methods=("vanilla", "temperature", "contrastive"), temperatures=(1.0,), greedy=greedy,
-                         metrics=("spearman", "pearson"), contrastive_lams=(0.1, 0.5), contrastive_temps=(0.5, 1.0, 3.0),
-                         n_boot=200, seed=4, **kw)
+def _options(**kw):
+    return MethodOptions(methods=("vanilla", "temperature", "contrastive"), temperatures=(1.0,), greedy=True,
+                         metrics=("spearman",), contrastive_lams=(0.1, 0.5), contrastive_temps=(0.5, 1.0, 3.0),
+                         n_boot=60, seed=4, **kw)
 
 
+# The three tests through evaluate_cell compile the report's own bootstrap: 10-70 s each.
+@pytest.mark.slow
 @pytest.mark.parametrize("select_per_group", [False, True])
 def test_nested_estimate_is_the_reports_own(cell, select_per_group):
     arrays, splits = cell
@@ -136,6 +138,7 @@ def test_nested_estimate_is_the_reports_own(cell, select_per_group):
     assert all("delta_matched_nested" not in r for r in tuned if r["method"] == "temperature")
 
 
+@pytest.mark.slow
 def test_the_option_off_changes_nothing(cell):
     arrays, splits = cell
     off = evaluate_cell(arrays, splits, _options())
@@ -145,6 +148,7 @@ def test_the_option_off_changes_nothing(cell):
     assert [{k: v for k, v in r.items() if k not in added} for r in on.rows] == off.rows
 
 
+@pytest.mark.slow
 def test_grid_predictions_at_the_chosen_point_are_the_reports_predictions(cell):
     arrays, splits = cell
     opts = _options()

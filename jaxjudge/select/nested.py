@@ -182,10 +182,10 @@ def _metric_values(metric_name: str, per_group: bool, num_groups: int):
     static_argnames=("metric_name", "per_group", "num_groups", "minimize", "n_report", "n_dev_only", "n_boot",
                      "batch_size"),
 )
-def _nested_jit(pred_dev, pred_test, human_dev, human_test, codes_dev, codes_test, dev_rows, dev_pad, test_rows,
-                test_pad, report_rank, dev_rank, key, *, metric_name, per_group, num_groups, minimize, n_report,
-                n_dev_only, n_boot, batch_size):
-    # pred_dev [G, F, Md], pred_test [G, F, Mt]; human_*, codes_*, *_rows, *_pad [F, M*].
+def _nested_jit(pred_dev, pred_test, human_dev, human_test, codes_dev, codes_test, dev_pad, test_pad, report_rank,
+                dev_rank, key, *, metric_name, per_group, num_groups, minimize, n_report, n_dev_only, n_boot,
+                batch_size):
+    # pred_dev [G, F, Md], pred_test [G, F, Mt]; human_*, codes_*, *_pad [F, M*]; *_rank [G_all].
     value = _metric_values(metric_name, per_group, num_groups)
     over_folds = jax.vmap(value)  # [F, M] each -> [F]
     over_grid = jax.vmap(over_folds, in_axes=(0, None, None, None))  # [G, F, M] -> [G, F]
@@ -290,7 +290,7 @@ def nested_bootstrap(
     human_f32 = h.astype(np.float32)
     shared = (
         human_f32[dl.index], human_f32[tl.index], st.codes[dl.index], st.codes[tl.index],
-        dl.index, dl.pad, tl.index, tl.pad, st.report_rank, st.dev_rank,
+        dl.pad, tl.pad, st.report_rank, st.dev_rank,
     )
     static = dict(metric_name=metric, per_group=bool(per_group), num_groups=st.num_groups, minimize=minimize,
                   n_report=st.n_report, n_dev_only=st.n_dev_only, n_boot=int(n_boot),
