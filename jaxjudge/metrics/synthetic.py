@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["SyntheticJudges", "spearman_of_normal", "clustered_judges"]
+__all__ = ["SyntheticJudges", "clustered_judges", "combined_pearson", "spearman_of_normal"]
 
 
 def spearman_of_normal(r: float) -> float:
@@ -94,3 +94,34 @@ def clustered_judges(
         human=human, judges=np.stack(judges), groups=groups, pearson=pearson_arr,
         spearman=np.asarray([spearman_of_normal(r) for r in pearson_arr]),
     )
+
+
+def combined_pearson(
+    lams,
+    rho_between: tuple[float, float],
+    rho_within: tuple[float, float],
+    between: float = 0.5,
+) -> np.ndarray:
+    """Population Pearson correlation of ``judge_0 + lam * judge_1`` with the human score.
+
+    Both judges of `clustered_judges` and the human score are jointly normal, so every
+    ``judge_0 + lam * judge_1`` is too; with unit variances, ``r_j = corr(judge_j, human)`` and
+    ``c = corr(judge_0, judge_1) = between * rb_0 * rb_1 + (1 - between) * rw_0 * rw_1`` (the
+    judges share only the human's effects), its correlation is
+    ``(r_0 + lam r_1) / sqrt(1 + lam^2 + 2 lam c)``; `spearman_of_normal` turns it into the
+    population Spearman.
+
+    Args:
+      lams: `[G]` weights of the second judge.
+      rho_between, rho_within: the two judges' correlations, as `clustered_judges`.
+      between: as `clustered_judges`.
+
+    Returns:
+      `[G]` population Pearson correlations.
+    """
+    if len(rho_between) != 2 or len(rho_within) != 2:
+        raise ValueError("combined_pearson needs exactly two judges in rho_between and rho_within")
+    lams = np.asarray(lams, np.float64)
+    r0, r1 = (between * rb + (1.0 - between) * rw for rb, rw in zip(rho_between, rho_within))
+    c = between * rho_between[0] * rho_between[1] + (1.0 - between) * rho_within[0] * rho_within[1]
+    return (r0 + lams * r1) / np.sqrt(1.0 + lams**2 + 2.0 * lams * c)

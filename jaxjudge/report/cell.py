@@ -11,7 +11,10 @@ score, or the parsed greedy generation), `evaluate_cell`:
    under the temperature convention of `jaxjudge.report.methods`;
 3. scores the test side of every fold and averages over folds, with a grouped bootstrap 95%
    interval for each metric and for the difference from the vanilla judge read the same way
-   (`jaxjudge.report.cell_stats`).
+   (`jaxjudge.report.cell_stats`);
+4. with ``options.nested``, also bootstraps every tuned variant's selection metric with the
+   choice redone inside each resample (`jaxjudge.select.nested_bootstrap`, its predictions at
+   every grid point from `grid_predictions`).
 
 Human scores are mapped linearly onto the prompt's range before anything is computed
 (`jaxjudge.data.to_prompt_range`); correlations are unchanged by that, MSE and SDD are on the
@@ -36,12 +39,13 @@ import numpy as np
 from jaxjudge import metrics as M
 from jaxjudge.data import to_prompt_range
 from jaxjudge.debias import adjust_per_fold, expected_score, greedy_score
+from jaxjudge.metrics.fold_stat import interval_summary
 from jaxjudge.report.cell_inputs import CellArrays, CellReport, MethodOptions, score_kinds
 from jaxjudge.report.cell_stats import common_docs, resample_key, score_stats, score_stats_batch, stats_context
 from jaxjudge.report.methods import METHODS, CellContext, Kind, Method, Variant, check_needs
-from jaxjudge.select import Splits, grid_search
+from jaxjudge.select import Splits, grid_search, nested_bootstrap
 
-__all__ = ["evaluate_cell"]
+__all__ = ["evaluate_cell", "grid_predictions"]
 
 
 @functools.lru_cache(maxsize=32)
@@ -69,6 +73,33 @@ def _mean_over_folds(a: np.ndarray) -> list[float | None]:
         warnings.simplefilter("ignore", RuntimeWarning)
         m = np.nanmean(np.asarray(a, np.float64), axis=-1)
     return [None if not np.isfinite(v) else float(v) for v in np.atleast_1d(m)]
+
+
+def grid_predictions(cx: CellContext, method: Method, variant: Variant, kind_t: Kind) -> np.ndarray:
+    """`[G, F, N]` predictions of a tuned variant at every point of its grid, read one way.
+
+    The same adjustment (``method.adjust`` on ``variant.data(kind_t)``) and reading as the
+    report's own rows (the expected score at temperature 1 of the tempered distribution, or the
+    greedy score); `jaxjudge.select.nested_bootstrap` chooses among them. A tuned variant's
+    adjustment does not depend on the fold, so every fold gets the same `[G, N]`.
+
+    Args:
+      cx: the cell's context (`jaxjudge.report.methods.CellContext`).
+      method: a ``"tuned"`` method family.
+      variant: one of its variants (with ``data`` and ``grid``).
+      kind_t: the reading, ``("expected@0.2", 0.2)`` or ``("greedy", None)``.
+
+    Returns:
+      float32 `[G, F, N]`.
+    """
+    if method.kind != "tuned" or variant.grid is None or variant.data is None:
+        raise ValueError(f"grid_predictions needs a tuned variant with a grid, got {method.name!r} / {variant.name!r}")
+    data = variant.data(kind_t)
+    adj = jax.vmap(lambda params: method.adjust(params, data))(variant.grid)  # [G, N, K]
+    values = cx.values
+    pred = greedy_score(adj, values) if kind_t[1] is None else expected_score(adj, values, 1.0)  # [G, N]
+    pred = np.asarray(pred, np.float32)
+    return np.broadcast_to(pred[:, None], (pred.shape[0], cx.f, pred.shape[1]))
 
 
 def _bin_counts(scores: np.ndarray, lo: float, step: float, k: int) -> np.ndarray:
@@ -118,6 +149,11 @@ class _Cell:
         # combine them across rows and across cells drawn on the same groups.
         self.sel_name = f"{options.select_metric}_doc" if options.select_per_group else options.select_metric
         self.replicates: dict[tuple[str, str], np.ndarray] = {}
+        if options.nested and options.ci_method == "bca":
+            raise ValueError("MethodOptions.nested: ci_method 'bca' needs a jackknife the nested bootstrap does not "
+                             "compute; use 'expanded' or 'percentile'")
+        # With options.nested, per reading: the tuned rows and their predictions at every grid point.
+        self.nested_pending: dict[str, list[tuple[dict[str, Any], np.ndarray, str | None]]] = {}
 
     def base_row(self, method: str, kind: str) -> dict[str, Any]:
         return {**self.labels, "scale": self.scale_name, "method": method, "score": kind, **self.counts}
@@ -229,6 +265,37 @@ class _Cell:
         }
         self.emit(variant.name, adj, kind_t, hp, _finite_or_none(res.dev_metric), _finite_or_none(res.test_metric),
                   variant.baseline)
+        if self.options.nested:
+            self.nested_pending.setdefault(kind, []).append(
+                (self.rows[-1], grid_predictions(self.cx, method, variant, kind_t), variant.baseline))
+
+    def score_nested(self) -> None:
+        """With ``options.nested``, give every tuned row the selection metric with the choice redone
+        inside each resample: ``nested`` (the variant), ``delta_nested`` (minus the vanilla judge
+        read the same way) and, where its matched baseline was run, ``delta_matched_nested``; each
+        ``{metric, estimate, low, high, n_boot, n_boot_nan, nan_share, reason?}``, every procedure
+        of a reading on the same resamples (`jaxjudge.select.nested_bootstrap`, the report's seed)."""
+        options = self.options
+        name = f"{options.select_metric}_doc" if options.select_per_group else options.select_metric
+        summary = dict(num_groups=self.ctx["report_codes"].num_groups, min_groups=options.min_ci_groups,
+                       method=options.ci_method)
+        for kind, items in self.nested_pending.items():
+            procedures = {"": self.base_pred[kind], **{row["method"]: pred for row, pred, _ in items}}
+            reps = nested_bootstrap(procedures, self.cx.human, self.cx.arrays.groups, self.cx.dev, self.cx.test,
+                                    options.select_metric, per_group=options.select_per_group,
+                                    minimize=self.minimize, n_boot=options.n_boot, seed=options.seed)
+
+            def interval(a, b=None):
+                est = a.estimate if b is None else a.estimate - b.estimate
+                r = a.replicates if b is None else a.replicates - b.replicates
+                return {"metric": name, **interval_summary(est, r, options.alpha, **summary)}
+
+            for row, _, baseline in items:
+                mine = reps[row["method"]]
+                row["nested"], row["delta_nested"] = interval(mine), interval(mine, reps[""])
+                if baseline in reps:
+                    row["delta_matched_nested"] = interval(mine, reps[baseline])
+        self.nested_pending = {}
 
     def parsed(self, method: Method) -> None:
         """The row of a parsed-generation method: its validity is the parse rate."""
@@ -300,7 +367,9 @@ def evaluate_cell(
       baseline was run: its name, and the selection metric minus the baseline's, same reading,
       paired interval), ``hparams`` (the chosen values per fold), ``dev_metric`` / ``test_metric`` (selection
       metric per fold), ``relative`` (relative improvement of the selection metric over the
-      vanilla judge and over the greedy generation), ``n``, ``n_folds``, ``n_test``.
+      vanilla judge and over the greedy generation), ``n``, ``n_folds``, ``n_test``. With
+      ``options.nested`` the tuned rows also hold ``nested``, ``delta_nested`` and
+      ``delta_matched_nested`` (see `_Cell.score_nested`).
     """
     labels = dict(labels or {})
     cell = _Cell(arrays, splits, options, labels, predictions)
@@ -309,6 +378,7 @@ def evaluate_cell(
             check_needs(method, arrays, labels)
             cell.run(method)
     cell.score_pending()
+    cell.score_nested()
     rows = cell.rows
 
     # Rows in the order the methods were configured (variants of a family together).

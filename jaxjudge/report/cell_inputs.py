@@ -142,7 +142,9 @@ class MethodOptions:
     """How one cell is evaluated (built from an `ExperimentConfig` by the pipeline).
 
     Attributes mirror the config fields of the same names; ``per_group`` adds the
-    per-document (summary-level) metrics.
+    per-document (summary-level) metrics. ``nested`` (no config field yet; False in
+    `from_config`) also gives every tuned row the selection metric's interval with the
+    selection redone inside each resample (`jaxjudge.select.nested_bootstrap`).
     """
 
     methods: tuple[str, ...] = ("vanilla",)
@@ -167,6 +169,7 @@ class MethodOptions:
     seed: int = 0
     min_ci_groups: int = MIN_CI_GROUPS
     ci_method: str = "expanded"
+    nested: bool = False
 
     @classmethod
     def from_config(cls, cfg, task) -> MethodOptions:

@@ -1,5 +1,8 @@
 """Hyper-parameter selection: grouped dev/test splits and a grid search in one compiled call.
 
+`nested_bootstrap` redoes the dev-side choice inside every resample of a grouped bootstrap, so
+that an interval also carries the selection's variability.
+
 `rectify_adjust` and `contrastive_adjust` live in `jaxjudge.debias.adjust`; they are exported
 here too because they are what `grid_search` is usually called with.
 """
@@ -14,11 +17,13 @@ from jaxjudge.select.grid import (
     lambda_temperature_grid,
     product_grid,
 )
+from jaxjudge.select.nested import NestedReplicates, nested_bootstrap, nested_weights
 from jaxjudge.select.splits import Splits, fixed_split, group_kfold, kfold_splits
 
 __all__ = [
     "MINIMISED_METRICS",
     "GridSearchResult",
+    "NestedReplicates",
     "Splits",
     "contrastive_adjust",
     "evaluate_point",
@@ -28,6 +33,8 @@ __all__ = [
     "kfold_splits",
     "lambda_grid",
     "lambda_temperature_grid",
+    "nested_bootstrap",
+    "nested_weights",
     "product_grid",
     "rectify_adjust",
 ]

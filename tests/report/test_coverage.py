@@ -76,3 +76,74 @@ def test_bca_levels_hand_computed():
     lo, hi = bca_quantiles(est, reps, jack)
     want = np.quantile(reps, norm.cdf([2 * 0.5 + norm.ppf(0.025), 2 * 0.5 + norm.ppf(0.975)]))
     assert (lo, hi) == pytest.approx(tuple(want), abs=1e-4)
+
+
+# -- the nested bootstrap: a tuned judge, selection redone inside the interval ----------------
+
+
+def test_combined_judge_has_the_stated_population_correlation():
+    """`combined_pearson` against a large draw, scipy's Pearson and Spearman."""
+    import numpy as np  # noqa: PLC0415
+    import scipy.stats as st  # noqa: PLC0415
+
+    from jaxjudge.metrics.synthetic import clustered_judges, combined_pearson, spearman_of_normal  # noqa: PLC0415
+
+    lams = [0.0, 0.5, 2.0, -1.0]
+    d = clustered_judges(np.random.default_rng(1), 6000, 16, (0.6, 0.3), (0.4, 0.3))
+    r = combined_pearson(lams, (0.6, 0.3), (0.4, 0.3))
+    # lambda = 0 is judge 0 alone; lambda = 0.5 by hand: (0.5 + 0.15) / sqrt(1.25 + 0.15)
+    assert r[0] == pytest.approx(0.5) and r[1] == pytest.approx(0.65 / 1.4**0.5)
+    for lam, want in zip(lams, r):
+        x = d.judges[0] + lam * d.judges[1]
+        assert st.pearsonr(x, d.human)[0] == pytest.approx(want, abs=0.015)
+        assert st.spearmanr(x, d.human)[0] == pytest.approx(spearman_of_normal(want), abs=0.015)
+
+
+def test_expected_selected_spearman_between_its_bounds():
+    """One grid point: the expectation is that point's Spearman; a larger dev set chooses
+    better on average, and never better than the best point of the grid."""
+    import numpy as np  # noqa: PLC0415
+
+    from jaxjudge.metrics.synthetic import combined_pearson, spearman_of_normal  # noqa: PLC0415
+    from jaxjudge.report.coverage import TUNED_LAMS, expected_selected  # noqa: PLC0415
+
+    one, se = expected_selected(4, 200, lams=(0.5,))
+    assert one == pytest.approx(spearman_of_normal(combined_pearson([0.5], (0.6, 0.3), (0.4, 0.3))[0]))
+    assert se == pytest.approx(0.0, abs=1e-12)
+    truth = [spearman_of_normal(r) for r in combined_pearson(TUNED_LAMS, (0.6, 0.3), (0.4, 0.3))]
+    small, se_small = expected_selected(2, 4000, seed=1)
+    large, se_large = expected_selected(40, 4000, seed=1)
+    assert small + 4 * np.hypot(se_small, se_large) < large < max(truth)
+    assert min(truth) < small
+
+
+def test_nested_coverage_smoke():
+    from jaxjudge.report.coverage import nested_coverage  # noqa: PLC0415
+
+    c = nested_coverage("fixed", 10, 3, n_boot=100, n_draws=500, seed=2)
+    assert c.n == 3
+    assert 0.40 < c.expected < 0.53 and c.expected_se > 0
+    assert 0.0 < c.changed < 1.0  # some resamples choose another lambda, most keep it
+    assert c.width_nested > 0 and c.width_conditional > 0
+    with pytest.raises(ValueError, match="ci_method"):
+        nested_coverage("kfold", 10, 1, ci_method="bca")
+    with pytest.raises(ValueError, match="design"):
+        nested_coverage("loo", 10, 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("design", ["fixed", "kfold"])
+def test_nested_interval_covers_about_95_percent_with_20_groups(design):
+    # The first 200 replicates of `experiments/coverage.py --nested` (seed 11); its 400
+    # replicates, and 600 more of seed 21, are in results/README.md. The nested interval is a
+    # little conservative (fixed split: 0.973 over those 1,000; this stream's first 200 give
+    # 0.995, its conditional interval 0.990), so it is held from below, and from being too
+    # wide by its width relative to the conditional interval (1.04-1.11 in those runs).
+    from jaxjudge.report.coverage import nested_coverage  # noqa: PLC0415
+
+    c = nested_coverage(design, 20, 200, n_boot=1000, seed=11)
+    assert c.n == 200
+    # About three binomial standard errors of 200 replicates under 95%.
+    assert c.nested >= 0.905, c
+    assert c.conditional >= 0.905, c
+    assert 1.0 < c.width_nested / c.width_conditional < 1.2, c
