@@ -1,7 +1,7 @@
 """The package layout follows the pipeline: stage imports only point down, modules stay small.
 
 Layers, top to bottom (shared/DESIGN.md's pipeline): the command line; `experiment`; `report`
-and `diagnostics` (peers that never import each other); `engine`; `prompts`, `models`,
+and `diagnostics` (peers that never import each other); `jobs`; `engine`; `prompts`, `models`,
 `select`; `data`, `store`, `debias`, `metrics`. A package imports from lower layers only, or
 from a peer of its own layer when that layer is below `report`. Every import counts, the ones
 inside functions included, parsed from the source (no module is imported).
@@ -20,6 +20,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli",),
     ("experiment", "aot"),
     ("report", "diagnostics"),
+    ("jobs",),
     ("engine",),
     ("prompts", "models", "select"),
     ("data", "store", "debias", "metrics"),

@@ -32,7 +32,8 @@ from jaxjudge.experiment.schema import (
     resolve_model_path,
     with_overrides,
 )
-from jaxjudge.report.stores import Cell, ExtractionJob, cells
+from jaxjudge.jobs import ExtractionJob
+from jaxjudge.report.stores import Cell, cells
 
 __all__ = [
     "FewLabelsConfig",

@@ -1,7 +1,9 @@
 """The registry of the two papers' methods: each declared once, with what it adjusts and needs.
 
-A method family (a name of the config's ``methods``) is a `Method`: the store roles it reads
-(``needs``), how it is evaluated (``kind``) and its variants. A variant is one row name of the
+A method family (a name of the config's ``methods``) is a `Method`: the extraction jobs it reads
+(``needs``: `Need`s of `jaxjudge.jobs` kinds, of the judge or of its assistant; the
+extraction plan is their union, and the report reads the stores through the same job objects),
+how it is evaluated (``kind``) and its variants. A variant is one row name of the
 report (``deb_t_tp10_ext``) with either
 
 * ``fixed``: the adjusted log-probabilities `[F, N, K]` of every fold at a reading, no choice
@@ -51,24 +53,68 @@ from jaxjudge.debias import (
     rectify,
     rectify_adjust,
 )
-from jaxjudge.report.cell_inputs import CellArrays, MethodOptions
+from jaxjudge.jobs import (
+    ContentFreeJob,
+    ContrastiveGenerateJob,
+    ExtractionJob,
+    GenerateJob,
+    RandomRJob,
+    RandomTJob,
+    ScoreJob,
+)
+from jaxjudge.report.cell_inputs import CellArrays, MethodOptions, RandomPrior
 from jaxjudge.select import lambda_grid, lambda_temperature_grid, product_grid
 
-__all__ = ["METHODS", "ROLES", "CellContext", "Kind", "Method", "Variant", "check_needs"]
+__all__ = ["JUDGE_SCORES", "METHODS", "CellContext", "Kind", "Method", "Need", "Variant", "cell_needs", "check_needs"]
 
 Kind = tuple[str, "float | None"]
 """A reading: ``("expected@0.2", 0.2)`` or ``("greedy", None)`` (see `score_kinds`)."""
 
-ROLES: dict[str, tuple[str, Callable[[CellArrays], bool]]] = {
-    "content_free": ("content-free arrays", lambda a: a.content_free is not None),
-    "random_r": ("random-number arrays", lambda a: "R" in a.random),
-    "random_t": ("random-number arrays", lambda a: "T" in a.random),
-    "assistant": ("the assistant's score arrays", lambda a: a.assistant is not None),
-    "generate": ("parsed generations", lambda a: a.generated is not None),
-    "contrastive_generate": ("parsed generations", lambda a: a.contrastive_generated is not None),
-}
-"""Store role -> (what it holds, whether a cell's arrays have it): what a method ``needs``
-beyond the judge's ``score`` arrays."""
+
+@dataclass(frozen=True)
+class Need:
+    """One extraction job a method reads in every cell, and where its arrays go.
+
+    Attributes:
+      kind: the job kind (`jaxjudge.jobs`).
+      into: the kind's `read` output -> `CellArrays` fields (a dict value is merged into the
+        field's dict, so R and T priors share ``random``).
+      has: whether a cell's arrays hold what this need fills.
+      assistant: the job of the judge's assistant (``pairs``) instead of the judge's own.
+      required: whether a cell without it cannot run the method (`check_needs`); an optional
+        need is extracted and read when it can be, and the method does without it otherwise.
+    """
+
+    kind: type[ExtractionJob]
+    into: Callable[[dict[str, Any]], dict[str, Any]]
+    has: Callable[[CellArrays], bool]
+    assistant: bool = False
+    required: bool = True
+
+    def job(self, cfg: Any, judge: str, task: str, aspect: str, scale: str) -> ExtractionJob | None:
+        """The need's job in one cell; None when it names an assistant the judge does not have,
+        or a job the config cannot run (`ExtractionJob.applies`)."""
+        model = cfg.assistant_of(judge) if self.assistant else judge
+        if model is None:
+            return None
+        job = self.kind(model, *((task, aspect) if self.kind.per_task else (None, None)), scale)
+        return job if job.applies(cfg) else None
+
+    def describe(self) -> str:
+        return ("the assistant's " if self.assistant else "") + f"{self.kind.what} ({self.kind.role} store)"
+
+
+def _prior(variant: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    return lambda r: {"random": {variant: RandomPrior(r["logprobs"], r["nll"])}}
+
+
+JUDGE_SCORES = Need(ScoreJob, into=lambda r: r, has=lambda a: a.logprobs is not None)
+"""The judge's own score arrays: every cell reads them."""
+_ASSISTANT_SCORES = Need(ScoreJob, into=lambda r: {"assistant": r["logprobs"]}, has=lambda a: a.assistant is not None,
+                         assistant=True)
+_RANDOM_T = Need(RandomTJob, into=_prior("T"), has=lambda a: "T" in a.random)
+_ASSISTANT_RANDOM_T = Need(RandomTJob, into=lambda r: {"assistant_random": {"T": RandomPrior(r["logprobs"], r["nll"])}},
+                           has=lambda a: "T" in (a.assistant_random or {}), assistant=True, required=False)
 
 
 @dataclass
@@ -128,7 +174,7 @@ class Method:
     Attributes:
       name: the config name.
       kind: ``"fixed"``, ``"tuned"`` or ``"parsed"``.
-      needs: store roles of `ROLES` the cell must have.
+      needs: the extraction jobs (beyond the judge's scores) the cell must have read.
       variants: `CellContext` -> the family's variants, in report order.
       adjust: the tuned family's ``adjust_fn(params, data)`` for `grid_search`.
       params: the tuned family's hyper-parameter names, as reported in ``hparams``.
@@ -136,18 +182,27 @@ class Method:
 
     name: str
     kind: str
-    needs: tuple[str, ...] = ()
+    needs: tuple[Need, ...] = ()
     variants: Callable[[CellContext], Iterator[Variant]] | None = None
     adjust: Callable | None = None
     params: Callable[[MethodOptions], tuple[str, ...]] | None = None
 
 
 def check_needs(method: Method, arrays: CellArrays, labels: Any) -> None:
-    """Raise ValueError naming the first store role of ``method.needs`` the cell lacks."""
-    for role in method.needs:
-        what, has = ROLES[role]
-        if not has(arrays):
-            raise ValueError(f"method {method.name!r} needs {what} (role {role!r}) for {labels}")
+    """Raise ValueError naming the first need of ``method`` the cell's arrays lack."""
+    for need in method.needs:
+        if need.required and not need.has(arrays):
+            raise ValueError(f"method {method.name!r} needs {need.describe()} for {labels}")
+
+
+def cell_needs(methods: Any) -> list[Need]:
+    """What a cell reads for these method names: the judge's scores, then every configured
+    method's needs in `METHODS` order, each once."""
+    chosen = set(methods)
+    out = [JUDGE_SCORES]
+    for m in METHODS.values():
+        out += [n for n in m.needs if m.name in chosen and n not in out]
+    return out
 
 
 # -- fixed methods ---------------------------------------------------------------------------------
@@ -289,20 +344,27 @@ METHODS: dict[str, Method] = {
         Method("vanilla", "fixed", variants=_vanilla),
         # Parsed generations: the judge's greedy reply, and the contrastive (main - lambda *
         # assistant) greedy reply; validity is the parse rate.
-        Method("generate", "parsed", needs=("generate",)),
-        Method("contrastive_generate", "parsed", needs=("contrastive_generate",)),
-        Method("contextual", "fixed", needs=("content_free",), variants=_contextual),
+        Method("generate", "parsed", needs=(
+            Need(GenerateJob, into=lambda r: {"generated": r["parsed"]}, has=lambda a: a.generated is not None),)),
+        Method("contrastive_generate", "parsed", needs=(
+            Need(ContrastiveGenerateJob, into=lambda r: {"contrastive_generated": r["parsed"]},
+                 has=lambda a: a.contrastive_generated is not None),)),
+        Method("contextual", "fixed", variants=_contextual, needs=(
+            Need(ContentFreeJob, into=lambda r: {"content_free": r["logprobs"]},
+                 has=lambda a: a.content_free is not None),)),
         Method("batch", "fixed", variants=_batch),
         Method("distribution", "fixed", variants=_distribution),
-        Method("deb_r", "tuned", needs=("random_r",), variants=_deb("R"), adjust=rectify_adjust,
+        Method("deb_r", "tuned", needs=(Need(RandomRJob, into=_prior("R"), has=lambda a: "R" in a.random),),
+               variants=_deb("R"), adjust=rectify_adjust,
                params=lambda opts: ("lam",)),
-        Method("deb_t", "tuned", needs=("random_t",), variants=_deb("T"), adjust=rectify_adjust,
+        Method("deb_t", "tuned", needs=(_RANDOM_T,), variants=_deb("T"), adjust=rectify_adjust,
                params=lambda opts: ("lam",)),
         Method("temperature", "tuned", variants=_temperature, adjust=contrastive_adjust,
                params=lambda opts: ("t_main",)),
-        Method("contrastive", "tuned", needs=("assistant",), variants=_contrastive, adjust=contrastive_adjust,
+        Method("contrastive", "tuned", needs=(_ASSISTANT_SCORES,), variants=_contrastive, adjust=contrastive_adjust,
                params=_lam_and_temperature),
-        Method("contrastive_deb_t", "tuned", needs=("assistant", "random_t"), variants=_contrastive_deb_t,
+        Method("contrastive_deb_t", "tuned", needs=(_ASSISTANT_SCORES, _RANDOM_T, _ASSISTANT_RANDOM_T),
+               variants=_contrastive_deb_t,
                adjust=combined_adjust, params=lambda opts: (*_lam_and_temperature(opts), "lam_d")),
     )
 }

@@ -48,6 +48,7 @@ def test_predictions_come_from_the_stores():
     """The vanilla predictions equal the expected score at T = 0.2 recomputed here from the
     store's log-probabilities, mapped onto the human range 1-5."""
     from jaxjudge.data import load_task_data
+    from jaxjudge.jobs import ScoreJob
     from jaxjudge.report.stores import StoreIndex
 
     cfg = FewLabelsConfig(base=_base(methods=("vanilla",)))
@@ -55,7 +56,7 @@ def test_predictions_come_from_the_stores():
     (cp,) = cells
     assert cp.human.size == 96 and len(set(cp.systems.tolist())) == 16 and notes
     index = StoreIndex(CPU_STORES)
-    arrays = index.load(C.ExtractionJob("score", "qwen2.5-coder-0.5b", "summeval", "coherence", "1-5"), cfg.base)
+    arrays = index.load(ScoreJob("qwen2.5-coder-0.5b", "summeval", "coherence", "1-5"), cfg.base)
     pos = {str(i): r for r, i in enumerate(arrays["example_ids"].tolist())}
     lp = np.asarray(arrays["cand_logprobs"], np.float64)[[pos[str(i)] for i in cp.ids]] / 0.2
     p = np.exp(lp - lp.max(1, keepdims=True))

@@ -45,9 +45,9 @@ from jaxjudge.report import (
     report_from_store,
     write_run,
 )
+from jaxjudge.jobs import KINDS
 from jaxjudge.report.stores import (
     Cell,
-    ExtractionJob,
     StoreIndex,
     contrastive_generate_match,
     job_setup,
@@ -57,6 +57,13 @@ from jaxjudge.report.stores import (
 from jaxjudge.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
+KIND_OF = {kind.role: kind for kind in KINDS}
+
+
+def _job(role, model, task, aspect, scale):
+    """The typed job of a store role (the names store keys and folders carry)."""
+    return KIND_OF[role](model, task, aspect, scale)
+
 EXPERIMENTS = REPO / "experiments"
 
 
@@ -164,7 +171,7 @@ def test_extraction_plan_lists_what_each_method_needs(tmp_path):
     jobs = extraction_plan(_cfg(tmp_path))
     roles = sorted(j.role for j in jobs)
     assert roles == sorted(["random_r", "score", "generate", "content_free", "random_t"] * 2)
-    assert ExtractionJob("random_r", "sim", None, None, "2-6") in jobs
+    assert _job("random_r", "sim", None, None, "2-6") in jobs
     pair = _cfg(
         tmp_path, models=(ModelSpec("big", "a.gguf"), ModelSpec("small", "b.gguf")), pairs=(("big", "small"),),
         methods=("vanilla", "contrastive_deb_t"), scales=("1-5",),
@@ -241,7 +248,7 @@ def _write_stores(cfg, arrays, root, sha):
         }
         for role, payload in by_role.items():
             task, aspect = (None, None) if role == "random_r" else (cell.task, cell.aspect)
-            job = ExtractionJob(role, cell.judge, task, aspect, cell.scale)
+            job = _job(role, cell.judge, task, aspect, cell.scale)
             key = _key(cfg, job, model_sha256=sha, template="whatever else the engine keys on")
             store = Store.open(root / f"{role}-{cell.scale}", key, n_chunks=1)
             store.write_chunk(0, payload)
@@ -298,9 +305,9 @@ def test_random_number_stores_with_a_whole_prompt_nll_are_not_reused(tmp_path):
     arrays = _synthetic_cells(cfg)
     root = Path(cfg.store_root)
     sha = hashlib.sha256(Path(cfg.models[0].path).read_bytes()).hexdigest()
-    job = ExtractionJob("random_r", "sim", None, None, "1-5")
+    job = _job("random_r", "sim", None, None, "1-5")
     assert store_match(job)["nll_span"] == "request"
-    assert "nll_span" not in store_match(ExtractionJob("score", "sim", "summeval", "coherence", "1-5"))
+    assert "nll_span" not in store_match(_job("score", "sim", "summeval", "coherence", "1-5"))
     _write_stores(cfg, arrays, root, sha)
     report_from_store(root, cfg)  # the stores of this version are found
     old = tmp_path / "old"
@@ -332,10 +339,10 @@ def test_store_extracted_under_another_config_is_refused_naming_the_field(tmp_pa
     # Another template (its text enters the inputs digest).
     from jaxjudge.prompts import get_template
 
-    job = ExtractionJob("score", "sim", "summeval", "coherence", "1-5")
+    job = _job("score", "sim", "summeval", "coherence", "1-5")
     data = load_task_data(cfg.tasks[0]).examples
     base = job_setup(cfg, job, data)
-    assert job_setup(cfg, ExtractionJob("score", "sim", "summeval", "coherence", "2-6"), data) != base
+    assert job_setup(cfg, _job("score", "sim", "summeval", "coherence", "2-6"), data) != base
     assert job_setup(cfg, job, data[:-1]) != base and job_setup(cfg, job, list(data)) == base
     assert get_template("summeval", "coherence") is not None
     # The right stores: found, and every one read is recorded with its key.
@@ -359,11 +366,11 @@ def test_upgrade_gives_older_stores_the_setup_after_checking_their_keys(tmp_path
 
     def legacy(context_length):
         shutil.rmtree(root, ignore_errors=True)
-        score = ExtractionJob("score", "sim", "summeval", "coherence", "1-5")
+        score = _job("score", "sim", "summeval", "coherence", "1-5")
         Store.open(root / "sim" / "score-summeval-coherence-1-5",
                    {**store_match(score), **engine_key, "context_length": context_length}, n_chunks=1).write_chunk(
             0, {"example_ids": a.example_ids, "cand_logprobs": a.logprobs})
-        rjob = ExtractionJob("random_r", "sim", None, None, "1-5")
+        rjob = _job("random_r", "sim", None, None, "1-5")
         Store.open(root / "sim" / "random_r-1-5", {**store_match(rjob), "model_sha256": sha}, n_chunks=1).write_chunk(
             0, {"cand_logprobs": a.random["R"].logprobs, "sequence_nll": a.random["R"].nll})
 
@@ -403,7 +410,7 @@ def test_contrastive_generations_are_loaded_for_the_report(tmp_path):
     for role, arrays in (("score", {"example_ids": ids[perm], "cand_logprobs": rng.normal(size=(n, 5)) - 3}),
                          ("generate", {"example_ids": ids[perm], "parsed_scores": parsed[perm]}),
                          ("contrastive_generate", {"example_ids": ids[perm], "parsed_scores": parsed[::-1][perm]})):
-        job = ExtractionJob(role, "big", "summeval", "coherence", "1-5")
+        job = _job(role, "big", "summeval", "coherence", "1-5")
         key = _key(cfg, job, model_sha256=sha["big"])
         if role == "contrastive_generate":
             key.update(contrastive_generate_match(cfg, "big"), assistant_sha256=sha["small"])

@@ -37,7 +37,7 @@ from jaxjudge.report import (
 from jaxjudge.metrics.fold_stat import fold_arrays, fold_mean_stat
 from jaxjudge.metrics.tau_b import pair_matrices, tau_from_sums
 from jaxjudge.report import grids as C
-from jaxjudge.report.methods import METHODS, ROLES
+from jaxjudge.report.methods import METHODS, Need
 
 SCALE = ScoreScale(1, 5)
 LAMS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -377,12 +377,12 @@ def test_command_line_names_the_module_run_with_python_m():
 
 def test_method_registry_covers_the_config_methods_and_names_missing_arrays():
     assert set(METHODS) == set(C.METHODS)
-    assert all(role in ROLES for m in METHODS.values() for role in m.needs)
+    assert all(isinstance(need, Need) for m in METHODS.values() for need in m.needs)
     # The fine contrastive grids are the options' defaults (the config does not set them).
     assert MethodOptions().contrastive_lams_fine == C.CONTRASTIVE_LAMS_FINE
     assert MethodOptions().contrastive_temps_fine == C.CONTRASTIVE_TEMPS_FINE
     arrays = simulated_judge(n_docs=4, per_doc=4)
     splits = make_splits("kfold", arrays.groups, n_folds=2, seed=0)
     opts = MethodOptions(methods=("vanilla", "deb_t"), temperatures=(1.0,), greedy=False, n_boot=10)
-    with pytest.raises(ValueError, match=r"method 'deb_t' needs random-number arrays \(role 'random_t'\)"):
+    with pytest.raises(ValueError, match=r"method 'deb_t' needs random-number arrays \(random_t store\)"):
         evaluate_cell(arrays, splits, opts)

@@ -496,7 +496,7 @@ def test_generation_job_resumes_at_its_first_missing_chunk(tmp_path, monkeypatch
     """A generation job interrupted mid-way keeps its finished chunks: the rerun computes only
     the rest, and the store loads to the same arrays as an uninterrupted run. A store written
     as one chunk (before generation was chunked) is complete as it is."""
-    from jaxjudge.experiment import jobs
+    from jaxjudge.jobs import base as jobs
 
     monkeypatch.setattr(jobs, "GENERATE_CHUNK_ROWS", 3)
     replies = {"example_ids": np.arange(7), "parsed_scores": np.linspace(1, 5, 7).astype(np.float32)}
@@ -510,20 +510,20 @@ def test_generation_job_resumes_at_its_first_missing_chunk(tmp_path, monkeypatch
 
     key = {"role": "generate", "scale": "1-5"}
     with pytest.raises(KeyboardInterrupt):
-        jobs._row_chunks(tmp_path / "gen", key, 7, lambda lo, hi: make(lo, hi, fail_at=3))
-    assert calls == [(0, 3), (3, 6)] and not jobs._complete(tmp_path / "gen", key)
+        jobs.row_chunks(tmp_path / "gen", key, 7, lambda lo, hi: make(lo, hi, fail_at=3))
+    assert calls == [(0, 3), (3, 6)] and not jobs.complete(tmp_path / "gen", key)
     calls.clear()
-    assert jobs._row_chunks(tmp_path / "gen", key, 7, make) == (True, 7)
-    assert calls == [(3, 6), (6, 7)] and jobs._complete(tmp_path / "gen", key)
+    assert jobs.row_chunks(tmp_path / "gen", key, 7, make) == (True, 7)
+    assert calls == [(3, 6), (6, 7)] and jobs.complete(tmp_path / "gen", key)
     got = Store.open(tmp_path / "gen", key).load()
-    assert jobs._row_chunks(tmp_path / "once", key, 7, make)[1] == 7
+    assert jobs.row_chunks(tmp_path / "once", key, 7, make)[1] == 7
     want = Store.open(tmp_path / "once", key).load()
     for name, v in replies.items():
         np.testing.assert_array_equal(got[name], v)
         np.testing.assert_array_equal(want[name], v)
     calls.clear()
-    assert jobs._row_chunks(tmp_path / "gen", key, 7, make) == (False, 7) and calls == []
+    assert jobs.row_chunks(tmp_path / "gen", key, 7, make) == (False, 7) and calls == []
 
     legacy = Store.open(tmp_path / "legacy", key, n_chunks=1)
     legacy.write_chunk(0, replies)
-    assert jobs._row_chunks(tmp_path / "legacy", key, 7, make) == (False, 7) and calls == []
+    assert jobs.row_chunks(tmp_path / "legacy", key, 7, make) == (False, 7) and calls == []

@@ -1,0 +1,62 @@
+"""Jobs run on the embedded SmolLM2 judge through `run_extractions`: what each kind writes equals
+the engine called directly on the same prompts, and a second call computes nothing.
+
+Slow: real forward passes (one document of the embedded SummEval subset, 16 summaries).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from experiments.registry import SMOLLM2
+from jaxjudge import models as M
+from jaxjudge.data.tasks import load_task_data
+from jaxjudge.engine import contrastive_generate_scores, extract
+from jaxjudge.experiment import ExperimentConfig, ModelSpec, SubsetSpec, TaskSpec, resolve_model_path, run_extractions
+from jaxjudge.jobs import ContentFreeJob, ContrastiveGenerateJob, ScoreJob
+from jaxjudge.prompts import ScoreScale, chat_format, render_all
+from jaxjudge.store import Store
+
+pytestmark = pytest.mark.slow
+
+
+def test_contrastive_generation_and_content_free_jobs_write_what_the_engine_gives(tmp_path):
+    # The same file under a second name stands in for the assistant (it shares the tokenizer).
+    path = str(resolve_model_path(SMOLLM2))
+    cfg = ExperimentConfig(
+        name="run", models=(ModelSpec("main", path, SMOLLM2.sha256), ModelSpec("asst", path, SMOLLM2.sha256)),
+        pairs=(("main", "asst"),),
+        tasks=(TaskSpec("summeval", ("coherence",), data="embedded", split="kfold", n_folds=2,
+                        subset=SubsetSpec("one document: a short test", n_docs=1)),),
+        scales=("1-5",), methods=("vanilla", "contextual", "contrastive_generate"), temperatures=(1.0,),
+        contrastive_generate_lam=0.5, generation_max_new_tokens=6, store_root=str(tmp_path / "stores"),
+    )
+    logs = []
+    first = run_extractions(cfg, progress=False, log=logs.append)
+    assert [type(r.job) for r in first] == [ScoreJob, ContrastiveGenerateJob, ContentFreeJob]
+    assert all(r.computed for r in first) and [r.n_rows for r in first] == [16, 16, 3]
+
+    judge = M.load(path)
+    chat = chat_format(judge)
+    scale = ScoreScale.parse("1-5")
+    examples = load_task_data(cfg.tasks[0]).examples
+    cg = next(r for r in first if isinstance(r.job, ContrastiveGenerateJob))
+    stored = Store.open(cg.store).load()
+    assert Store.open(cg.store).key["assistant"] == "asst"
+    ctx = judge.config.max_position_embeddings
+    prompts = render_all(cg.job.template(), examples, scale, chat=chat, tokenizer=judge.tokenizer,
+                         max_tokens=ctx - 6).prompts
+    texts, parsed, _ = contrastive_generate_scores(judge, judge, prompts, scale, 6, lam=0.5, t_main=1.0, t_asst=1.0,
+                                                   alpha=0.1, context_length=ctx)
+    np.testing.assert_array_equal(stored["example_ids"], [p.example_id for p in prompts])
+    np.testing.assert_array_equal(stored["parsed_scores"], np.asarray(parsed, np.float32))
+    assert stored["texts"].tolist() == list(texts)
+
+    cf = next(r for r in first if isinstance(r.job, ContentFreeJob))
+    want = extract(judge, cf.job.prompts((), chat=chat), scale, progress=False)
+    np.testing.assert_allclose(Store.open(cf.store).load()["cand_logprobs"], want.cand_logprobs, atol=1e-6)
+
+    again = run_extractions(cfg, progress=False, log=logs.append)
+    assert not any(r.computed for r in again) and [r.store for r in again] == [r.store for r in first]
+    assert sum(line.startswith("cached") for line in logs) == 3
