@@ -49,7 +49,9 @@ from jaxjudge.report.grids import (
     METHODS,
     METRICS,
     SELECT_METRICS,
+    method_variants,
 )
+from jaxjudge.report.methods import METHODS as METHOD_REGISTRY
 
 __all__ = [
     "ConfigError",
@@ -377,11 +379,11 @@ class ExperimentConfig(Typed):
                 raise ConfigError(f"{w}.scales[{i}]: {s!r}: {e}") from None
         if len(set(self.scales)) != len(self.scales):
             raise ConfigError(f"{w}.scales: duplicate scale in {list(self.scales)}")
-        needs_pair = [m for m in self.methods if m.startswith("contrastive")]
+        needs_pair = [m for m in self.methods if METHOD_REGISTRY[m].needs_assistant]
         if needs_pair and not self.pairs:
             raise ConfigError(f"{w}.pairs: methods {needs_pair} need at least one (main, assistant) pair")
         lonely = [j for j in self.judge_names if j not in {m for m, _ in self.pairs}]
-        if needs_pair and lonely and set(self.methods) <= {"contrastive", "contrastive_deb_t", "contrastive_generate"}:
+        if needs_pair and lonely and len(needs_pair) == len(self.methods):
             raise ConfigError(f"{w}.judges: judges {lonely} have no assistant in pairs")
         if self.ci_metrics is None:  # a derived default, recorded as resolved
             object.__setattr__(self, "ci_metrics", self.metrics)
@@ -409,16 +411,17 @@ class ExperimentConfig(Typed):
         """The score readings of the report's rows (``expected@T``, ``greedy``, ``generate``)."""
         out = tuple(f"expected@{t:g}" for t in self.temperatures)
         out += ("greedy",) * self.greedy
-        if any(m in ("generate", "contrastive_generate") for m in self.methods):
+        if any(METHOD_REGISTRY[m].kind == "parsed" for m in self.methods):
             out += ("generate",)
         return out
 
     def check_row_name(self, where: str, name: str) -> None:
         """Refuse a row (method variant) name no configured method family produces."""
-        if not any(name == m or name.startswith(m + "_") for m in self.methods):
-            close = difflib.get_close_matches(name, self.methods, n=1)
+        rows = method_variants(self)
+        if name not in rows:
+            close = difflib.get_close_matches(name, rows, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"{where}: {name!r} is no row of the configured methods {list(self.methods)}{hint}")
+            raise ConfigError(f"{where}: {name!r} is no row of the configured methods {rows}{hint}")
 
     @property
     def judge_names(self) -> tuple[str, ...]:

@@ -104,7 +104,8 @@ class ExtractionJob:
 
     Class attributes of a kind: ``role`` (its name in store keys and folders), ``per_task``,
     ``order`` (its place among a cell's jobs in a plan), ``arrays`` (the schema: array name ->
-    what it holds), ``what`` (a phrase for error messages).
+    what it holds), ``what`` (a phrase for error messages), ``uses_assistant`` (the job loads
+    the judge's assistant beside it).
     """
 
     model: str
@@ -117,6 +118,7 @@ class ExtractionJob:
     order: ClassVar[int] = 0
     arrays: ClassVar[Mapping[str, str]] = {}
     what: ClassVar[str] = ""
+    uses_assistant: ClassVar[bool] = False  # runs the judge against its assistant in ``pairs``
 
     def __post_init__(self) -> None:
         if self.per_task and not (self.task and self.aspect):

@@ -87,6 +87,7 @@ class ContrastiveGenerateJob(GenerateJob):
     role: ClassVar[str] = "contrastive_generate"
     order: ClassVar[int] = 3
     what: ClassVar[str] = "parsed contrastive generations"
+    uses_assistant: ClassVar[bool] = True
 
     def key_extra(self, cfg: Any) -> dict[str, Any]:
         return contrastive_generate_match(cfg, self.model)

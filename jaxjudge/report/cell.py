@@ -301,7 +301,7 @@ class _Cell:
         """The row of a parsed-generation method: its validity is the parse rate."""
         f, n, k = self.cx.f, self.cx.n, self.cx.k
         arrays, scale = self.cx.arrays, self.cx.arrays.scale
-        generated = arrays.generated if method.name == "generate" else arrays.contrastive_generated
+        generated = method.parsed(arrays)
         gen = np.broadcast_to(generated, (f, n))
         ok = np.isfinite(generated).astype(np.float32)
         reps: list[dict[str, np.ndarray]] = []
@@ -373,24 +373,21 @@ def evaluate_cell(
     """
     labels = dict(labels or {})
     cell = _Cell(arrays, splits, options, labels, predictions)
+    order = {m: i for i, m in enumerate(options.methods)}
+    rank: dict[int, int] = {}  # id(row) -> its family's place in the configured order
     for method in METHODS.values():
         if method.name in options.methods:
             check_needs(method, arrays, labels)
+            start = len(cell.rows)
             cell.run(method)
+            rank.update((id(row), order[method.name]) for row in cell.rows[start:])
     cell.score_pending()
     cell.score_nested()
     rows = cell.rows
 
-    # Rows in the order the methods were configured (variants of a family together).
-    order = {m: i for i, m in enumerate(options.methods)}
-
-    def family(method: str) -> int:
-        for m in sorted(order, key=len, reverse=True):
-            if method == m or method.startswith(m + "_"):
-                return order[m]
-        return len(order)
-
-    rows.sort(key=lambda r: family(r["method"]))
+    # Rows in the order the methods were configured (variants of a family together; the sort
+    # is stable, so a family's variants keep their own order).
+    rows.sort(key=lambda r: rank[id(r)])
     _add_relative(rows, options)
     return CellReport(rows=rows, aux=cell.aux, replicates=cell.replicates,
                       resample_key=resample_key(cell.ctx["report_codes"], options),

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from jaxjudge.report.methods import METHODS as _REGISTRY
+
 __all__ = [
     "METHODS",
     "METRICS",
@@ -21,20 +23,9 @@ __all__ = [
     "method_variants",
 ]
 
-# Method families. Each expands into named variants (see `method_variants`).
-METHODS = (
-    "vanilla",  # the judge's candidate distribution as is
-    "generate",  # greedy generation parsed into a number (parse failures counted)
-    "deb_r",  # random-number prior (raw random-number prompts), rectified with lambda
-    "deb_t",  # random-number prior measured in the task's framing, rectified with lambda
-    "contextual",  # contextual calibration (content-free inputs), lambda = 1
-    "batch",  # batch calibration (prior = mean prediction over the test inputs), lambda = 1
-    "distribution",  # distribution calibration (Beta fitted to dev human scores), lambda = 1
-    "temperature",  # contrastive decoding's matched baseline: lambda = 0, its main-model temperature chosen on dev
-    "contrastive",  # main judge minus assistant, lambda x temperature chosen on dev
-    "contrastive_deb_t",  # contrastive decoding, then the Deb-T correction: both chosen on dev
-    "contrastive_generate",  # greedy contrastive generation over the full vocabulary, parsed (fixed lambda, t, alpha)
-)
+# Method families, from the one registry (`jaxjudge.report.methods.METHODS`, where each family is
+# declared with what it needs, its variants and its row names).
+METHODS = tuple(_REGISTRY)
 METRICS = ("pearson", "spearman", "kendall", "mse", "sdd", "validity")
 SELECT_METRICS = ("pearson", "spearman", "kendall", "mse", "neg_mse")
 
@@ -52,21 +43,6 @@ def method_variants(cfg: Any) -> list[str]:
     ``deb_r`` / ``deb_t`` expand to ``deb_r_tp10``, ``deb_r_tp10_ext`` (the extended lambda
     grid), ...; ``contrastive`` adds ``contrastive_fine`` when the fine grid is on;
     ``contrastive_deb_t`` expands over Tp like Deb-T; ``temperature`` adds ``temperature_fine``
-    (the fine grid's temperatures) when the fine grid is on.
+    (the fine grid's temperatures) when the fine grid is on (each family's `Method.row_names`).
     """
-    out: list[str] = []
-    for m in cfg.methods:
-        if m in ("deb_r", "deb_t"):
-            for tp in cfg.deb_tp:
-                out.append(f"{m}_tp{tp}")
-                if cfg.lambdas_extended is not None:
-                    out.append(f"{m}_tp{tp}_ext")
-        elif m in ("contrastive", "temperature"):
-            out.append(m)
-            if cfg.contrastive_fine:
-                out.append(f"{m}_fine")
-        elif m == "contrastive_deb_t":
-            out += [f"contrastive_deb_t_tp{tp}" for tp in cfg.deb_tp]
-        else:
-            out.append(m)
-    return out
+    return [name for m in cfg.methods for name in _REGISTRY[m].row_names(cfg)]

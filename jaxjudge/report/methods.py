@@ -178,6 +178,9 @@ class Method:
       variants: `CellContext` -> the family's variants, in report order.
       adjust: the tuned family's ``adjust_fn(params, data)`` for `grid_search`.
       params: the tuned family's hyper-parameter names, as reported in ``hparams``.
+      rows: config -> the family's row (variant) names, in report order (default: its name);
+        read from the config alone, before any array exists.
+      parsed: a ``"parsed"`` family's `[N]` parsed scores of a cell (NaN = parse failure).
     """
 
     name: str
@@ -186,6 +189,17 @@ class Method:
     variants: Callable[[CellContext], Iterator[Variant]] | None = None
     adjust: Callable | None = None
     params: Callable[[MethodOptions], tuple[str, ...]] | None = None
+    rows: Callable[[Any], list[str]] | None = None
+    parsed: Callable[[CellArrays], np.ndarray] | None = None
+
+    def row_names(self, cfg: Any) -> list[str]:
+        """The family's row names under a config (``deb_t`` -> ``deb_t_tp10``, ...)."""
+        return [self.name] if self.rows is None else self.rows(cfg)
+
+    @property
+    def needs_assistant(self) -> bool:
+        """Whether the family reads, or runs, the judge's assistant in ``pairs``."""
+        return any(n.assistant or n.kind.uses_assistant for n in self.needs)
 
 
 def check_needs(method: Method, arrays: CellArrays, labels: Any) -> None:
@@ -334,6 +348,20 @@ def _contrastive_deb_t(cx: CellContext) -> Iterator[Variant]:
         yield Variant(f"contrastive_deb_t_tp{tp}", data=data, grid=grid, baseline="temperature")
 
 
+def _per_tp(family: str, extended: bool) -> Callable[[Any], list[str]]:
+    """Rows of a random-number family: one per Tp (``deb_t_tp10``), and with the extended lambda
+    grid on, ``deb_t_tp10_ext`` after each."""
+    def rows(cfg: Any) -> list[str]:
+        ext = extended and cfg.lambdas_extended is not None
+        return [name for tp in cfg.deb_tp for name in (f"{family}_tp{tp}",) + ((f"{family}_tp{tp}_ext",) if ext else ())]
+    return rows
+
+
+def _with_fine(family: str) -> Callable[[Any], list[str]]:
+    """Rows of a contrastive-grid family: its own, and ``<family>_fine`` when the fine grid is on."""
+    return lambda cfg: [family] + ([f"{family}_fine"] if cfg.contrastive_fine else [])
+
+
 def _lam_and_temperature(opts: MethodOptions) -> tuple[str, ...]:
     return ("lam", opts.contrastive_temperature)
 
@@ -344,9 +372,9 @@ METHODS: dict[str, Method] = {
         Method("vanilla", "fixed", variants=_vanilla),
         # Parsed generations: the judge's greedy reply, and the contrastive (main - lambda *
         # assistant) greedy reply; validity is the parse rate.
-        Method("generate", "parsed", needs=(
+        Method("generate", "parsed", parsed=lambda a: a.generated, needs=(
             Need(GenerateJob, into=lambda r: {"generated": r["parsed"]}, has=lambda a: a.generated is not None),)),
-        Method("contrastive_generate", "parsed", needs=(
+        Method("contrastive_generate", "parsed", parsed=lambda a: a.contrastive_generated, needs=(
             Need(ContrastiveGenerateJob, into=lambda r: {"contrastive_generated": r["parsed"]},
                  has=lambda a: a.contrastive_generated is not None),)),
         Method("contextual", "fixed", variants=_contextual, needs=(
@@ -355,16 +383,16 @@ METHODS: dict[str, Method] = {
         Method("batch", "fixed", variants=_batch),
         Method("distribution", "fixed", variants=_distribution),
         Method("deb_r", "tuned", needs=(Need(RandomRJob, into=_prior("R"), has=lambda a: "R" in a.random),),
-               variants=_deb("R"), adjust=rectify_adjust,
+               variants=_deb("R"), rows=_per_tp("deb_r", extended=True), adjust=rectify_adjust,
                params=lambda opts: ("lam",)),
-        Method("deb_t", "tuned", needs=(_RANDOM_T,), variants=_deb("T"), adjust=rectify_adjust,
-               params=lambda opts: ("lam",)),
-        Method("temperature", "tuned", variants=_temperature, adjust=contrastive_adjust,
-               params=lambda opts: ("t_main",)),
-        Method("contrastive", "tuned", needs=(_ASSISTANT_SCORES,), variants=_contrastive, adjust=contrastive_adjust,
-               params=_lam_and_temperature),
+        Method("deb_t", "tuned", needs=(_RANDOM_T,), variants=_deb("T"), rows=_per_tp("deb_t", extended=True),
+               adjust=rectify_adjust, params=lambda opts: ("lam",)),
+        Method("temperature", "tuned", variants=_temperature, rows=_with_fine("temperature"),
+               adjust=contrastive_adjust, params=lambda opts: ("t_main",)),
+        Method("contrastive", "tuned", needs=(_ASSISTANT_SCORES,), variants=_contrastive,
+               rows=_with_fine("contrastive"), adjust=contrastive_adjust, params=_lam_and_temperature),
         Method("contrastive_deb_t", "tuned", needs=(_ASSISTANT_SCORES, _RANDOM_T, _ASSISTANT_RANDOM_T),
-               variants=_contrastive_deb_t,
+               variants=_contrastive_deb_t, rows=_per_tp("contrastive_deb_t", extended=False),
                adjust=combined_adjust, params=lambda opts: (*_lam_and_temperature(opts), "lam_d")),
     )
 }
