@@ -32,9 +32,11 @@ from jaxjudge.engine.generate import (
     parse_score,
 )
 from jaxjudge.engine.keys import extraction_key
+from jaxjudge.engine.options import EngineOptions
 from jaxjudge.engine.nll import sequence_nll
 
 __all__ = [
+    "EngineOptions",
     "Extraction",
     "GenerationRoomError",
     "contrastive_generate",

@@ -51,6 +51,7 @@ from jax.experimental import multihost_utils
 
 from jaxjudge.engine.extraction import ARRAY_FIELDS, Extraction
 from jaxjudge.engine.keys import extraction_key, open_store
+from jaxjudge.engine.options import EngineOptions
 from jaxjudge.engine.plan import CandidatePlan, Chunk, candidate_plan, plan_chunks, resolve_candidates
 from jaxjudge.engine.runner import Progress
 from jaxjudge.engine.score import ChunkReader
@@ -72,22 +73,15 @@ def extract(
     judge: Judge,
     prompts: Sequence[RenderedPrompt],
     candidates: ScoreCandidates | ScoreScale | Sequence[str],
+    options: EngineOptions | None = None,
     *,
-    batch_size: int = 16,
     store: str | os.PathLike | Store | None = None,
-    chunk_size: int = 256,
-    topk: int = 5,
     progress: bool = True,
-    overflow: str = "truncate",
-    mesh: Any = None,
-    prefix_cache: bool = True,
-    context_length: int | None = None,
-    max_batch_tokens: int = 8192,
-    min_prefix_tokens: int = 32,
     key: Mapping[str, Any] | None = None,
     on_chunk: Callable[[int], None] | None = None,
     prompt_nll: bool = False,
     generate_tokens: int = 0,
+    **engine: Any,
 ) -> Extraction:
     """Extracts the judge's score log-probabilities for rendered prompts.
 
@@ -98,30 +92,19 @@ def extract(
         candidates: the `ScoreCandidates`, or a `ScoreScale` or a label set (e.g. ``("A",
             "B")``) to tokenise after the prompts; either way they are checked against how
             every prompt ends.
-        batch_size: examples per forward call (rows, times the candidate variants; rounded up
-            to a multiple of the mesh's data axis).
+        options: the engine's options (`EngineOptions`: batch size, chunk size, top-k, overflow
+            policy, prefix cache, context length, batch token cap, mesh); keyword ``**engine``
+            entries of the same names override it. Under ``mesh`` (default: the judge's own,
+            ``judge.shard``) the batch is split over its ``data`` axis and the parameters placed
+            by the models package's rules, on a copy of the judge; under several processes it
+            must hold only this process's devices. ``overflow`` is as in
+            `jaxjudge.engine.plan.tokenise`.
         store: a folder (opened or created with `extraction_key`) or an open
             `jaxjudge.store.Store`; finished chunks are written as they finish and skipped
             when the call is repeated. Each chunk is claimed before it is computed
             (`jaxjudge.store.Store.claim_chunk`), so several processes started on one store
             share its chunks. None keeps everything in memory.
-        chunk_size: most examples per chunk (whole prefix groups are kept together).
-        topk: k of the top-k tokens recorded at the answer position.
         progress: show a progress bar (examples/s, tokens/s).
-        overflow: ``"truncate"`` (cut the end of the shared prefix text, i.e. the source
-            document, never the suffix; flagged in ``truncated``) or ``"raise"``
-            (`jaxjudge.prompts.ContextOverflowError` naming the example). See
-            `jaxjudge.engine.plan.tokenise`.
-        mesh: a ``jax.sharding.Mesh`` with a ``data`` axis: the batch is split over it
-            (and the parameters placed by the models package's rules, on a copy of the judge).
-            Default: the judge's own mesh (``judge.shard``), if any. Under several processes
-            it must hold only this process's devices.
-        prefix_cache: compute each shared prefix once (True) or run every prompt in full.
-        context_length: the context to fit in (default the model's
-            ``max_position_embeddings``).
-        max_batch_tokens: cap on rows x padded length per call (long prompts get smaller
-            batches).
-        min_prefix_tokens: shorter shared prefixes are not worth a separate prefill.
         key: extra store-key entries (see `extraction_key`).
         on_chunk: called with the chunk index after each chunk this call computes.
         prompt_nll: also return each prompt's mean token NLL (`Extraction.prompt_nll`: over
@@ -147,16 +130,11 @@ def extract(
             prompt (the message names the value and the example).
     """
     prompts = check_prompts(prompts)
-    batch_size = positive_int("batch_size", batch_size)
-    chunk_size = positive_int("chunk_size", chunk_size)
-    topk = positive_int("topk", topk)
-    max_batch_tokens = positive_int("max_batch_tokens", max_batch_tokens)
+    o = EngineOptions.of(options, **engine)
+    chunk_size, topk, overflow, mesh = o.chunk_size, o.topk, o.overflow, o.mesh
     if topk > judge.config.vocab_size:
         raise ValueError(f"topk={topk} exceeds the vocabulary ({judge.config.vocab_size})")
-    if overflow not in ("truncate", "raise"):
-        raise ValueError(f"overflow must be 'truncate' or 'raise', got {overflow!r}")
-    ctx = judge.config.max_position_embeddings if context_length is None else positive_int(
-        "context_length", context_length)
+    ctx = judge.config.max_position_embeddings if o.context_length is None else o.context_length
 
     cands = resolve_candidates(judge.tokenizer, prompts, candidates)
     cplan = candidate_plan(cands)
@@ -200,8 +178,8 @@ def extract(
     spans = None
     if prompt_nll:
         spans = [nll_token_span(judge.tokenizer, p, ids) for p, ids in zip(tk.prompts, tk.ids)]
-    reader = ChunkReader(judge, cplan, batch_size=batch_size, max_batch_tokens=max_batch_tokens, topk=topk,
-                         prefix_cache=prefix_cache, min_prefix_tokens=min_prefix_tokens, nll_spans=spans,
+    reader = ChunkReader(judge, cplan, batch_size=o.batch_size, max_batch_tokens=o.max_batch_tokens, topk=topk,
+                         prefix_cache=o.prefix_cache, min_prefix_tokens=o.min_prefix_tokens, nll_spans=spans,
                          generate_tokens=generate_tokens)
 
     in_memory: dict[int, dict[str, np.ndarray]] = {}

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxjudge.engine.options import EngineOptions
 from jaxjudge.engine.plan import plan_chunks
 from jaxjudge.engine.runner import Progress, batches, pad_rows, prefix_groups
 from jaxjudge.engine.tokens import Tokenised, check_prompts, positive_int, tokenise
@@ -82,14 +83,10 @@ def generate_scores(
     prompts: Sequence[RenderedPrompt],
     scale: ScoreScale,
     max_new_tokens: int = 24,
+    options: EngineOptions | None = None,
     *,
-    batch_size: int = 16,
     progress: bool = True,
-    overflow: str = "truncate",
-    prefix_cache: bool = True,
-    context_length: int | None = None,
-    max_batch_tokens: int = 8192,
-    min_prefix_tokens: int = 32,
+    **engine: Any,
 ) -> tuple[list[str], np.ndarray, int]:
     """Greedy replies to the prompts and the scores parsed from them.
 
@@ -99,14 +96,12 @@ def generate_scores(
         prompts: ``[N]`` rendered prompts.
         scale: the score scale; a number outside it counts as a parse failure.
         max_new_tokens: tokens generated per prompt (decoding stops early at EOS per row).
-        batch_size: prompts per call.
+        options: the engine's options (`EngineOptions`; ``**engine`` keywords override it):
+            batch size (prompts per call), overflow policy (room is kept for
+            ``max_new_tokens``), prefix cache, context length, batch token cap and shortest
+            prefix prefilled apart. ``chunk_size``, ``topk`` and ``mesh`` are `extract`'s only
+            (the judge's own mesh splits the batches).
         progress: show a progress bar.
-        overflow: context policy, as in `jaxjudge.engine.extract` (room is kept for
-            ``max_new_tokens``).
-        prefix_cache: prefill each shared prefix once.
-        context_length: default the model's ``max_position_embeddings``.
-        max_batch_tokens: cap on rows x padded length per call.
-        min_prefix_tokens: shorter shared prefixes are not prefilled separately.
 
     Returns:
         ``(texts [N], parsed [N] float64 with NaN for parse failures, n_failures)``.
@@ -115,16 +110,15 @@ def generate_scores(
     if not isinstance(scale, ScoreScale):
         raise TypeError(f"scale must be a ScoreScale, got {type(scale).__name__}")
     max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
-    batch_size = positive_int("batch_size", batch_size)
-    ctx = judge.config.max_position_embeddings if context_length is None else positive_int(
-        "context_length", context_length)
+    o = EngineOptions.of(options, **engine)
+    ctx = judge.config.max_position_embeddings if o.context_length is None else o.context_length
     if ctx <= max_new_tokens:
         raise ValueError(f"context_length={ctx} leaves no room for a prompt before {max_new_tokens} new tokens")
-    tk = tokenise(judge.tokenizer, prompts, limit=ctx - max_new_tokens, overflow=overflow)
+    tk = tokenise(judge.tokenizer, prompts, limit=ctx - max_new_tokens, overflow=o.overflow)
     replies: dict[int, list[int]] = {}
     with Progress(len(prompts), enabled=progress, desc="generate") as bar:
-        for call in batches(_groups(tk, prefix_cache, min_prefix_tokens), judge.prefill_prefix,
-                            batch_size=batch_size, max_batch_tokens=max_batch_tokens):
+        for call in batches(_groups(tk, o.prefix_cache, o.min_prefix_tokens), judge.prefill_prefix,
+                            batch_size=o.batch_size, max_batch_tokens=o.max_batch_tokens):
             tokens, mask = pad_batch(pad_rows(call.tails, judge.round_rows(call.batch.rows)), side="left",
                                      length=call.batch.length, pad_id=judge.pad_id)
             room = call.batch.length + max_new_tokens
@@ -176,13 +170,9 @@ def contrastive_generate(
     t_main: float = 1.0,
     t_asst: float = 1.0,
     alpha: float = 0.1,
-    batch_size: int = 16,
+    options: EngineOptions | None = None,
     progress: bool = True,
-    overflow: str = "truncate",
-    prefix_cache: bool = True,
-    context_length: int | None = None,
-    max_batch_tokens: int = 8192,
-    min_prefix_tokens: int = 32,
+    **engine: Any,
 ) -> list[list[int]]:
     """Greedy contrastive replies: main judge minus ``lam`` times the assistant, every step.
 
@@ -203,9 +193,8 @@ def contrastive_generate(
             `jaxjudge.debias.contrastive`).
         alpha: plausibility threshold in [0, 1]: tokens whose main-model probability is below
             ``alpha`` times the largest are never decoded (0.1 as in Li et al. 2023; 0: off).
-        batch_size, progress, overflow, prefix_cache, context_length, max_batch_tokens,
-            min_prefix_tokens: as in `generate_scores` (the context defaults to the smaller
-            of the two judges').
+        options, progress, **engine: as in `generate_scores` (the context defaults to the
+            smaller of the two judges').
 
     Returns:
         ``[N]`` lists of reply token ids (up to and including the first EOS).
@@ -215,7 +204,7 @@ def contrastive_generate(
     """
     prompts = check_prompts(prompts)
     max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
-    batch_size = positive_int("batch_size", batch_size)
+    o = EngineOptions.of(options, **engine)
 
     def real(name, v, ok, what):
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not (
@@ -229,10 +218,10 @@ def contrastive_generate(
     if main.mesh is not assistant.mesh:
         raise ValueError("the main judge and the assistant must be placed on the same mesh (or neither on one)")
     ctx = (min(main.config.max_position_embeddings, assistant.config.max_position_embeddings)
-           if context_length is None else positive_int("context_length", context_length))
+           if o.context_length is None else o.context_length)
     if ctx <= max_new_tokens:
         raise ValueError(f"context_length={ctx} leaves no room for a prompt before {max_new_tokens} new tokens")
-    tk = tokenise(main.tokenizer, prompts, limit=ctx - max_new_tokens, overflow=overflow)
+    tk = tokenise(main.tokenizer, prompts, limit=ctx - max_new_tokens, overflow=o.overflow)
     vocab = _shared_vocabulary(main, assistant, tk)
     replies: dict[int, list[int]] = {}
 
@@ -240,8 +229,8 @@ def contrastive_generate(
         return main.prefill_prefix(ids), assistant.prefill_prefix(ids)
 
     with Progress(len(prompts), enabled=progress, desc="contrastive generate") as bar:
-        for call in batches(_groups(tk, prefix_cache, min_prefix_tokens), prefill, batch_size=batch_size,
-                            max_batch_tokens=max_batch_tokens):
+        for call in batches(_groups(tk, o.prefix_cache, o.min_prefix_tokens), prefill, batch_size=o.batch_size,
+                            max_batch_tokens=o.max_batch_tokens):
             pm, pa = call.prefix if call.prefix is not None else (None, None)
             tokens, mask = pad_batch(pad_rows(call.tails, main.round_rows(call.batch.rows)), side="left",
                                      length=call.batch.length, pad_id=main.pad_id)

@@ -27,6 +27,7 @@ from jaxjudge.experiment.checks import check_tokenizer, validate_config
 from jaxjudge.experiment.hardware import mesh_for
 from jaxjudge.experiment.plan import extraction_plan
 from jaxjudge.experiment.schema import ConfigError, ExperimentConfig, engine_options, resolve_model_path
+from jaxjudge.engine import EngineOptions
 from jaxjudge.jobs import CONTENT_FREE, GENERATE_CHUNK_ROWS, ExtractionJob, RunContext
 from jaxjudge.models.cache import cache_root, source_sha256
 from jaxjudge.models.gguf import gguf_metadata
@@ -110,8 +111,7 @@ def run_extractions(
              for n in dict.fromkeys([*names, *(c for cs in companions.values() for c in cs)])}
     _check_models(cfg, paths, companions, verify)
 
-    engine_opts = dict(cfg.engine)
-    overflow = engine_opts.pop("overflow", "truncate")
+    engine = EngineOptions(**cfg.engine, mesh=None)
     data = {t.task: load_task_data(t) for t in cfg.tasks}
     results: list[JobResult] = []
     for n in names:
@@ -132,8 +132,7 @@ def run_extractions(
 
         rc = RunContext(
             cfg=cfg, root=root, data=data, judge=judge, chat=chat,
-            context=int(engine_opts.get("context_length") or judge.config.max_position_embeddings),
-            engine={k: v for k, v in engine_opts.items()}, overflow=overflow,
+            context=int(engine.context_length or judge.config.max_position_embeddings), engine=engine,
             max_new_tokens=cfg.generation_max_new_tokens, progress=progress,
             jobs=[j for j in plan if j.model == n], load_assistant=load_assistant,
             # The hash `models.load` gives a model, without loading it for a finished job.

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import inspect
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from jaxjudge.data.tasks import TASKS
-from jaxjudge.engine.extract import extract
+from jaxjudge.engine import EngineOptions
 from jaxjudge.experiment.endpoint import Endpoint
 from jaxjudge.experiment.hardware import check_mesh
 from jaxjudge.experiment.typed import ConfigError, Typed, choose, coerce, from_dict, opt, replace_fields, to_dict
@@ -87,39 +86,26 @@ def check_run_name(where: str, run: Any) -> str:
     return run
 
 
-# Options of `jaxjudge.engine.extract` that `run_extractions` sets itself, per job.
-_ENGINE_SET_PER_JOB = ("store", "key", "progress", "on_chunk", "prompt_nll", "generate_tokens")
-# Options that may be 0 (every other int option must be >= 1), and the choices of a str one.
-_ENGINE_NONNEG = ("min_prefix_tokens",)
-_ENGINE_CHOICES = {"overflow": ("truncate", "raise")}
-
-
-def _engine_signature() -> tuple[dict[str, Any], dict[str, Any]]:
-    hints = typing.get_type_hints(extract)
-    params = {name: p.default for name, p in inspect.signature(extract).parameters.items()
-              if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in _ENGINE_SET_PER_JOB}
-    return params, {name: hints[name] for name in params}
-
-
 def engine_options() -> dict[str, Any]:
-    """The options a config's ``engine`` mapping may set: `jaxjudge.engine.extract`'s keyword
-    parameters (name -> default), less those each job sets itself."""
-    return _engine_signature()[0]
+    """The options a config's ``engine`` mapping may set (name -> default): the fields of
+    `jaxjudge.engine.EngineOptions` but ``mesh`` (a config sets ``ExperimentConfig.mesh``)."""
+    return {name: f.default for name, f in EngineOptions.config_fields().items()}
 
 
 def _check_engine_options(where: str, engine: Mapping[str, Any]) -> None:
-    """Each option is checked against the annotation of `extract`'s parameter of that name."""
+    """Each option is checked against the type and bounds of its `EngineOptions` field."""
     if not engine:
         return
-    allowed, hints = _engine_signature()
+    fields = EngineOptions.config_fields()
+    hints = typing.get_type_hints(EngineOptions)
     for k, v in engine.items():
-        if k not in allowed:
-            close = difflib.get_close_matches(str(k), list(allowed), n=1)
+        if k not in fields:
+            close = difflib.get_close_matches(str(k), list(fields), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"{where}: unknown engine option {k!r}{hint}; allowed: {', '.join(sorted(allowed))}")
-        coerce(f"{where}.{k}", v, hints[k], {"min": 0 if k in _ENGINE_NONNEG else 1})
-        if k in _ENGINE_CHOICES:
-            choose(f"{where}.{k}", v, _ENGINE_CHOICES[k])
+            extra = "; the mesh is ExperimentConfig.mesh" if k == "mesh" else ""
+            raise ConfigError(f"{where}: unknown engine option {k!r}{hint}; allowed: {', '.join(sorted(fields))}"
+                              + extra)
+        coerce(f"{where}.{k}", v, hints[k], dict(fields[k].metadata))
 
 
 def resolve_model_path(model: ModelSpec) -> Path:

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from jaxjudge.engine import EngineOptions
 from jaxjudge.prompts import ScoreScale, get_template
 from jaxjudge.store import Store
 
@@ -59,8 +60,8 @@ class RunContext:
       judge: the loaded model the jobs belong to.
       chat: its chat format, or None for raw prompts.
       context: the context length prompts must fit.
-      engine: the config's engine options without ``overflow``.
-      overflow: the config's overflow policy.
+      engine: the config's engine options (`jaxjudge.engine.EngineOptions`; score and prompt-set
+        jobs run with all of them, generation jobs with its overflow policy alone).
       max_new_tokens: the generation budget of generation jobs.
       progress: progress bars from the engine.
       jobs: every job of this judge in this call, in plan order.
@@ -75,14 +76,17 @@ class RunContext:
     judge: Any
     chat: Any
     context: int
-    engine: dict[str, Any]
-    overflow: str
+    engine: EngineOptions
     max_new_tokens: int
     progress: bool
     jobs: Sequence[ExtractionJob]
     load_assistant: Callable[[str], Any]
     assistant_sha256: Callable[[str], str]
     replies: dict[Path, dict[str, np.ndarray]] = field(default_factory=dict)
+
+    @property
+    def overflow(self) -> str:
+        return self.engine.overflow
 
     def examples(self, job: ExtractionJob) -> Sequence[Any]:
         """The task examples a job reads (none for task-free jobs)."""

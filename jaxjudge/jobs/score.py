@@ -61,8 +61,8 @@ class ScoreJob(ExtractionJob):
             gen_where = gen.folder(rc.root)
             if not complete(gen_where, gen.full_key(rc)) and gen.rendered(rc) == list(rendered.prompts):
                 try:
-                    out = extract(rc.judge, rendered.prompts, scale, store=where, key=key, progress=rc.progress,
-                                  overflow=rc.overflow, generate_tokens=rc.max_new_tokens, **rc.engine)
+                    out = extract(rc.judge, rendered.prompts, scale, rc.engine, store=where, key=key,
+                                  progress=rc.progress, generate_tokens=rc.max_new_tokens)
                 except GenerationRoomError:
                     out = None
                 if out is not None and bool(np.all(out.generated_lengths >= 0)):
@@ -72,6 +72,5 @@ class ScoreJob(ExtractionJob):
                                              "parsed_scores": np.asarray(parsed, np.float32),
                                              "texts": np.asarray(texts)}
         if out is None:
-            out = extract(rc.judge, rendered.prompts, scale, store=where, key=key, progress=rc.progress,
-                          overflow=rc.overflow, **rc.engine)
+            out = extract(rc.judge, rendered.prompts, scale, rc.engine, store=where, key=key, progress=rc.progress)
         return bool(out.computed_chunks), len(out)

@@ -58,12 +58,15 @@ def _one_error_line(capsys) -> str:
     return lines[0]
 
 
-def test_engine_options_are_extracts_keywords():
+def test_engine_options_are_the_engines_own():
+    from jaxjudge.engine import EngineOptions
     from jaxjudge.experiment import engine_options
 
     allowed = engine_options()
-    assert {"batch_size", "chunk_size", "context_length", "overflow", "topk", "max_batch_tokens"} <= set(allowed)
-    assert not {"store", "key", "progress", "generate_tokens"} & set(allowed)
+    assert set(allowed) == {"batch_size", "chunk_size", "topk", "overflow", "prefix_cache", "context_length",
+                            "max_batch_tokens", "min_prefix_tokens"}
+    assert set(allowed) == set(EngineOptions.names()) - {"mesh"}
+    assert allowed["batch_size"] == EngineOptions().batch_size == 16 and allowed["context_length"] is None
 
 
 def test_unknown_or_bad_engine_option_is_a_config_error(tmp_path):
@@ -76,6 +79,11 @@ def test_unknown_or_bad_engine_option_is_a_config_error(tmp_path):
         _cfg(tmp_path, engine={"overflow": "cut"})
     with pytest.raises(ConfigError, match=r"engine: unknown engine option 'store'"):
         _cfg(tmp_path, engine={"store": "x"})  # set per job by the runner
+    with pytest.raises(ConfigError, match=r"engine: unknown engine option 'mesh'.*the mesh is ExperimentConfig\.mesh"):
+        _cfg(tmp_path, engine={"mesh": [2, 2]})
+    with pytest.raises(ConfigError, match=r"engine\.min_prefix_tokens: must be >= 0"):
+        _cfg(tmp_path, engine={"min_prefix_tokens": -1})
+    assert dict(_cfg(tmp_path, engine={"min_prefix_tokens": 0}).engine) == {"min_prefix_tokens": 0}
     assert dict(_cfg(tmp_path, engine={"context_length": 400, "batch_size": 4}).engine) == {
         "context_length": 400, "batch_size": 4}
 
