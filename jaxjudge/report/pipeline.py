@@ -23,6 +23,7 @@ from typing import Any
 from jaxjudge.data.tasks import TASKS, load_task_data, task_dev_docs
 from jaxjudge.report.cell import evaluate_cell
 from jaxjudge.report.cell_inputs import CellArrays, MethodOptions, make_splits
+from jaxjudge.report.methods import METHODS
 from jaxjudge.report.ranges import endpoints, range_statistics
 from jaxjudge.report.results import Results
 from jaxjudge.report.stores import Cell, ExtractionJob, StoreIndex, cells, load_cells, store_match
@@ -72,8 +73,8 @@ def report_from_arrays(
             raise KeyError(f"no arrays for cell {cell.label()}")
         task = cfg.task(cell.task)
         options = MethodOptions.from_config(cfg, task)
-        if cfg.assistant_of(cell.judge) is None and any(m.startswith("contrastive") for m in options.methods):
-            kept = tuple(m for m in options.methods if not m.startswith("contrastive"))
+        if cfg.assistant_of(cell.judge) is None and any(METHODS[m].needs_assistant for m in options.methods):
+            kept = tuple(m for m in options.methods if not METHODS[m].needs_assistant)
             note = f"{cell.judge}: no assistant in pairs, contrastive methods skipped"
             if note not in results.notes:
                 results.notes.append(note)
