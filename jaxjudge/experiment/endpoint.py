@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from jaxjudge.experiment.typed import ConfigError, Typed
 from jaxjudge.prompts import ScoreScale
@@ -28,6 +29,12 @@ class Endpoint(Typed):
         ranges) or one range (e.g. ``"1-5"``: the difference on that range).
       score: the reading, e.g. ``"expected@1.0"``, ``"greedy"``.
       judge, task, aspect: needed only where the report has several.
+      selection: ``"nested"`` (default): where the method or its comparator is tuned on dev,
+        the interval redoes that choice inside every bootstrap resample
+        (`jaxjudge.select.nested_bootstrap`; the report computes it for these two rows at this
+        reading), so it carries the selection's variability; ``"conditional"``: the report's
+        interval, hyper-parameters held as chosen on the full dev side (as every secondary
+        comparison is read). An endpoint with no tuned side is the same either way.
     """
 
     method: str
@@ -37,6 +44,7 @@ class Endpoint(Typed):
     judge: str | None = None
     task: str | None = None
     aspect: str | None = None
+    selection: Literal["nested", "conditional"] = "nested"
 
     def check(self) -> None:
         if self.versus is None and self.statistic not in ("mean", "spread"):

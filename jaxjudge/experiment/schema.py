@@ -387,6 +387,9 @@ class ExperimentConfig(Typed):
             choose(f"{w}.primary.score", self.primary.score, self.readings())
             if self.primary.statistic not in ("mean", "spread", "relative"):
                 choose(f"{w}.primary.statistic", self.primary.statistic, self.scales)
+            if self.primary.selection == "nested" and self.ci_method == "bca":
+                raise ConfigError(f"{w}.primary.selection: 'nested' needs ci_method 'expanded' or 'percentile' "
+                                  "(bca needs a jackknife the nested bootstrap does not compute)")
         _check_engine_options(f"{w}.engine", self.engine)
         if self.mesh is not None:
             check_mesh(f"{w}.mesh", self.mesh)

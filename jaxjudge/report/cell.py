@@ -152,8 +152,10 @@ class _Cell:
         if options.nested and options.ci_method == "bca":
             raise ValueError("MethodOptions.nested: ci_method 'bca' needs a jackknife the nested bootstrap does not "
                              "compute; use 'expanded' or 'percentile'")
-        # With options.nested, per reading: the tuned rows and their predictions at every grid point.
+        # With options.nested, per reading: the tuned rows and their predictions at every grid point;
+        # then (row name, reading) -> the nested replicates (the vanilla judge's among them).
         self.nested_pending: dict[str, list[tuple[dict[str, Any], np.ndarray, str | None]]] = {}
+        self.nested_replicates: dict[tuple[str, str], np.ndarray] = {}
 
     def base_row(self, method: str, kind: str) -> dict[str, Any]:
         return {**self.labels, "scale": self.scale_name, "method": method, "score": kind, **self.counts}
@@ -265,7 +267,7 @@ class _Cell:
         }
         self.emit(variant.name, adj, kind_t, hp, _finite_or_none(res.dev_metric), _finite_or_none(res.test_metric),
                   variant.baseline)
-        if self.options.nested:
+        if self.options.nested_for(variant.name, kind):
             self.nested_pending.setdefault(kind, []).append(
                 (self.rows[-1], grid_predictions(self.cx, method, variant, kind_t), variant.baseline))
 
@@ -290,8 +292,10 @@ class _Cell:
                 r = a.replicates if b is None else a.replicates - b.replicates
                 return {"metric": name, **interval_summary(est, r, options.alpha, **summary)}
 
+            self.nested_replicates[("vanilla", kind)] = reps[""].replicates
             for row, _, baseline in items:
                 mine = reps[row["method"]]
+                self.nested_replicates[(row["method"], kind)] = mine.replicates
                 row["nested"], row["delta_nested"] = interval(mine), interval(mine, reps[""])
                 if baseline in reps:
                     row["delta_matched_nested"] = interval(mine, reps[baseline])
@@ -389,7 +393,7 @@ def evaluate_cell(
     # is stable, so a family's variants keep their own order).
     rows.sort(key=lambda r: rank[id(r)])
     _add_relative(rows, options)
-    return CellReport(rows=rows, aux=cell.aux, replicates=cell.replicates,
+    return CellReport(rows=rows, aux=cell.aux, replicates=cell.replicates, nested=cell.nested_replicates,
                       resample_key=resample_key(cell.ctx["report_codes"], options),
                       num_groups=cell.ctx["report_codes"].num_groups)
 

@@ -142,9 +142,11 @@ class MethodOptions:
     """How one cell is evaluated (built from an `ExperimentConfig` by the pipeline).
 
     Attributes mirror the config fields of the same names; ``per_group`` adds the
-    per-document (summary-level) metrics. ``nested`` (no config field yet; False in
-    `from_config`) also gives every tuned row the selection metric's interval with the
-    selection redone inside each resample (`jaxjudge.select.nested_bootstrap`).
+    per-document (summary-level) metrics. ``nested`` also gives tuned rows the selection
+    metric's interval with the selection redone inside each resample
+    (`jaxjudge.select.nested_bootstrap`): True for every tuned row, or a tuple of row names
+    (the pipeline asks for the primary endpoint's rows); ``nested_scores`` limits it to those
+    readings (None: every reading).
     """
 
     methods: tuple[str, ...] = ("vanilla",)
@@ -169,7 +171,14 @@ class MethodOptions:
     seed: int = 0
     min_ci_groups: int = MIN_CI_GROUPS
     ci_method: str = "expanded"
-    nested: bool = False
+    nested: bool | tuple[str, ...] = False
+    nested_scores: tuple[str, ...] | None = None
+
+    def nested_for(self, row: str, score: str) -> bool:
+        """Whether a tuned row read at ``score`` gets the nested interval."""
+        if self.nested is False or (self.nested_scores is not None and score not in self.nested_scores):
+            return False
+        return self.nested is True or row in self.nested
 
     @classmethod
     def from_config(cls, cfg, task) -> MethodOptions:
@@ -200,11 +209,15 @@ class CellReport:
         selection metric (not saved: `jaxjudge.report.ranges` combines them across cells).
       resample_key: identifies the cell's resamples (`jaxjudge.report.cell_stats.resample_key`).
       num_groups: groups the bootstrap resamples (the reported ones).
+      nested: ``(method, score reading) -> [B]`` replicates of the selection metric with the
+        dev-side choice redone in each resample, for the rows `MethodOptions.nested` names and
+        the vanilla judge read the same way, on the same resamples as ``replicates`` (not saved).
     """
 
     rows: list[dict[str, Any]]
     aux: dict[str, Any]
     replicates: dict[tuple[str, str], Any] = field(default_factory=dict)
+    nested: dict[tuple[str, str], Any] = field(default_factory=dict)
     resample_key: str = ""
     num_groups: int = 0
 

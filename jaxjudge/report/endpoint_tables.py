@@ -45,7 +45,8 @@ def _describe(d: dict[str, Any]) -> str:
         stat = f"ranges {d['statistic']}"
     where = ", ".join(str(d[k]) for k in ("judge", "task", "aspect") if d.get(k))
     what = d["method"] if d.get("versus") is None else f"{d['method']} − {d['versus']}"
-    return f"{what}, {d['metric']}, {stat}, {d['score']} ({where})"
+    nested = "; selection redone in each resample" if d.get("selection") == "nested" else ""
+    return f"{what}, {d['metric']}, {stat}, {d['score']} ({where}{nested})"
 
 
 def primary_line(results: Results) -> str:

@@ -79,6 +79,11 @@ def report_from_arrays(
             if note not in results.notes:
                 results.notes.append(note)
             options = replace(options, methods=kept)
+        spec = _as_dict(getattr(cfg, "primary", None))
+        if spec and spec.get("selection") == "nested":
+            # The primary endpoint's interval redoes the dev-side choice in every resample.
+            options = replace(options, nested=tuple(r for r in (spec["method"], spec.get("versus")) if r),
+                              nested_scores=(spec["score"],))
         if progress is not None:
             progress(cell.label())
         a = arrays[cell]

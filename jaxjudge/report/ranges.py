@@ -38,7 +38,8 @@ import numpy as np
 from jaxjudge.metrics.fold_stat import interval_summary
 from jaxjudge.metrics.multiplicity import bootstrap_p_value, holm
 
-__all__ = ["CALIBRATION", "all_comparisons", "range_statistics", "endpoints", "comparisons", "find_primary"]
+__all__ = ["CALIBRATION", "all_comparisons", "comparisons", "endpoints", "find_primary", "nested_comparisons",
+           "range_statistics"]
 
 CALIBRATION = ("contextual", "batch", "distribution")
 """The calibration baselines' method families (their variants' names start with these)."""
@@ -101,21 +102,26 @@ class _Panel:
         self.same = len({rep.resample_key for _, rep in per_scale}) == 1
         self.num_groups = min(rep.num_groups for _, rep in per_scale)
         self.options, self.metric = options, metric
-        # (method, reading) -> scale -> (row, replicates or None)
-        self.table: dict[tuple[str, str], dict[str, tuple[dict, np.ndarray | None]]] = defaultdict(dict)
+        # (method, reading) -> scale -> (row, replicates or None, nested replicates or None)
+        self.table: dict[tuple[str, str], dict[str, tuple[dict, Any, Any]]] = defaultdict(dict)
         for s, rep in per_scale:
             for r in rep.rows:
-                self.table[(r["method"], r["score"])][s] = (r, rep.replicates.get((r["method"], r["score"])))
+                key = (r["method"], r["score"])
+                self.table[key][s] = (r, rep.replicates.get(key), rep.nested.get(key))
 
-    def series(self, method: str, score: str) -> _Series | None:
-        """The metric on every range, and its replicates where all ranges share resamples."""
+    def series(self, method: str, score: str, nested: bool = False) -> _Series | None:
+        """The metric on every range, and its replicates where all ranges share resamples
+        (``nested``: the replicates with the selection redone in each resample; None where a
+        range has none)."""
         got = self.table.get((method, score))
         if not got or set(got) != set(self.scales):
             return None
         est = np.asarray([((got[s][0].get("metrics") or {}).get(self.metric) or {}).get("estimate")
                           for s in self.scales], dtype=np.float64)  # None -> NaN
-        reps = [got[s][1] for s in self.scales]
+        reps = [got[s][2 if nested else 1] for s in self.scales]
         usable = self.same and all(x is not None for x in reps)
+        if nested and not usable:
+            return None
         return est, (np.stack(reps).astype(np.float64) if usable else None)
 
     def interval(self, fn, *series: _Series, p: bool) -> dict[str, Any]:
@@ -147,11 +153,16 @@ class _Panel:
         rec: dict[str, Any] = {"score": score, "method": method, "metric": self.metric, "scales": self.scales,
                                "mean": self.interval(_mean, ser, p=False),
                                "spread": self.interval(_spread, ser, p=False), "versus": []}
+        nser = self.series(method, score, nested=True)
         for base, role in comps:
             bser = self.series(base, score)
             if bser is not None:
-                rec["versus"].append({"baseline": base, "role": role,
-                                      **{name: self.interval(fn, ser, bser, p=p) for name, fn, p in _DIFFS}})
+                entry = {"baseline": base, "role": role,
+                         **{name: self.interval(fn, ser, bser, p=p) for name, fn, p in _DIFFS}}
+                nbser = None if nser is None else self.series(base, score, nested=True)
+                if nbser is not None:  # selection redone in each resample, on both sides
+                    entry["nested"] = {name: self.interval(fn, nser, nbser, p=p) for name, fn, p in _DIFFS}
+                rec["versus"].append(entry)
         if method == "vanilla":  # does the range matter? every pair of ranges, on the same resamples
             rec["range_diffs"] = [
                 {"scales": [a, b], "diff": self.interval(lambda x, i=i, j=j: x[i] - x[j], ser, p=True)}
@@ -194,7 +205,7 @@ def range_statistics(
         for score in dict.fromkeys(sc for _, sc in panel.table):
             methods = [m for (m, sc) in panel.table if sc == score]
             calib = [m for m in methods if _family(m, CALIBRATION)]
-            best_cal = max(calib, key=lambda m: _dev_score([row for row, _ in panel.table[(m, score)].values()],
+            best_cal = max(calib, key=lambda m: _dev_score([entry[0] for entry in panel.table[(m, score)].values()],
                                                            minimize), default=None)
             for method in methods:
                 ser = panel.series(method, score)
@@ -233,9 +244,36 @@ def comparisons(rows: Sequence[dict[str, Any]], ranges: Sequence[dict[str, Any]]
 def find_primary(rows: Sequence[dict[str, Any]], ranges: Sequence[dict[str, Any]], primary: Mapping[str, Any]
                  ) -> list[tuple[dict, dict]]:
     """The comparisons `primary` names (fields as `jaxjudge.experiment.Endpoint`): one per
-    (judge, task, aspect) where it is defined unless those are named."""
-    want = {k: v for k, v in primary.items() if v is not None or k == "versus"}
-    return [(d, iv) for d, iv in all_comparisons(rows, ranges) if all(d.get(k) == v for k, v in want.items())]
+    (judge, task, aspect) where it is defined unless those are named.
+
+    With ``selection="nested"`` a comparison over ranges whose nested interval was computed
+    (`nested_comparisons`) is given by it, its description marked ``"selection": "nested"``;
+    the others (no tuned side) keep the report's interval. A spec without ``selection`` is
+    ``"conditional"``.
+    """
+    want = {k: v for k, v in primary.items() if k != "selection" and (v is not None or k == "versus")}
+    hits = [(d, iv) for d, iv in all_comparisons(rows, ranges) if all(d.get(k) == v for k, v in want.items())]
+    if primary.get("selection", "conditional") != "nested":
+        return hits
+    twins = {_described(d): (d, iv) for d, iv in nested_comparisons(ranges)}
+    return [twins.get(_described(d), (d, iv)) for d, iv in hits]
+
+
+def _described(d: Mapping[str, Any]) -> tuple:
+    return tuple(d.get(k) for k in ("judge", "task", "aspect", "score", "method", "versus", "statistic", "metric"))
+
+
+def nested_comparisons(ranges: Sequence[dict[str, Any]]) -> Iterator[tuple[dict, dict]]:
+    """The comparisons over ranges that also have a nested interval (selection redone in each
+    resample on both sides): ``(description with "selection": "nested", interval dict)``."""
+    for rec in ranges:
+        labels = {k: rec.get(k) for k in ("judge", "task", "aspect", "score", "method")}
+        for v in rec["versus"]:
+            for stat in ("mean", "spread", "relative"):
+                key = "relative" if stat == "relative" else f"{stat}_diff"
+                if key in v.get("nested", {}):
+                    yield ({**labels, "versus": v["baseline"], "statistic": stat, "metric": rec["metric"],
+                            "selection": "nested"}, v["nested"][key])
 
 
 def all_comparisons(rows, ranges) -> Iterator[tuple[dict, dict]]:
@@ -274,7 +312,9 @@ def endpoints(rows: list[dict[str, Any]], ranges: list[dict[str, Any]], primary:
     hits = find_primary(rows, ranges, primary) if primary else []
     if primary and not hits:
         raise ValueError(f"primary endpoint {dict(primary)} matches no comparison of this report")
-    prim_ids = {id(iv) for _, iv in hits}
+    # A nested primary's conditional twin is the same comparison: it leaves the secondary family too.
+    twins = find_primary(rows, ranges, {**primary, "selection": "conditional"}) if primary else []
+    prim_ids = {id(iv) for _, iv in hits + twins}
     if len(hits) > 1 and any(iv.get("p") is not None for _, iv in hits):
         for (_, iv), p in zip(hits, holm([iv.get("p") for _, iv in hits])):
             iv["p_holm"] = p

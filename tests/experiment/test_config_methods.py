@@ -61,3 +61,14 @@ def test_methods_that_read_or_run_the_assistant_need_a_pair(tmp_path):
              ModelSpec("other", str(tmp_path / "a.gguf")))
     with pytest.raises(ConfigError, match=r"judges \['other'\] have no assistant"):
         _cfg(tmp_path, models=three, pairs=(("big", "small"),), judges=("big", "other"), methods=("contrastive",))
+
+
+def test_a_primary_is_read_with_the_selection_inside_its_interval_unless_told(tmp_path):
+    spec = dict(method="deb_t_tp10", versus="vanilla", score="expected@0.2", statistic="mean")
+    assert _cfg(tmp_path, primary=Endpoint(**spec)).primary.selection == "nested"
+    assert _cfg(tmp_path, primary=Endpoint(**spec, selection="conditional")).primary.selection == "conditional"
+    with pytest.raises(ConfigError, match=r"primary.selection: 'nested' needs ci_method 'expanded' or 'percentile'"):
+        _cfg(tmp_path, primary=Endpoint(**spec), ci_method="bca")
+    _cfg(tmp_path, primary=Endpoint(**spec, selection="conditional"), ci_method="bca")
+    with pytest.raises(ConfigError, match=r"selection"):
+        _cfg(tmp_path, primary=Endpoint(**spec, selection="inner"))

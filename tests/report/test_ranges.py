@@ -7,6 +7,7 @@ per-range rows, which come from another code path (`score_stats_batch`).
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -162,9 +163,8 @@ def test_endpoints_primary_excluded_from_holm_family():
                                  "score": "expected@1"}, 0.05)
 
 
-def test_pipeline_over_ranges_agree_with_per_range_rows():
-    """End to end on a simulated judge: the mean over ranges and its difference from vanilla
-    equal the means of the per-range rows' estimates (a separate code path)."""
+def _simulated(primary):
+    """Arrays and a config of a simulated judge with an assistant, over three ranges."""
     rng = np.random.default_rng(0)
     n_docs, per = 30, 4
     groups = np.repeat([f"d{i}" for i in range(n_docs)], per)
@@ -188,9 +188,17 @@ def test_pipeline_over_ranges_agree_with_per_range_rows():
         contrastive_temperature="t_main", select_metric="spearman", select_per_group=False, metrics=("spearman",),
         ci_metrics=("spearman",), n_boot=300, alpha=0.05, seed=0, min_ci_groups=10, ci_method="expanded",
         assistant_of=lambda j: "asst", task_of=None, comparisons=(),
-        primary={"method": "contrastive", "versus": "temperature", "statistic": "mean", "score": "expected@1"},
+        primary=primary,
     )
     cfg.task = lambda name: task
+    return arrays, cfg, scales
+
+
+def test_pipeline_over_ranges_agree_with_per_range_rows():
+    """End to end on a simulated judge: the mean over ranges and its difference from vanilla
+    equal the means of the per-range rows' estimates (a separate code path)."""
+    arrays, cfg, scales = _simulated(
+        {"method": "contrastive", "versus": "temperature", "statistic": "mean", "score": "expected@1"})
     res = report_from_arrays(arrays, cfg)
     per = {(r["method"], r["scale"]): r for r in res.rows}
     con = next(r for r in res.ranges if r["method"] == "contrastive")
@@ -208,6 +216,54 @@ def test_pipeline_over_ranges_agree_with_per_range_rows():
     md = markdown_report(res)
     assert md.splitlines()[2].startswith("**Primary endpoint** (95% interval, unadjusted): contrastive − temperature")
     assert "## Over ranges" in md and "## Secondary comparisons" in md
+
+
+@pytest.mark.slow
+def test_a_nested_primary_redoes_the_selection_in_every_resample():
+    """The primary endpoint read with ``selection="nested"``: its interval comes from the cells'
+    nested replicates (each resample choosing lambda and t again on its own dev rows), combined
+    over ranges like the report's own; its conditional twin leaves the secondary family."""
+    spec = {"method": "contrastive", "versus": "temperature", "statistic": "mean", "score": "expected@1"}
+    arrays, cfg, scales = _simulated({**spec, "selection": "nested"})
+    res = report_from_arrays(arrays, cfg)
+    (prim,) = res.endpoints["primary"]["endpoints"]
+    assert prim["description"]["selection"] == "nested"
+    # The reference: each range's cell evaluated with the nested bootstrap of the two rows.
+    from jaxjudge.report import MethodOptions, evaluate_cell
+    from jaxjudge.report.pipeline import _splits_for
+    from jaxjudge.metrics.fold_stat import interval_summary
+
+    task = cfg.tasks[0]
+    opts = MethodOptions.from_config(cfg, task)
+    nested = dataclasses.replace(opts, nested=("contrastive", "temperature"), nested_scores=("expected@1",))
+    reps, est, groups = [], [], set()
+    for s in scales:
+        a = arrays[Cell("sim", "stsb", "similarity", s)]
+        rep = evaluate_cell(a, _splits_for(task, a, None), nested, {})
+        assert set(rep.nested) == {(m, "expected@1") for m in ("vanilla", "temperature", "contrastive")}
+        reps.append(rep.nested[("contrastive", "expected@1")] - rep.nested[("temperature", "expected@1")])
+        groups.add(rep.num_groups)
+        rows = {r["method"]: r for r in rep.rows if r["score"] == "expected@1"}
+        est.append(rows["contrastive"]["metrics"]["spearman"]["estimate"]
+                   - rows["temperature"]["metrics"]["spearman"]["estimate"])
+    assert groups == {20}  # the test split's documents
+    want = interval_summary(float(np.mean(est)), np.mean(reps, axis=0), 0.05, num_groups=20, min_groups=10,
+                            method="expanded")
+    iv = prim["interval"]
+    assert iv["estimate"] == pytest.approx(want["estimate"], abs=1e-6)
+    assert [iv["low"], iv["high"]] == pytest.approx([want["low"], want["high"]], abs=1e-6)
+    # The conditional interval of the same comparison: same estimate, other replicates.
+    con = next(r for r in res.ranges if r["method"] == "contrastive")
+    twin = next(v for v in con["versus"] if v["baseline"] == "temperature")
+    assert twin["mean_diff"]["estimate"] == pytest.approx(iv["estimate"])
+    assert (twin["mean_diff"]["low"], twin["mean_diff"]["high"]) != (iv["low"], iv["high"])
+    assert twin["nested"]["mean_diff"] is iv
+    # Only the primary's rows (and the vanilla judge) were bootstrapped nested, at the primary's
+    # reading; the secondary family is the conditional report's less the twin.
+    assert {v["baseline"] for v in con["versus"] if "nested" in v} == {"vanilla", "temperature"}
+    plain = report_from_arrays(arrays, _simulated(spec)[1])
+    assert res.endpoints["secondary"]["count"] == plain.endpoints["secondary"]["count"] == 3 * 3 + 3 * 2 - 1 + 3
+    assert "selection redone in each resample" in markdown_report(res).splitlines()[2]
 
 
 def test_co_primary_endpoints_one_per_aspect_holm_among_themselves():
