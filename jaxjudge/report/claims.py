@@ -125,7 +125,10 @@ def verdict(res: Results, claim: Claim) -> tuple[str, str, str]:
     if not hits:
         raise ValueError(f"claim {claim.text!r}: no comparison {claim.method} vs {claim.versus}, {claim.statistic}, "
                          f"{claim.score} in run {res.experiment}")
-    prim = [e["description"] for e in ((res.endpoints or {}).get("primary") or {}).get("endpoints", [])]
+    # A primary endpoint is quoted with its own interval (with the selection redone inside it
+    # where its config asks; its description then says so), the comparison otherwise the same.
+    prim = [({k: v for k, v in e["description"].items() if k != "selection"}, e["interval"])
+            for e in ((res.endpoints or {}).get("primary") or {}).get("endpoints", [])]
     if claim.statistic == "range pairs":
         tested = [(d, iv) for d, iv in hits if iv.get("p_holm") is not None]
         d, iv = min(tested or hits, key=lambda h: h[1].get("p_holm") if h[1].get("p_holm") is not None else 2.0)
@@ -135,7 +138,9 @@ def verdict(res: Results, claim: Claim) -> tuple[str, str, str]:
         raise ValueError(f"claim {claim.text!r}: {len(hits)} comparisons match in run {res.experiment}; "
                          "the claims name one judge, task and aspect per run")
     d, iv = hits[0]
-    is_primary = d in prim
+    own = next((piv for pd, piv in prim if pd == d), None)
+    is_primary = own is not None
+    iv = own if is_primary else iv
     label = f"{d['method']} − {d['versus']}, {d['statistic']}" + (" (*primary*)" if is_primary else "")
     if claim.expect == "equivalent":
         if iv.get("low") is None or iv.get("reason"):

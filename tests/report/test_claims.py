@@ -66,3 +66,16 @@ def test_spread_equivalence_calibration_and_range_pairs():
 def test_block_replaced_between_markers():
     text = f"intro\n{BEGIN}\nold\n{END}\ntail\n"
     assert _replace_block(text, "new", "f") == f"intro\n{BEGIN}\nnew\n{END}\ntail\n"
+
+
+def test_a_nested_primary_is_quoted_with_its_own_interval():
+    # The conditional interval clears 0; the primary's, with the selection redone in each
+    # resample, does not: the claim reads the primary's.
+    res = _results(_iv(0.1, 0.02, 0.2), _iv(0, -1, 1, 1.0), _iv(0, -1, 1, 1.0), primary=True)
+    nested = _iv(0.1, -0.01, 0.21)
+    (ep,) = res.endpoints["primary"]["endpoints"]
+    ep["description"] = {**ep["description"], "selection": "nested"}
+    ep["interval"] = nested
+    word, label, text = verdict(res, _claim())
+    assert (word, label) == ("not shown", "m − vanilla, mean (*primary*)")
+    assert text == "+0.100 [-0.010, +0.210]"
