@@ -58,7 +58,7 @@ from jaxjudge.engine.score import ChunkReader
 from jaxjudge.engine.tokens import Tokenised, check_prompts, nll_token_span, positive_int, tokenise
 from jaxjudge.models.judge import Judge
 from jaxjudge.prompts import RenderedPrompt, ScoreCandidates, ScoreScale
-from jaxjudge.store import Store, StoreError, assign_chunks
+from jaxjudge.store import CLAIM_STALE_S, Store, StoreError, assign_chunks
 
 __all__ = ["GenerationRoomError", "check_generation_room", "extract"]
 
@@ -81,6 +81,7 @@ def extract(
     on_chunk: Callable[[int], None] | None = None,
     prompt_nll: bool = False,
     generate_tokens: int = 0,
+    claim_lease: float = CLAIM_STALE_S,
     **engine: Any,
 ) -> Extraction:
     """Extracts the judge's score log-probabilities for rendered prompts.
@@ -118,6 +119,8 @@ def extract(
             read right after the prompt (no ``prompt_extension``) and room for G tokens after
             every prompt. The replies are returned, not stored: the store key and arrays are
             those of a plain extraction.
+        claim_lease: seconds without a heartbeat after which another worker's claim on a chunk
+            is taken over (a claim of a dead process on this host is taken over at once).
 
     Returns:
         `Extraction` in the order of ``prompts``.
@@ -216,7 +219,7 @@ def extract(
             while pending:
                 waiting = []
                 for c in pending:
-                    claim = st.claim_chunk(c)
+                    claim = st.claim_chunk(c, stale_after=claim_lease)
                     if claim is None:
                         if not st.has_chunk(c):
                             waiting.append(c)

@@ -137,6 +137,7 @@ def run_extractions(
             jobs=[j for j in plan if j.model == n], load_assistant=load_assistant,
             # The hash `models.load` gives a model, without loading it for a finished job.
             assistant_sha256=lambda name: source_sha256(paths[name], memo_dir=cache_root()),
+            claim_lease=cfg.claim_lease,
         )
         for job in rc.jobs:
             computed, n_rows = job.run(rc)

@@ -292,8 +292,12 @@ class ExperimentConfig(Typed):
         (`jaxjudge.experiment.mesh_for`).
       compile_cache: folder of the persistent XLA compilation cache (None: the command line's
         default, ``$JAXJUDGE_XLA_CACHE`` or ``~/.cache/jaxjudge/xla``).
-      engine: options passed verbatim to the engine (batch size, context length, ...), each
-        checked against the annotation of `jaxjudge.engine.extract`'s parameter.
+      claim_lease: seconds after which a chunk claimed by another worker sharing the store
+        root, and silent (no heartbeat) that long, is taken over (a dead process's claim on
+        the same host is taken over at once): `jaxjudge extract` started several times on one
+        store, on one machine or on several sharing a filesystem, splits every job's chunks.
+      engine: the engine's options (`jaxjudge.engine.EngineOptions` fields: batch size,
+        context length, ...), each checked against its field's type and bounds.
     """
 
     name: str
@@ -337,6 +341,7 @@ class ExperimentConfig(Typed):
     dtype: Literal["float32", "bfloat16"] = "float32"
     mesh: Mapping[str, int] | None = None
     compile_cache: str | None = None
+    claim_lease: float = opt(120.0, gt=0)
     engine: Mapping[str, Any] = opt(factory=dict)
 
     def check(self) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ import numpy as np
 
 from jaxjudge.engine import EngineOptions
 from jaxjudge.prompts import ScoreScale, get_template
-from jaxjudge.store import Store
+from jaxjudge.store import CLAIM_STALE_S, Store
 
 __all__ = [
     "ExtractionJob",
@@ -68,6 +69,7 @@ class RunContext:
       load_assistant: name -> the loaded assistant model (loaded once, on first use).
       assistant_sha256: name -> the assistant file's sha256 (without loading it).
       replies: generation results decoded during a score pass, by the generation store's folder.
+      claim_lease: seconds after which another worker's silent claim on a chunk is taken over.
     """
 
     cfg: Any
@@ -83,6 +85,7 @@ class RunContext:
     load_assistant: Callable[[str], Any]
     assistant_sha256: Callable[[str], str]
     replies: dict[Path, dict[str, np.ndarray]] = field(default_factory=dict)
+    claim_lease: float = CLAIM_STALE_S
 
     @property
     def overflow(self) -> str:
@@ -221,31 +224,60 @@ class ExtractionJob:
 # -- writing stores ----------------------------------------------------------------------------
 
 
-def one_chunk(root: Path, key: dict[str, Any], make: Callable[[], dict[str, np.ndarray]]) -> tuple[bool, int]:
-    """A job small enough to be one chunk: compute it unless the store already has it."""
+CLAIM_POLL_S = 0.5
+"""How often a worker looks again at chunks other workers hold."""
+
+
+def claimed_chunks(store: Store, todo: Sequence[int], make: Callable[[int], dict[str, np.ndarray]],
+                   lease: float = CLAIM_STALE_S) -> list[int]:
+    """Write the chunks ``todo`` of ``store``, each under a claim, as workers sharing the store do.
+
+    A chunk another live worker holds is skipped and looked at again until it is written; a
+    claim without a heartbeat for ``lease`` seconds (or of a dead process on this host) is taken
+    over, so a killed worker's chunks are done by the others. Returns the chunks this call wrote.
+    """
+    done: list[int] = []
+    pending = list(todo)
+    while pending:
+        waiting = []
+        for i in pending:
+            claim = store.claim_chunk(i, stale_after=lease)
+            if claim is None:
+                if not store.has_chunk(i):
+                    waiting.append(i)
+                continue
+            with claim:
+                store.write_chunk(i, make(i))
+            done.append(i)
+        if waiting:
+            time.sleep(CLAIM_POLL_S)
+        pending = waiting
+    return done
+
+
+def one_chunk(root: Path, key: dict[str, Any], make: Callable[[], dict[str, np.ndarray]],
+              lease: float = CLAIM_STALE_S) -> tuple[bool, int]:
+    """A job small enough to be one chunk: compute it unless the store already has it (or
+    another worker does: see `claimed_chunks`)."""
     store = Store.open(root, key, n_chunks=1)
-    if store.has_chunk(0):
-        return False, len(next(iter(store.load().values())))
-    arrays = make()
-    store.write_chunk(0, arrays)
-    return True, len(next(iter(arrays.values())))
+    done = claimed_chunks(store, store.missing_chunks(), lambda i: make(), lease)
+    return bool(done), len(next(iter(store.load().values())))
 
 
 def row_chunks(root: Path, key: dict[str, Any], n_rows: int,
-               make: Callable[[int, int], dict[str, np.ndarray]]) -> tuple[bool, int]:
+               make: Callable[[int, int], dict[str, np.ndarray]], lease: float = CLAIM_STALE_S) -> tuple[bool, int]:
     """A generation job, chunk by chunk: `make(lo, hi)` gives rows lo..hi-1; each chunk is
-    written as soon as it is computed, and chunks already written are kept. A new store gets
+    written as soon as it is computed (under a claim, shared with other workers: see
+    `claimed_chunks`), and chunks already written are kept. A new store gets
     ceil(n_rows / `GENERATE_CHUNK_ROWS`) chunks; an existing one keeps its own count."""
     try:
         store = Store.open(root, key, create=False)
     except FileNotFoundError:
         store = Store.open(root, key, n_chunks=max(1, -(-n_rows // GENERATE_CHUNK_ROWS)))
-    k = store.n_chunks
-    size = -(-n_rows // k)
-    missing = store.missing_chunks()
-    for i in missing:
-        store.write_chunk(i, make(i * size, min(n_rows, (i + 1) * size)))
-    return bool(missing), len(next(iter(store.load().values())))
+    size = -(-n_rows // store.n_chunks)
+    done = claimed_chunks(store, store.missing_chunks(),
+                          lambda i: make(i * size, min(n_rows, (i + 1) * size)), lease)
+    return bool(done), len(next(iter(store.load().values())))
 
 
 def complete(root: Path, key: dict[str, Any]) -> bool:

@@ -62,7 +62,7 @@ class ScoreJob(ExtractionJob):
             if not complete(gen_where, gen.full_key(rc)) and gen.rendered(rc) == list(rendered.prompts):
                 try:
                     out = extract(rc.judge, rendered.prompts, scale, rc.engine, store=where, key=key,
-                                  progress=rc.progress, generate_tokens=rc.max_new_tokens)
+                                  progress=rc.progress, generate_tokens=rc.max_new_tokens, claim_lease=rc.claim_lease)
                 except GenerationRoomError:
                     out = None
                 if out is not None and bool(np.all(out.generated_lengths >= 0)):
@@ -72,5 +72,6 @@ class ScoreJob(ExtractionJob):
                                              "parsed_scores": np.asarray(parsed, np.float32),
                                              "texts": np.asarray(texts)}
         if out is None:
-            out = extract(rc.judge, rendered.prompts, scale, rc.engine, store=where, key=key, progress=rc.progress)
+            out = extract(rc.judge, rendered.prompts, scale, rc.engine, store=where, key=key, progress=rc.progress,
+                          claim_lease=rc.claim_lease)
         return bool(out.computed_chunks), len(out)

@@ -5,11 +5,12 @@ for keys and hashes, `jaxjudge.store.files` for atomic writes and chunk claims, 
 `jaxjudge.store.merge` for combining the folders of several processes.
 """
 
-from jaxjudge.store.chunked import FORMAT, Store, StoreError, StoreKeyMismatch, assign_chunks, seal_store
+from jaxjudge.store.chunked import CLAIM_STALE_S, FORMAT, Store, StoreError, StoreKeyMismatch, assign_chunks, seal_store
 from jaxjudge.store.keys import canonical_key, content_sha256, file_sha256, hash_key, ids_digest
 from jaxjudge.store.merge import merge_stores
 
 __all__ = [
+    "CLAIM_STALE_S",
     "FORMAT",
     "Store",
     "StoreError",

@@ -1,0 +1,90 @@
+"""Workers sharing one store root: `jaxjudge extract` started twice on the same config splits the
+chunks; one killed with SIGKILL mid-run leaves its chunks to the other, and the store equals an
+uninterrupted run's.
+
+Slow: three extractions of the embedded SmolLM2 judge (subprocesses).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments.registry import SMOLLM2
+from jaxjudge.experiment import ExperimentConfig, SubsetSpec, TaskSpec, config_to_dict
+from jaxjudge.store import Store
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def _experiment(tmp_path: Path) -> Path:
+    cfg = ExperimentConfig(
+        name="workers", models=(SMOLLM2,),
+        tasks=(TaskSpec("summeval", ("coherence",), data="embedded", split="kfold", n_folds=2,
+                        subset=SubsetSpec("two documents: a short test", n_docs=2)),),
+        scales=("1-5",), methods=("vanilla", "deb_r", "contextual"), temperatures=(1.0,),
+        engine={"chunk_size": 2, "batch_size": 2}, claim_lease=2.0,
+    )
+    data = tmp_path / "workers.json"
+    data.write_text(json.dumps(config_to_dict(cfg)))
+    path = tmp_path / "workers.py"
+    path.write_text("import json\nfrom jaxjudge.experiment import config_from_dict\n\n\n"
+                    f"def get_config(arg=None):\n    return config_from_dict(json.loads(open({str(data)!r}).read()))\n")
+    return path
+
+
+def _start(tmp_path: Path, config: Path, stores: Path, log: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
+    env.pop("XLA_FLAGS", None)
+    out = open(tmp_path / log, "w")
+    return subprocess.Popen([sys.executable, "-m", "jaxjudge.cli", "extract", str(config), "--quiet",
+                             "--stores", str(stores)], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _arrays(root: Path) -> dict[str, dict[str, np.ndarray]]:
+    return {str(m.parent.relative_to(root)): Store.open(m.parent).load() for m in sorted(root.rglob("manifest.json"))}
+
+
+def test_a_killed_workers_chunks_are_done_by_the_other(tmp_path):
+    config = _experiment(tmp_path)
+    shared, alone = tmp_path / "shared", tmp_path / "alone"
+    a = _start(tmp_path, config, shared, "a.log")
+    b = _start(tmp_path, config, shared, "b.log")
+    score = shared / "smollm2-135m" / "score-summeval-coherence-1-5" / "chunks"
+    deadline = time.time() + 600
+    while not (score.is_dir() and any(p.suffix == ".npz" for p in score.iterdir())):
+        assert a.poll() is None and time.time() < deadline, (tmp_path / "a.log").read_text()[-2000:]
+        time.sleep(0.05)
+    a.send_signal(signal.SIGKILL)  # mid-run: 16 chunks of 2 summaries, the first just written
+    a.wait()
+    assert b.wait(timeout=600) == 0, (tmp_path / "b.log").read_text()[-2000:]
+    manifest = json.loads((score.parent / "manifest.json").read_text())
+    assert len(list(score.glob("*.npz"))) == manifest["n_chunks"] == 16
+    assert not list(score.glob(".*.claim"))  # every claim released or taken over
+
+    # An uninterrupted run in its own store root gives the same arrays.
+    c = _start(tmp_path, config, alone, "c.log")
+    assert c.wait(timeout=600) == 0, (tmp_path / "c.log").read_text()[-2000:]
+    got, want = _arrays(shared), _arrays(alone)
+    assert got.keys() == want.keys() and len(got) == 3  # score, random_r, content_free
+    for store, arrays in want.items():
+        for name, value in arrays.items():
+            if value.dtype.kind == "f":
+                np.testing.assert_allclose(got[store][name], value, atol=1e-6, err_msg=f"{store}: {name}")
+            else:
+                np.testing.assert_array_equal(got[store][name], value, err_msg=f"{store}: {name}")
+
+    # The killed worker, restarted, finds everything done.
+    again = _start(tmp_path, config, shared, "again.log")
+    assert again.wait(timeout=600) == 0
+    log = (tmp_path / "again.log").read_text()
+    assert "computed " not in log and log.count("cached") == 3, log
