@@ -43,7 +43,9 @@ RULE = (
     "equivalence claim holds where the interval lies within the stated margin, and is "
     "contradicted where it lies outside it. \"The range matters\" holds where some pair of ranges "
     "differs by the same rule (the pair with the smallest adjusted p-value is quoted). Each run's "
-    "primary endpoint is read unadjusted (marked *primary*); everything else is secondary."
+    "primary endpoint is read unadjusted (marked *primary*), its interval redoing the dev-side "
+    "choice in every resample where a side is tuned; everything else is secondary, read with the "
+    "hyper-parameters held at the dev choice."
 )
 
 
