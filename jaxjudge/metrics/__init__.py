@@ -20,10 +20,11 @@ Metrics:
 * `pearson`, `spearman` (average ranks for ties; one sort, O(N log N)), `kendall` (tau-b, as
   scipy's `kendalltau(variant='b')`; O(N^2) time, O(128 N) memory), `mse`, `neg_mse`.
   `METRICS` / `get_metric(name)` look them up by name.
-* `grouped(metric, x, y, groups, ...)`: summary-level variant, the mean over groups (e.g.
-  SummEval source documents) of the within-group metric, skipping groups where it is
-  undefined; `per_group` returns the per-group values, `grouped_metric` binds the groups into a
-  plain `(x, y, mask)` metric, `encode_groups` turns arbitrary ids into codes 0..G-1.
+* `grouped(metric, x, y, groups, ...)` (`jaxjudge.metrics.grouped`): summary-level variant,
+  the mean over groups (e.g. SummEval source documents) of the within-group metric, skipping
+  groups where it is undefined; `per_group` returns the per-group values, `grouped_metric`
+  binds the groups into a plain `(x, y, mask)` metric, `encode_groups` turns arbitrary ids into
+  codes 0..G-1.
 * `sdd(probs, human, lo)`: Score Distribution Divergence, the mean KL(Q || P) between the human
   score spread over its two neighbouring integer scores and the judge's score distribution;
   `sdd_from_logprobs` reads the same from log-probabilities (exact far below float32's
@@ -53,16 +54,14 @@ from jaxjudge.metrics.correlation import (
     METRICS,
     MetricFn,
     get_metric,
-    grouped,
-    grouped_metric,
     kendall,
     mse,
     neg_mse,
     pearson,
-    per_group,
     spearman,
 )
 from jaxjudge.metrics.distribution import SDD_EPS, score_targets, sdd, sdd_from_logprobs, validity_rate
+from jaxjudge.metrics.grouped import grouped, grouped_metric, per_group
 from jaxjudge.metrics.groups import GroupCodes, encode_groups
 from jaxjudge.metrics.multiplicity import bootstrap_p_value, holm
 from jaxjudge.metrics import inference, system_level

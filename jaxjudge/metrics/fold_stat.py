@@ -38,8 +38,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxjudge.metrics.bootstrap import bca_quantiles, expanded_levels
-from jaxjudge.metrics.correlation import get_metric, per_group
+from jaxjudge.metrics.correlation import get_metric
 from jaxjudge.metrics.distribution import sdd_from_logprobs
+from jaxjudge.metrics.grouped import per_group
 from jaxjudge.metrics.group_sums import (
     PEARSON_SUMS, kl_sums, mean_from_sums, midrank_pearson, pearson_from_sums, pearson_sums, sq_error_sums,
 )
