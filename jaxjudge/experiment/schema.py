@@ -120,7 +120,7 @@ class ExperimentConfig(Typed):
         O(N^2) per resample, so large CPU runs may leave it out.
       n_boot: bootstrap resamples; alpha: 1 - confidence level.
       min_ci_groups: fewest reported (test) groups for which an interval is printed; below it
-        the cell shows the estimate and the reason (see `jaxjudge.metrics.fold_stat.MIN_CI_GROUPS`).
+        the cell shows the estimate and the reason (see `jaxjudge.metrics.intervals.MIN_CI_GROUPS`).
       ci_method: ``"expanded"`` (the percentile interval at levels widened for the number of
         groups, `jaxjudge.metrics.expanded_levels`), ``"percentile"`` or ``"bca"`` (bias-
         corrected and accelerated, with a leave-one-group-out jackknife). The expanded one is

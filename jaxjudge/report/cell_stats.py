@@ -5,7 +5,7 @@ test row in some fold (a fixed split: the test groups; k-fold: every group, each
 metric recomputed on the resampled groups with the folds' hyper-parameters held as chosen), so
 an interval is conditional on the selection. Deltas from the vanilla judge use the same
 resamples (paired). Undefined resamples are counted (``n_boot_nan``, ``nan_share``); above
-`jaxjudge.metrics.fold_stat.NAN_SHARE_MAX` of them, or with fewer than ``min_ci_groups``
+`jaxjudge.metrics.intervals.NAN_SHARE_MAX` of them, or with fewer than ``min_ci_groups``
 reported groups, no interval is given and ``reason`` says why. Per-document means state how
 many test documents had a defined metric (``docs_defined`` of ``docs``, fewest over folds).
 Methods compared in one cell and reading average their per-document metrics over the same
@@ -27,8 +27,9 @@ import numpy as np
 
 from jaxjudge import metrics as M
 from jaxjudge.metrics.fold_stat import (
-    doc_columns, fold_arrays, interval_summary, methods_point, methods_prepare, methods_stat, needs_signs,
+    doc_columns, fold_arrays, methods_point, methods_prepare, methods_stat, needs_signs,
 )
+from jaxjudge.metrics.intervals import interval_summary
 from jaxjudge.metrics.multiplicity import bootstrap_p_value
 from jaxjudge.report.cell_inputs import MethodOptions
 from jaxjudge.select import Splits

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import scipy.stats as st
 
-from jaxjudge.metrics.fold_stat import interval_summary
+from jaxjudge.metrics.intervals import interval_summary
 from jaxjudge.metrics.synthetic import clustered_judges, combined_pearson, spearman_of_normal
 from jaxjudge.report.cell_inputs import MethodOptions
 from jaxjudge.report.cell_stats import test_side_intervals
