@@ -32,9 +32,10 @@ Metrics:
 * `validity_rate(valid)`: fraction of valid judge outputs.
 * `bootstrap_ci`, `metric_ci`, `paired_difference_ci`: percentile intervals from a bootstrap
   that resamples whole groups, paired across methods.
-* `ppi_mean`, `ppi_difference`, `ppi_ranking` (`jaxjudge.metrics.inference`): prediction-powered
-  estimates of mean human scores from judge scores on all items and human scores on a few,
-  classical, PPI and power-tuned PPI++, optionally cluster-robust; `system_kendall_ci`
+* `ppi_mean`, `ppi_difference` (`jaxjudge.metrics.inference`), `ppi_ranking`,
+  `effective_labels` (`jaxjudge.metrics.ranking`): prediction-powered estimates of mean human
+  scores from judge scores on all items and human scores on a few, classical, PPI and
+  power-tuned PPI++, optionally cluster-robust; `system_kendall_ci`
   (`jaxjudge.metrics.system_level`): system-level Kendall tau with a document bootstrap.
 """
 
@@ -64,8 +65,9 @@ from jaxjudge.metrics.distribution import SDD_EPS, score_targets, sdd, sdd_from_
 from jaxjudge.metrics.grouped import grouped, grouped_metric, per_group
 from jaxjudge.metrics.groups import GroupCodes, encode_groups
 from jaxjudge.metrics.multiplicity import bootstrap_p_value, holm
-from jaxjudge.metrics import inference, system_level
+from jaxjudge.metrics import inference, ranking, system_level
 from jaxjudge.metrics.inference import *  # noqa: F403  (its __all__: prediction-powered inference)
+from jaxjudge.metrics.ranking import *  # noqa: F403  (its __all__: ranking systems by PPI)
 from jaxjudge.metrics.system_level import *  # noqa: F403  (its __all__: system-level agreement)
 
 __all__ = [
@@ -100,5 +102,6 @@ __all__ = [
     "spearman",
     "validity_rate",
     *inference.__all__,
+    *ranking.__all__,
     *system_level.__all__,
 ]
