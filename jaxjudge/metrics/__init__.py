@@ -20,10 +20,11 @@ Metrics:
 * `pearson`, `spearman` (average ranks for ties; one sort, O(N log N)), `kendall` (tau-b, as
   scipy's `kendalltau(variant='b')`; O(N^2) time, O(128 N) memory), `mse`, `neg_mse`.
   `METRICS` / `get_metric(name)` look them up by name.
-* `grouped(metric, x, y, groups, ...)`: summary-level variant, the mean over groups (e.g.
-  SummEval source documents) of the within-group metric, skipping groups where it is
-  undefined; `per_group` returns the per-group values, `grouped_metric` binds the groups into a
-  plain `(x, y, mask)` metric, `encode_groups` turns arbitrary ids into codes 0..G-1.
+* `grouped(metric, x, y, groups, ...)` (`jaxjudge.metrics.grouped`): summary-level variant,
+  the mean over groups (e.g. SummEval source documents) of the within-group metric, skipping
+  groups where it is undefined; `per_group` returns the per-group values, `grouped_metric`
+  binds the groups into a plain `(x, y, mask)` metric, `encode_groups` turns arbitrary ids into
+  codes 0..G-1.
 * `sdd(probs, human, lo)`: Score Distribution Divergence, the mean KL(Q || P) between the human
   score spread over its two neighbouring integer scores and the judge's score distribution;
   `sdd_from_logprobs` reads the same from log-probabilities (exact far below float32's
@@ -31,9 +32,10 @@ Metrics:
 * `validity_rate(valid)`: fraction of valid judge outputs.
 * `bootstrap_ci`, `metric_ci`, `paired_difference_ci`: percentile intervals from a bootstrap
   that resamples whole groups, paired across methods.
-* `ppi_mean`, `ppi_difference`, `ppi_ranking` (`jaxjudge.metrics.inference`): prediction-powered
-  estimates of mean human scores from judge scores on all items and human scores on a few,
-  classical, PPI and power-tuned PPI++, optionally cluster-robust; `system_kendall_ci`
+* `ppi_mean`, `ppi_difference` (`jaxjudge.metrics.inference`), `ppi_ranking`,
+  `effective_labels` (`jaxjudge.metrics.ranking`): prediction-powered estimates of mean human
+  scores from judge scores on all items and human scores on a few, classical, PPI and
+  power-tuned PPI++, optionally cluster-robust; `system_kendall_ci`
   (`jaxjudge.metrics.system_level`): system-level Kendall tau with a document bootstrap.
 """
 
@@ -53,20 +55,19 @@ from jaxjudge.metrics.correlation import (
     METRICS,
     MetricFn,
     get_metric,
-    grouped,
-    grouped_metric,
     kendall,
     mse,
     neg_mse,
     pearson,
-    per_group,
     spearman,
 )
 from jaxjudge.metrics.distribution import SDD_EPS, score_targets, sdd, sdd_from_logprobs, validity_rate
+from jaxjudge.metrics.grouped import grouped, grouped_metric, per_group
 from jaxjudge.metrics.groups import GroupCodes, encode_groups
 from jaxjudge.metrics.multiplicity import bootstrap_p_value, holm
-from jaxjudge.metrics import inference, system_level
+from jaxjudge.metrics import inference, ranking, system_level
 from jaxjudge.metrics.inference import *  # noqa: F403  (its __all__: prediction-powered inference)
+from jaxjudge.metrics.ranking import *  # noqa: F403  (its __all__: ranking systems by PPI)
 from jaxjudge.metrics.system_level import *  # noqa: F403  (its __all__: system-level agreement)
 
 __all__ = [
@@ -101,5 +102,6 @@ __all__ = [
     "spearman",
     "validity_rate",
     *inference.__all__,
+    *ranking.__all__,
     *system_level.__all__,
 ]

@@ -30,6 +30,7 @@ from scipy.stats import t as student_t
 
 from jaxjudge.metrics import _checks
 from jaxjudge.metrics import correlation as _corr
+from jaxjudge.metrics.grouped import grouped
 from jaxjudge.metrics.groups import encode_groups
 
 
@@ -329,7 +330,7 @@ def _metric_stat(metric: Callable, per_group: bool, num_groups: int) -> StatFn:
     if per_group:
 
         def stat(pred, human, groups, w):
-            return _corr.grouped(metric, pred, human, groups, num_groups=num_groups, weights=w)
+            return grouped(metric, pred, human, groups, num_groups=num_groups, weights=w)
 
     else:
 

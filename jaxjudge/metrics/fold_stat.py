@@ -1,5 +1,4 @@
-"""One jitted statistic for every metric of a method read one way, averaged over folds, and
-its interval summary.
+"""One jitted statistic for every metric of a method read one way, averaged over folds.
 
 The report evaluates every method of a cell with the same compiled statistic: the arrays of
 the reported rows go in once, the bootstrap (`jaxjudge.metrics.bootstrap_distribution`)
@@ -25,40 +24,32 @@ from one resample to the next and are computed once per call (`fold_prepare`):
 
 A resample then costs the pooled metrics over the rows and a few products over groups. The
 numbers equal those of the plain metrics on the repeated rows (tests/report/test_report.py).
+
+The interval the report prints from the replicates, `interval_summary` (with `MIN_CI_GROUPS`
+and `NAN_SHARE_MAX`), lives in `jaxjudge.metrics.intervals` and is re-exported here.
 """
 
 from __future__ import annotations
 
 import functools
-import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxjudge.metrics.bootstrap import bca_quantiles, expanded_levels
-from jaxjudge.metrics.correlation import get_metric, per_group
+from jaxjudge.metrics.correlation import get_metric
 from jaxjudge.metrics.distribution import sdd_from_logprobs
 from jaxjudge.metrics.group_sums import (
     PEARSON_SUMS, kl_sums, mean_from_sums, midrank_pearson, pearson_from_sums, pearson_sums, sq_error_sums,
 )
+from jaxjudge.metrics.grouped import per_group
+from jaxjudge.metrics.intervals import MIN_CI_GROUPS, NAN_SHARE_MAX, interval_summary
 from jaxjudge.metrics.tau_b import pair_matrices, sign_matrix, tau_from_sums
 
 __all__ = [
     "MIN_CI_GROUPS", "NAN_SHARE_MAX", "doc_columns", "fold_arrays", "fold_layout", "fold_mean_stat", "fold_prepare",
     "interval_summary", "methods_point", "methods_prepare", "methods_stat", "needs_signs", "shared_prepare",
 ]
-
-NAN_SHARE_MAX = 0.05
-"""Above this share of undefined bootstrap resamples a cell prints no interval (the survivors
-are a biased subsample: e.g. resamples whose test side holds one distinct parsed score)."""
-
-MIN_CI_GROUPS = 10
-"""Fewest reported (test) groups for which the report prints an interval. Below it the
-percentile bootstrap of a correlation under-covers badly (3 test documents: about 77% for a
-nominal 95%); `tests/report/test_coverage.py` and `benchmarks/coverage.py` measure coverage at and
-above this minimum."""
 
 
 def needs_signs(names: tuple[str, ...] | list[str]) -> bool:
@@ -426,42 +417,3 @@ def methods_point(names: tuple[str, ...], num_groups: int, probs_per_method: boo
     stat = methods_stat(names, num_groups, probs_per_method)
     prep = methods_prepare(names, num_groups, probs_per_method, resampled=False)
     return jax.jit(lambda *arrays: stat(*arrays, *prep(*arrays), None))
-
-
-def interval_summary(
-    estimate: float, reps: np.ndarray | None, alpha: float, *, num_groups: int | None = None,
-    min_groups: int = MIN_CI_GROUPS, jack: np.ndarray | None = None, method: str = "percentile",
-) -> dict[str, Any]:
-    """``{estimate, low, high}`` plus, for a bootstrapped statistic, ``n_boot``,
-    ``n_boot_nan`` and ``nan_share``; ``reason`` says why an interval is withheld.
-
-    Args:
-      estimate: the point estimate.
-      reps: `[B]` bootstrap replicates, or None (a point estimate only).
-      alpha: 1 - confidence level.
-      num_groups: groups resampled; below `min_groups` no interval is given.
-      min_groups: see `MIN_CI_GROUPS`.
-      jack: `[G]` jackknife values (``method="bca"``).
-      method: ``"percentile"``, ``"expanded"`` (`expanded_levels`) or ``"bca"``.
-    """
-    est = float(estimate)
-    out: dict[str, Any] = {"estimate": est if math.isfinite(est) else None, "low": None, "high": None}
-    if reps is None:
-        return out
-    r_all = np.asarray(reps, np.float64)
-    r = r_all[np.isfinite(r_all)]
-    out["n_boot"] = int(r_all.size)
-    out["n_boot_nan"] = int(r_all.size - r.size)
-    out["nan_share"] = out["n_boot_nan"] / max(r_all.size, 1)
-    if num_groups is not None and num_groups < min_groups:
-        out["reason"] = f"too few groups ({num_groups} < {min_groups})"
-    elif out["nan_share"] > NAN_SHARE_MAX:
-        out["reason"] = f"{out['nan_share']:.0%} of resamples undefined"
-    elif r.size:
-        if method == "bca":
-            lo, hi = bca_quantiles(est, r, jack, alpha)
-        else:
-            levels = expanded_levels(num_groups, alpha) if method == "expanded" else (alpha / 2, 1 - alpha / 2)
-            lo, hi = np.quantile(r, levels)
-        out["low"], out["high"] = float(lo), float(hi)
-    return out

@@ -39,7 +39,7 @@ import numpy as np
 from jaxjudge import metrics as M
 from jaxjudge.data import to_prompt_range
 from jaxjudge.debias import adjust_per_fold, expected_score, greedy_score
-from jaxjudge.metrics.fold_stat import interval_summary
+from jaxjudge.metrics.intervals import interval_summary
 from jaxjudge.report.cell_inputs import CellArrays, CellReport, MethodOptions, score_kinds
 from jaxjudge.report.cell_stats import common_docs, resample_key, score_stats, score_stats_batch, stats_context
 from jaxjudge.report.methods import METHODS, CellContext, Kind, Method, Variant, check_needs

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxjudge.debias import least_perplexity
-from jaxjudge.metrics.fold_stat import MIN_CI_GROUPS
+from jaxjudge.metrics.intervals import MIN_CI_GROUPS
 from jaxjudge.prompts import ScoreScale
 from jaxjudge.select import Splits, fixed_split, kfold_splits
 

@@ -5,7 +5,7 @@ test row in some fold (a fixed split: the test groups; k-fold: every group, each
 metric recomputed on the resampled groups with the folds' hyper-parameters held as chosen), so
 an interval is conditional on the selection. Deltas from the vanilla judge use the same
 resamples (paired). Undefined resamples are counted (``n_boot_nan``, ``nan_share``); above
-`jaxjudge.metrics.fold_stat.NAN_SHARE_MAX` of them, or with fewer than ``min_ci_groups``
+`jaxjudge.metrics.intervals.NAN_SHARE_MAX` of them, or with fewer than ``min_ci_groups``
 reported groups, no interval is given and ``reason`` says why. Per-document means state how
 many test documents had a defined metric (``docs_defined`` of ``docs``, fewest over folds).
 Methods compared in one cell and reading average their per-document metrics over the same
@@ -27,8 +27,9 @@ import numpy as np
 
 from jaxjudge import metrics as M
 from jaxjudge.metrics.fold_stat import (
-    doc_columns, fold_arrays, interval_summary, methods_point, methods_prepare, methods_stat, needs_signs,
+    doc_columns, fold_arrays, methods_point, methods_prepare, methods_stat, needs_signs,
 )
+from jaxjudge.metrics.intervals import interval_summary
 from jaxjudge.metrics.multiplicity import bootstrap_p_value
 from jaxjudge.report.cell_inputs import MethodOptions
 from jaxjudge.select import Splits
@@ -226,6 +227,103 @@ _KENDALL_BUDGET = 1 << 26
 """Most Kendall pair-matrix entries (methods x folds x M x M) one batched call holds."""
 
 
+def _ci_chunk(names: tuple[str, ...], arrays: tuple, num_groups: int, codes: np.ndarray, has_probs: bool,
+              common: dict[str, np.ndarray] | None, options: MethodOptions) -> tuple:
+    """The bootstrapped statistics of one chunk of methods.
+
+    Args:
+      names: the statistics with an interval (`stat_names`).
+      arrays: `_layout` of the chunk's methods.
+      num_groups, codes: the reported groups (the codes the bootstrap resamples).
+      has_probs, common, options: as `score_stats_batch`.
+
+    Returns:
+      ``(estimates [m, S], replicates [B, m, S], jackknife [G, m, S] or None, docs)``: the
+      jackknife only for ``options.ci_method == "bca"``; ``docs`` as `_doc_values`.
+    """
+    stat = methods_stat(names, num_groups, has_probs)
+    # What no resample changes (per-document values, group pair sums, rank matrices): once.
+    prepared = _keep_common(methods_prepare(names, num_groups, has_probs)(*arrays), names, common)
+    consts = arrays + prepared
+    jack = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        e, r = M.bootstrap_distribution(stat, (), codes, n_boot=options.n_boot, seed=options.seed, consts=consts)
+        if options.ci_method == "bca":
+            jack = np.asarray(M.jackknife_distribution(stat, (), codes, consts=consts))
+    return np.asarray(e), np.asarray(r), jack, _doc_values(names, prepared[0])
+
+
+def _point_chunk(names: tuple[str, ...], arrays: tuple, num_groups: int, has_probs: bool,
+                 common: dict[str, np.ndarray] | None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The point-only statistics of one chunk of methods: ``(estimates [m, S], docs)``.
+
+    Args: as `_ci_chunk` (the statistics without an interval in ``names``).
+    """
+    has_doc = any(name.endswith("_doc") for name in names)
+    if common is not None and has_doc:
+        prepared = _keep_common(methods_prepare(names, num_groups, has_probs, resampled=False)(*arrays), names,
+                                common)
+        est = np.asarray(_point_stat(names, num_groups, has_probs)(arrays, prepared))
+    else:
+        est = np.asarray(methods_point(names, num_groups, has_probs)(*arrays))
+    if not has_doc:
+        return est, {}
+    if common is None:
+        prepared = methods_prepare(names, num_groups, has_probs, resampled=False)(*arrays)
+    return est, _doc_values(names, prepared[0])
+
+
+def _method_stats(ci: tuple | None, point: np.ndarray | None, docs: dict[str, np.ndarray],
+                  ci_names: tuple[str, ...], point_names: tuple[str, ...], options: MethodOptions,
+                  num_groups: int, docs_in_fold: Sequence[int], usable: Sequence[bool]) -> dict[str, dict]:
+    """One method's summaries, statistic name -> ``{estimate, low, high, ...}``.
+
+    Args:
+      ci: ``(estimates [S], replicates [B, S], jackknife [G, S] or None)`` of ``ci_names``, or
+        None when there are none.
+      point: `[S']` estimates of ``point_names``, or None when there are none.
+      docs: ``<metric>_doc`` -> `[F, G]` the method's per-document values.
+      ci_names, point_names, options: as in `score_stats_batch`.
+      num_groups: reported groups.
+      docs_in_fold, usable: as `docs_defined`.
+    """
+    out: dict[str, dict] = {}
+    est, reps, jack = ci if ci_names else (None, None, None)
+    for i, name in enumerate(ci_names):
+        out[name] = interval_summary(est[i], reps[:, i], options.alpha, num_groups=num_groups,
+                                     min_groups=options.min_ci_groups, jack=None if jack is None else jack[:, i],
+                                     method=options.ci_method)
+        if name.startswith("delta_") and out[name].get("low") is not None:
+            # Two-sided (Wald, bootstrap SE) p-value of the paired difference, for Holm.
+            out[name]["p"] = bootstrap_p_value(est[i], reps[:, i])
+    for i, name in enumerate(point_names):
+        out[name] = interval_summary(point[i], None, options.alpha)
+    for name, iv in out.items():
+        if name.endswith("_doc") and not name.startswith("delta_"):
+            # Also where no document is left to average over: the count says so.
+            iv.update(docs_defined(docs[name], docs_in_fold, usable))
+    return out
+
+
+def _metrics_and_deltas(out: dict[str, dict], has_probs: bool, with_delta: bool,
+                        metric_names: Sequence[str]) -> tuple[dict[str, dict], dict[str, dict]]:
+    """A method's summaries split as `score_stats` returns them, ``(metrics, deltas)``.
+
+    ``delta_<metric>`` goes to ``deltas[<metric>]`` when ``with_delta`` (else it is dropped),
+    ``sdd`` is dropped without scored probabilities, and every name of ``metric_names`` is in
+    ``metrics`` (``{estimate: None, low: None, high: None}`` where this reading leaves it
+    undefined).
+    """
+    if not has_probs:
+        out = {k_: v for k_, v in out.items() if k_ != "sdd"}
+    deltas = {k_[len("delta_"):]: v for k_, v in out.items() if k_.startswith("delta_") and with_delta}
+    metrics = {k_: v for k_, v in out.items() if not k_.startswith("delta_")}
+    for m in metric_names:  # undefined for this reading (e.g. SDD of a greedy score)
+        metrics.setdefault(m, {"estimate": None, "low": None, "high": None})
+    return metrics, deltas
+
+
 def score_stats_batch(
     preds_mfn: np.ndarray,
     base_fn: np.ndarray | None,
@@ -269,7 +367,7 @@ def score_stats_batch(
     point_names = stat_names(options, True, False, [m for m in options.metrics if m not in ci_set])
     kendall = needs_signs(ci_names + point_names)
     layout = _layout(preds_mfn, base_fn, probs_mfnk, ok, ctx)
-    est_ci, reps, jack, est_point, docs = [], [], [], [], []
+    chunks = []  # per chunk of methods: (ci statistics or None, point estimates or None, docs)
     index, pad = layout[0], layout[1]
     docs_in_fold = [np.unique(codes.codes[index[i][pad[i] > 0]]).size for i in range(index.shape[0])]
     usable = [bool(np.any(pad[i] * layout[7][i] > 0)) for i in range(index.shape[0])]
@@ -278,58 +376,24 @@ def score_stats_batch(
     for lo in range(0, n_methods, step):
         part = slice(lo, lo + step)
         arrays = tuple(a[part] if i == 2 or (i == 6 and has_probs) else a for i, a in enumerate(layout))
-        chunk_docs = {}
+        ci, point, chunk_docs = None, None, {}
         if ci_names:
-            stat = methods_stat(ci_names, codes.num_groups, has_probs)
-            # What no resample changes (per-document values, group pair sums, rank matrices): once.
-            prepared = _keep_common(methods_prepare(ci_names, codes.num_groups, has_probs)(*arrays), ci_names, common)
-            consts = arrays + prepared
-            chunk_docs.update(_doc_values(ci_names, prepared[0]))
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                e, r = M.bootstrap_distribution(stat, (), codes.codes, n_boot=options.n_boot, seed=options.seed,
-                                                consts=consts)
-                if options.ci_method == "bca":
-                    jack.append(np.asarray(M.jackknife_distribution(stat, (), codes.codes, consts=consts)))
-            est_ci.append(np.asarray(e))
-            reps.append(np.asarray(r))
+            est, reps, jack, ci_docs = _ci_chunk(ci_names, arrays, codes.num_groups, codes.codes, has_probs, common,
+                                                 options)
+            ci = (est, reps, jack)
+            chunk_docs.update(ci_docs)
         if point_names:
-            if common is not None and any(name.endswith("_doc") for name in point_names):
-                prepared = _keep_common(methods_prepare(point_names, codes.num_groups, has_probs, resampled=False)(
-                    *arrays), point_names, common)
-                est_point.append(np.asarray(_point_stat(point_names, codes.num_groups, has_probs)(arrays, prepared)))
-            else:
-                est_point.append(np.asarray(methods_point(point_names, codes.num_groups, has_probs)(*arrays)))
-            if any(name.endswith("_doc") for name in point_names):
-                if common is None:
-                    prepared = methods_prepare(point_names, codes.num_groups, has_probs, resampled=False)(*arrays)
-                chunk_docs.update(_doc_values(point_names, prepared[0]))
-        docs.append(chunk_docs)
+            point, point_docs = _point_chunk(point_names, arrays, codes.num_groups, has_probs, common)
+            chunk_docs.update(point_docs)
+        chunks.append((ci, point, chunk_docs))
     results = []
     for j in range(n_methods):
-        out: dict[str, dict] = {}
         c, i_part = divmod(j, step)
-        for i, name in enumerate(ci_names):
-            out[name] = interval_summary(est_ci[c][i_part, i], reps[c][:, i_part, i], options.alpha,
-                                         num_groups=codes.num_groups, min_groups=options.min_ci_groups,
-                                         jack=jack[c][:, i_part, i] if jack else None, method=options.ci_method)
-            if name.startswith("delta_") and out[name].get("low") is not None:
-                # Two-sided (Wald, bootstrap SE) p-value of the paired difference, for Holm.
-                out[name]["p"] = bootstrap_p_value(est_ci[c][i_part, i], reps[c][:, i_part, i])
+        ci, point, docs = chunks[c]
+        ci_j = None if ci is None else (ci[0][i_part], ci[1][:, i_part], None if ci[2] is None else ci[2][:, i_part])
+        out = _method_stats(ci_j, None if point is None else point[i_part], {k_: v[i_part] for k_, v in docs.items()},
+                            ci_names, point_names, options, codes.num_groups, docs_in_fold, usable)
         if replicates is not None:
-            replicates.append({name: np.asarray(reps[c][:, i_part, i]) for i, name in enumerate(ci_names)
-                               if name in keep})
-        for i, name in enumerate(point_names):
-            out[name] = interval_summary(est_point[c][i_part, i], None, options.alpha)
-        for name, iv in out.items():
-            if name.endswith("_doc") and not name.startswith("delta_"):
-                # Also where no document is left to average over: the count says so.
-                iv.update(docs_defined(docs[c][name][i_part], docs_in_fold, usable))
-        if not has_probs:
-            out = {k_: v for k_, v in out.items() if k_ != "sdd"}
-        deltas = {k_[len("delta_"):]: v for k_, v in out.items() if k_.startswith("delta_") and with_delta[j]}
-        metrics = {k_: v for k_, v in out.items() if not k_.startswith("delta_")}
-        for m in options.metrics:  # undefined for this reading (e.g. SDD of a greedy score)
-            metrics.setdefault(m, {"estimate": None, "low": None, "high": None})
-        results.append((metrics, deltas))
+            replicates.append({name: np.asarray(ci_j[1][:, i]) for i, name in enumerate(ci_names) if name in keep})
+        results.append(_metrics_and_deltas(out, has_probs, with_delta[j], options.metrics))
     return results

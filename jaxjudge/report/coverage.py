@@ -20,8 +20,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import scipy.stats as st
 
-from jaxjudge.metrics.fold_stat import interval_summary
-from jaxjudge.metrics.synthetic import clustered_judges, combined_pearson, spearman_of_normal
+from jaxjudge.metrics.intervals import interval_summary
+from jaxjudge.metrics.synthetic import SyntheticJudges, clustered_judges, combined_pearson, spearman_of_normal
 from jaxjudge.report.cell_inputs import MethodOptions
 from jaxjudge.report.cell_stats import test_side_intervals
 from jaxjudge.select import Splits, fixed_split, kfold_splits, nested_bootstrap
@@ -266,52 +266,89 @@ def nested_coverage(
     opts = MethodOptions(metrics=("spearman",), n_boot=n_boot, min_ci_groups=2, ci_method=ci_method,
                          select_metric="spearman")
     rng = np.random.default_rng(seed)
-    expected_by_size: dict[int, tuple[float, float]] = {}
-    hits = np.zeros(6)
-    widths, changed, n = [[], []], [], 0
-    expected = expected_se = float("nan")
+    rows, expected, expected_se = [], float("nan"), float("nan")
     for i in range(n_sims):
         total = 2 * n_groups if design == "fixed" else n_groups
         d = clustered_judges(rng, total, per_group, rho_between, rho_within)
         splits = _split(design, d.groups, n_groups, n_folds, seed + i)
-        if i == 0:
-            # The estimand depends on the design only (each fold's number of dev groups).
+        if i == 0:  # the estimand depends on the design only (each fold's number of dev groups)
             sizes = [np.unique(d.groups[m]).size for m in splits.dev]
-            for size in set(sizes):
-                expected_by_size[size] = expected_selected(size, n_draws, lams=lams, per_group=per_group,
-                                                           rho_between=rho_between, rho_within=rho_within,
-                                                           seed=seed + 1_000_003 + size)
-            expected = float(np.mean([expected_by_size[s][0] for s in sizes]))
-            expected_se = float(np.sqrt(np.mean([expected_by_size[s][1] ** 2 for s in sizes])))
-        tuned = d.judges[0][None] + lam[:, None] * d.judges[1][None]  # [G, N]
-        res = nested_bootstrap({"tuned": tuned[:, None], "judge_0": d.judges[0]}, d.human, d.groups, splits.dev,
-                               splits.test, "spearman", n_boot=n_boot, seed=seed + i)
-        t, v = res["tuned"], res["judge_0"]
-        n_report = int(np.unique(d.groups[splits.test.any(0)]).size)
-        summary = dict(num_groups=n_report, min_groups=2, method=ci_method)
-        nest = interval_summary(t.estimate, t.replicates, opts.alpha, **summary)
-        nest_diff = interval_summary(t.estimate - v.estimate, t.replicates - v.replicates, opts.alpha, **summary)
-        # The report's interval: the chosen lambdas held fixed, the test side resampled.
-        pred_fn = tuned[t.chosen_index]  # [F, N]
-        mets, deltas = test_side_intervals(pred_fn, d.human, d.groups, splits, _seeded(opts, seed + i),
-                                           base=d.judges[0])
-        cond, cond_diff = mets["spearman"], deltas["spearman"]
-        if any(iv["low"] is None for iv in (nest, nest_diff, cond, cond_diff)):
-            continue
-        n += 1
-        chosen = float(np.mean(truth[t.chosen_index]))
-        hits += [
-            nest["low"] <= expected <= nest["high"],
-            nest_diff["low"] <= expected - truth[0] <= nest_diff["high"],
-            cond["low"] <= chosen <= cond["high"],
-            cond_diff["low"] <= chosen - truth[0] <= cond_diff["high"],
-            cond["low"] <= expected <= cond["high"],
-            nest["low"] <= chosen <= nest["high"],
-        ]
-        widths[0].append(nest["high"] - nest["low"])
-        widths[1].append(cond["high"] - cond["low"])
-        changed.append(float(np.mean(t.chosen_replicates != t.chosen_index[None])))
-    share = hits / max(n, 1)
+            expected, expected_se = _expected_of_design(sizes, n_draws, lams, per_group, rho_between, rho_within, seed)
+        row = _nested_replicate(d, splits, lam, truth, expected, _seeded(opts, seed + i))
+        if row is not None:
+            rows.append(row)
+    return _nested_summary(rows, expected, expected_se)
+
+
+def _expected_of_design(
+    dev_sizes: list[int], n_draws: int, lams: tuple[float, ...], per_group: int,
+    rho_between: tuple[float, float], rho_within: tuple[float, float], seed: int,
+) -> tuple[float, float]:
+    """The nested interval's estimand, ``E[theta(lambda_hat)]``, and its Monte Carlo standard
+    error: `expected_selected` for each fold's number of dev groups ``dev_sizes`` (each size
+    drawn once, with its own seed), the mean over folds, and the root mean square of the folds'
+    standard errors."""
+    by_size: dict[int, tuple[float, float]] = {}
+    for size in set(dev_sizes):
+        by_size[size] = expected_selected(size, n_draws, lams=lams, per_group=per_group, rho_between=rho_between,
+                                          rho_within=rho_within, seed=seed + 1_000_003 + size)
+    expected = float(np.mean([by_size[s][0] for s in dev_sizes]))
+    expected_se = float(np.sqrt(np.mean([by_size[s][1] ** 2 for s in dev_sizes])))
+    return expected, expected_se
+
+
+def _nested_replicate(
+    d: SyntheticJudges, splits: Splits, lam: np.ndarray, truth: np.ndarray, expected: float, opts: MethodOptions,
+) -> tuple[list, float, float, float] | None:
+    """One replicate of `nested_coverage`; None when one of its four intervals is withheld.
+
+    Args:
+      d: the replicate's data (`clustered_judges`).
+      splits: its dev/test split.
+      lam: `[G]` the tuned judge's grid.
+      truth: `[G]` its population Spearman at each lambda.
+      expected: the nested interval's estimand (`_expected_of_design`).
+      opts: the report's options, seeded for this replicate (the nested bootstrap uses the
+        same seed and number of resamples).
+
+    Returns:
+      ``(hits, nested width, conditional width, changed)``: ``hits`` in the order of
+      `NestedCoverage`'s six shares, whether each interval held its target; the widths of the
+      two Spearman intervals; the share of resamples in which a fold chose another lambda.
+    """
+    tuned = d.judges[0][None] + lam[:, None] * d.judges[1][None]  # [G, N]
+    res = nested_bootstrap({"tuned": tuned[:, None], "judge_0": d.judges[0]}, d.human, d.groups, splits.dev,
+                           splits.test, "spearman", n_boot=opts.n_boot, seed=opts.seed)
+    t, v = res["tuned"], res["judge_0"]
+    n_report = int(np.unique(d.groups[splits.test.any(0)]).size)
+    summary = dict(num_groups=n_report, min_groups=2, method=opts.ci_method)
+    nest = interval_summary(t.estimate, t.replicates, opts.alpha, **summary)
+    nest_diff = interval_summary(t.estimate - v.estimate, t.replicates - v.replicates, opts.alpha, **summary)
+    # The report's interval: the chosen lambdas held fixed, the test side resampled.
+    pred_fn = tuned[t.chosen_index]  # [F, N]
+    mets, deltas = test_side_intervals(pred_fn, d.human, d.groups, splits, opts, base=d.judges[0])
+    cond, cond_diff = mets["spearman"], deltas["spearman"]
+    if any(iv["low"] is None for iv in (nest, nest_diff, cond, cond_diff)):
+        return None
+    chosen = float(np.mean(truth[t.chosen_index]))
+    hits = [
+        nest["low"] <= expected <= nest["high"],
+        nest_diff["low"] <= expected - truth[0] <= nest_diff["high"],
+        cond["low"] <= chosen <= cond["high"],
+        cond_diff["low"] <= chosen - truth[0] <= cond_diff["high"],
+        cond["low"] <= expected <= cond["high"],
+        nest["low"] <= chosen <= nest["high"],
+    ]
+    changed = float(np.mean(t.chosen_replicates != t.chosen_index[None]))
+    return hits, nest["high"] - nest["low"], cond["high"] - cond["low"], changed
+
+
+def _nested_summary(rows: list[tuple], expected: float, expected_se: float) -> NestedCoverage:
+    """`NestedCoverage` from the `_nested_replicate` results of the replicates with every interval."""
+    hits = np.zeros(6)
+    for row in rows:
+        hits += row[0]
+    share = hits / max(len(rows), 1)
 
     def mean(v):
         return float(np.mean(v)) if v else float("nan")
@@ -319,6 +356,7 @@ def nested_coverage(
     return NestedCoverage(
         nested=float(share[0]), nested_difference=float(share[1]), conditional=float(share[2]),
         conditional_difference=float(share[3]), conditional_of_expected=float(share[4]),
-        nested_of_chosen=float(share[5]), width_nested=mean(widths[0]), width_conditional=mean(widths[1]),
-        expected=expected, expected_se=expected_se, changed=mean(changed), n=n,
+        nested_of_chosen=float(share[5]), width_nested=mean([r[1] for r in rows]),
+        width_conditional=mean([r[2] for r in rows]), expected=expected, expected_se=expected_se,
+        changed=mean([r[3] for r in rows]), n=len(rows),
     )

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxjudge.metrics.fold_stat import interval_summary
+from jaxjudge.metrics.intervals import interval_summary
 from jaxjudge.metrics.multiplicity import bootstrap_p_value, holm
 
 __all__ = ["CALIBRATION", "all_comparisons", "comparisons", "endpoints", "find_primary", "nested_comparisons",

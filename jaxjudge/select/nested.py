@@ -266,22 +266,10 @@ def nested_bootstrap(
     Returns:
       name -> `NestedReplicates`, in the order of ``procedures``.
     """
-    if not isinstance(metric, str):
-        raise TypeError(f"metric must be a registered metric name, got {type(metric).__name__}")
-    _, minimize = _resolve_metric(metric, minimize)
-    if not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
-        raise ValueError(f"n_boot must be a positive integer, got {n_boot!r}")
-    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if not procedures:
-        raise ValueError("procedures is empty: pass at least one name -> predictions")
+    minimize = _check_options(metric, minimize, n_boot, batch_size, procedures)
     dev, test = _masks(dev_masks, test_masks)
     f, n = dev.shape
-    h = np.asarray(human, np.float64)
-    if h.shape != (n,):
-        raise ValueError(f"human must be [N]=[{n}] like the masks, got shape {h.shape}")
-    if not np.isfinite(h).all():
-        raise ValueError(f"human scores contain NaN/inf at rows {np.flatnonzero(~np.isfinite(h))[:10].tolist()}")
+    h = _check_human(human, n)
     st = _strata(groups, dev, test)
     if st.n_report < 2:
         raise ValueError(f"the bootstrap needs at least 2 reported groups, got {st.n_report}")
@@ -297,23 +285,7 @@ def nested_bootstrap(
                   batch_size=int(min(batch_size, n_boot + 1)))
     out = {}
     for name, pred in procedures.items():
-        p = np.asarray(pred, np.float32)
-        if p.ndim == 1:
-            p = p[None]
-        if p.ndim == 2:
-            p = np.broadcast_to(p, (f, n))[None]  # a fixed procedure: one grid point
-        if p.ndim != 3 or p.shape[1:] not in ((f, n), (1, n)):
-            raise ValueError(
-                f"procedure {name!r}: predictions must be [F, N] or [G, F, N] with F={f}, N={n} (from the "
-                f"masks), got shape {np.shape(pred)}"
-            )
-        p = np.broadcast_to(p, (p.shape[0], f, n))
-        bad = ~np.isfinite(p[:, :, used]).all((0, 1))
-        if bad.any():
-            raise ValueError(
-                f"procedure {name!r}: predictions are not finite at rows "
-                f"{np.flatnonzero(used)[bad][:10].tolist()} (rows on some fold's dev or test side)"
-            )
+        p = _procedure_grid(name, pred, f, n, used)
         cols = np.arange(f)[:, None]
         est, reps, idx, idx_reps = _nested_jit(
             p[:, cols, dl.index], p[:, cols, tl.index], *shared, jax.random.key(seed), **static)
@@ -322,3 +294,57 @@ def nested_bootstrap(
             chosen_replicates=np.asarray(idx_reps),
         )
     return out
+
+
+def _check_options(metric: Any, minimize: bool | None, n_boot: Any, batch_size: Any,
+                   procedures: Mapping[str, Any]) -> bool:
+    """`nested_bootstrap`'s scalar arguments checked; returns whether the metric is minimised.
+
+    Raises:
+      TypeError: ``metric`` is not a name.
+      ValueError: an unknown metric, ``n_boot`` or ``batch_size`` not a positive integer, or no
+        procedure.
+    """
+    if not isinstance(metric, str):
+        raise TypeError(f"metric must be a registered metric name, got {type(metric).__name__}")
+    _, minimize = _resolve_metric(metric, minimize)
+    if not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
+        raise ValueError(f"n_boot must be a positive integer, got {n_boot!r}")
+    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if not procedures:
+        raise ValueError("procedures is empty: pass at least one name -> predictions")
+    return minimize
+
+
+def _check_human(human: Any, n: int) -> np.ndarray:
+    """`[N]` float64 human scores, refused unless finite and as long as the masks' rows."""
+    h = np.asarray(human, np.float64)
+    if h.shape != (n,):
+        raise ValueError(f"human must be [N]=[{n}] like the masks, got shape {h.shape}")
+    if not np.isfinite(h).all():
+        raise ValueError(f"human scores contain NaN/inf at rows {np.flatnonzero(~np.isfinite(h))[:10].tolist()}")
+    return h
+
+
+def _procedure_grid(name: str, pred: Any, f: int, n: int, used: np.ndarray) -> np.ndarray:
+    """A procedure's predictions as float32 `[G, F, N]` (a fixed one: G = 1; shared by every
+    fold: broadcast), refused unless finite on every ``used`` row (some fold's dev or test side)."""
+    p = np.asarray(pred, np.float32)
+    if p.ndim == 1:
+        p = p[None]
+    if p.ndim == 2:
+        p = np.broadcast_to(p, (f, n))[None]  # a fixed procedure: one grid point
+    if p.ndim != 3 or p.shape[1:] not in ((f, n), (1, n)):
+        raise ValueError(
+            f"procedure {name!r}: predictions must be [F, N] or [G, F, N] with F={f}, N={n} (from the "
+            f"masks), got shape {np.shape(pred)}"
+        )
+    p = np.broadcast_to(p, (p.shape[0], f, n))
+    bad = ~np.isfinite(p[:, :, used]).all((0, 1))
+    if bad.any():
+        raise ValueError(
+            f"procedure {name!r}: predictions are not finite at rows "
+            f"{np.flatnonzero(used)[bad][:10].tolist()} (rows on some fold's dev or test side)"
+        )
+    return p
