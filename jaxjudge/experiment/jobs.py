@@ -115,14 +115,7 @@ def run_extractions(
     data = {t.task: load_task_data(t) for t in cfg.tasks}
     results: list[JobResult] = []
     for n in names:
-        try:
-            judge = M.load(paths[n], dtype=cfg.dtype, mesh=mesh, expected_sha256=cfg.model(n).sha256)
-        except M.ModelHashMismatch as e:  # changed since the check above
-            raise ConfigError(f"model {n!r}: {e}") from None
-        try:
-            chat = chat_format(judge) if cfg.prompt_style == "chat" else None
-        except ValueError as e:  # a judge without a chat template: a config error, named
-            raise ConfigError(f"model {n!r}: {e}") from None
+        judge, chat = _load_judge(cfg, n, paths[n], mesh)
         loaded: dict[str, Any] = {}  # assistants, loaded at the first job that runs one
 
         def load_assistant(name: str) -> Any:
@@ -147,6 +140,18 @@ def run_extractions(
         loaded.clear()  # the models go before the next judge loads
         del judge, rc
     return results
+
+
+def _load_judge(cfg: ExperimentConfig, name: str, path: Path, mesh: Any) -> tuple[Any, Any]:
+    """A judge's weights (checked against its sha256 again) and its chat format."""
+    try:
+        judge = M.load(path, dtype=cfg.dtype, mesh=mesh, expected_sha256=cfg.model(name).sha256)
+    except M.ModelHashMismatch as e:  # changed since the first check
+        raise ConfigError(f"model {name!r}: {e}") from None
+    try:
+        return judge, chat_format(judge) if cfg.prompt_style == "chat" else None
+    except ValueError as e:  # a judge without a chat template: a config error, named
+        raise ConfigError(f"model {name!r}: {e}") from None
 
 
 def _check_models(cfg: ExperimentConfig, paths: dict[str, Path], companions: dict[str, tuple[str, ...]],

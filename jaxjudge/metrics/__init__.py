@@ -62,7 +62,7 @@ from jaxjudge.metrics.correlation import (
     spearman,
 )
 from jaxjudge.metrics.distribution import SDD_EPS, score_targets, sdd, sdd_from_logprobs, validity_rate
-from jaxjudge.metrics.grouped import grouped, grouped_metric, per_group
+from jaxjudge.metrics.summary_level import grouped, grouped_metric, per_group
 from jaxjudge.metrics.groups import GroupCodes, encode_groups
 from jaxjudge.metrics.multiplicity import bootstrap_p_value, holm
 from jaxjudge.metrics import inference, ranking, system_level

@@ -30,7 +30,7 @@ from scipy.stats import t as student_t
 
 from jaxjudge.metrics import _checks
 from jaxjudge.metrics import correlation as _corr
-from jaxjudge.metrics.grouped import grouped
+from jaxjudge.metrics.summary_level import grouped
 from jaxjudge.metrics.groups import encode_groups
 
 

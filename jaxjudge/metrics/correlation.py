@@ -14,7 +14,7 @@ with one group. The cores are pure, jitted, float32, and take per-row weights `w
 Public entry points (`pearson`, `spearman`, `kendall`, `mse`, `neg_mse`) validate their
 inputs eagerly (see `_checks.py`) and then call the jitted cores; under an outer `jit`/`vmap`
 only the static shape checks run. The summary-level metrics (`grouped`, `per_group`,
-`grouped_metric`) run the same cores with many groups; they live in `jaxjudge.metrics.grouped`.
+`grouped_metric`) run the same cores with many groups; they live in `jaxjudge.metrics.summary_level`.
 """
 
 from __future__ import annotations

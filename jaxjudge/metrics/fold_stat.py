@@ -42,7 +42,7 @@ from jaxjudge.metrics.distribution import sdd_from_logprobs
 from jaxjudge.metrics.group_sums import (
     PEARSON_SUMS, kl_sums, mean_from_sums, midrank_pearson, pearson_from_sums, pearson_sums, sq_error_sums,
 )
-from jaxjudge.metrics.grouped import per_group
+from jaxjudge.metrics.summary_level import per_group
 from jaxjudge.metrics.intervals import MIN_CI_GROUPS, NAN_SHARE_MAX, interval_summary
 from jaxjudge.metrics.tau_b import pair_matrices, sign_matrix, tau_from_sums
 
