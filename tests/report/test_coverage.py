@@ -134,16 +134,16 @@ def test_nested_coverage_smoke():
 @pytest.mark.slow
 @pytest.mark.parametrize("design", ["fixed", "kfold"])
 def test_nested_interval_covers_about_95_percent_with_20_groups(design):
-    # The first 200 replicates of `experiments/coverage.py --nested` (seed 11); its 400
+    # The first 100 replicates of `experiments/coverage.py --nested` (seed 11); its 400
     # replicates, and 600 more of seed 21, are in results/README.md. The nested interval is a
-    # little conservative (fixed split: 0.973 over those 1,000; this stream's first 200 give
+    # little conservative (fixed split: 0.973 over those 1,000; this stream's first 200 gave
     # 0.995, its conditional interval 0.990), so it is held from below, and from being too
     # wide by its width relative to the conditional interval (1.04-1.11 in those runs).
     from jaxjudge.report.coverage import nested_coverage  # noqa: PLC0415
 
-    c = nested_coverage(design, 20, 200, n_boot=1000, seed=11)
-    assert c.n == 200
-    # About three binomial standard errors of 200 replicates under 95%.
-    assert c.nested >= 0.905, c
-    assert c.conditional >= 0.905, c
+    c = nested_coverage(design, 20, 100, n_boot=1000, seed=11)
+    assert c.n == 100
+    # About three binomial standard errors of 100 replicates under 95%.
+    assert c.nested >= 0.885, c
+    assert c.conditional >= 0.885, c
     assert 1.0 < c.width_nested / c.width_conditional < 1.2, c
