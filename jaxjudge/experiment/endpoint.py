@@ -7,6 +7,7 @@ from typing import Literal
 
 from jaxjudge.experiment.typed import ConfigError, Typed
 from jaxjudge.prompts import ScoreScale
+from jaxjudge.report.methods import REFERENCE
 
 __all__ = ["Endpoint"]
 
@@ -39,7 +40,7 @@ class Endpoint(Typed):
 
     method: str
     score: str
-    versus: str | None = "vanilla"
+    versus: str | None = REFERENCE
     statistic: str = "mean"
     judge: str | None = None
     task: str | None = None

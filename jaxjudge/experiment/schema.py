@@ -50,7 +50,7 @@ from jaxjudge.report.grids import (
     SELECT_METRICS,
     method_variants,
 )
-from jaxjudge.report.methods import METHODS as METHOD_REGISTRY
+from jaxjudge.report.methods import METHODS as METHOD_REGISTRY, PARSED, REFERENCE
 
 __all__ = [
     "ConfigError",
@@ -158,7 +158,7 @@ class ExperimentConfig(Typed):
     models: tuple[ModelSpec, ...]
     tasks: tuple[TaskSpec, ...]
     scales: tuple[str, ...] = ("0-4", "1-5", "2-6", "3-7")
-    methods: tuple[Method, ...] = ("vanilla",)
+    methods: tuple[Method, ...] = (REFERENCE,)
     description: str = opt("", empty=True)
     judges: tuple[str, ...] | None = None
     pairs: tuple[tuple[str, str], ...] = opt((), empty=True)
@@ -259,7 +259,7 @@ class ExperimentConfig(Typed):
         """The score readings of the report's rows (``expected@T``, ``greedy``, ``generate``)."""
         out = tuple(f"expected@{t:g}" for t in self.temperatures)
         out += ("greedy",) * self.greedy
-        if any(METHOD_REGISTRY[m].kind == "parsed" for m in self.methods):
+        if any(m in PARSED for m in self.methods):
             out += ("generate",)
         return out
 

@@ -42,7 +42,17 @@ from jaxjudge.debias import adjust_per_fold, expected_score, greedy_score
 from jaxjudge.metrics.intervals import interval_summary
 from jaxjudge.report.cell_inputs import CellArrays, CellReport, MethodOptions, score_kinds
 from jaxjudge.report.cell_stats import common_docs, resample_key, score_stats, score_stats_batch, stats_context
-from jaxjudge.report.methods import METHODS, CellContext, Kind, Method, Variant, check_needs
+from jaxjudge.report.methods import (
+    METHODS,
+    REFERENCE,
+    CellContext,
+    Kind,
+    Method,
+    Role,
+    Variant,
+    check_needs,
+    role_of,
+)
 from jaxjudge.select import Splits, grid_search, nested_bootstrap
 
 __all__ = ["evaluate_cell", "grid_predictions"]
@@ -210,7 +220,7 @@ class _Cell:
             test_metric=test_metric if test_metric is not None else self.selection_per_fold(pred, self.cx.test),
         )
         self.rows.append(row)
-        self.pending.setdefault(kind, []).append((row, pred, probs, method != "vanilla", baseline))
+        self.pending.setdefault(kind, []).append((row, pred, probs, role_of(method) is not Role.REFERENCE, baseline))
         # Score distribution of this method: argmax over all examples, mean over folds, drawn
         # with the hyper-parameters chosen for the greedy reading (what a judge would output).
         if kind == self.dist_kind:
@@ -292,7 +302,7 @@ class _Cell:
                 r = a.replicates if b is None else a.replicates - b.replicates
                 return {"metric": name, **interval_summary(est, r, options.alpha, **summary)}
 
-            self.nested_replicates[("vanilla", kind)] = reps[""].replicates
+            self.nested_replicates[(REFERENCE, kind)] = reps[""].replicates
             for row, _, baseline in items:
                 mine = reps[row["method"]]
                 self.nested_replicates[(row["method"], kind)] = mine.replicates
@@ -407,9 +417,9 @@ def _add_relative(rows: list[dict[str, Any]], options: MethodOptions) -> None:
     def est(r):
         return None if r is None else (r["metrics"].get(name) or {}).get("estimate")
 
-    gen = next((r for r in rows if r["method"] == "generate"), None)
+    gen = next((r for r in rows if role_of(r["method"]) is Role.GENERATION), None)
     for r in rows:
-        van = next((v for v in rows if v["method"] == "vanilla" and v["score"] == r["score"]), None)
+        van = next((v for v in rows if role_of(v["method"]) is Role.REFERENCE and v["score"] == r["score"]), None)
         rel = {}
         for key, base in (("vs_vanilla", van), ("vs_generate", gen)):
             m, b = est(r), est(base)

@@ -53,6 +53,7 @@ from jaxjudge.data.tasks import TASKS, load_task_data, task_dev_docs
 from jaxjudge.report.stores import StoreIndex, cells, load_cells
 from jaxjudge.report.cell import evaluate_cell
 from jaxjudge.report.cell_inputs import MethodOptions, make_splits
+from jaxjudge.report.methods import REFERENCE
 
 __all__ = [
     "FewLabelsError",
@@ -192,8 +193,8 @@ def _estimands(cp: CellPredictions, cfg: Any) -> list[_Estimand]:
     for s in names:
         sel = cp.systems == s
         out.append(_Estimand("system", s, cp.human[sel], {m: p[sel] for m, p in cp.preds.items()}, None, None))
-    if "vanilla" in cp.preds:
-        means = {s: cp.preds["vanilla"][cp.systems == s].mean() for s in names}
+    if REFERENCE in cp.preds:
+        means = {s: cp.preds[REFERENCE][cp.systems == s].mean() for s in names}
     else:
         means = {s: 0.0 for s in names}
     pair = cfg.pair or tuple(sorted(names, key=lambda s: (-means[s], s))[:2])
@@ -237,8 +238,8 @@ def label_saving(cp: CellPredictions, cfg: Any) -> list[dict[str, Any]]:
         truth = float(est.human.mean())
         specs = [(HUMAN_ONLY, "classical", next(iter(est.judge)))]
         specs += [(f"{m} + labels", "ppi++", m) for m in est.judge]
-        if "vanilla" in est.judge:
-            specs.append((PPI_PLAIN, "ppi", "vanilla"))
+        if REFERENCE in est.judge:
+            specs.append((PPI_PLAIN, "ppi", REFERENCE))
         for n in cfg.n_labels:
             base = {**labels, "estimand": est.name, "kind": est.kind, "N": n_items, "n": n,
                     "clustered": est.groups is not None, "note": est.note}

@@ -16,6 +16,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from jaxjudge.report.methods import GENERATION, REFERENCE, Role, role_of
 from jaxjudge.report.results import Results
 
 __all__ = [
@@ -43,7 +44,7 @@ def _by_panel(results: Results) -> dict[tuple[str, str, str], list[dict[str, Any
     return panels
 
 
-def plot_score_distributions(results: Results, out_dir: str | os.PathLike, methods: tuple[str, ...] = ("vanilla", "generate")) -> list[Path]:
+def plot_score_distributions(results: Results, out_dir: str | os.PathLike, methods: tuple[str, ...] = (REFERENCE, GENERATION)) -> list[Path]:
     """Score-range bias: how often each score is predicted, per range, against the humans.
 
     One PNG per (judge, task, aspect), one panel per scale: the fraction of examples whose most
@@ -60,7 +61,7 @@ def plot_score_distributions(results: Results, out_dir: str | os.PathLike, metho
             human = np.asarray(a["human_counts"], float)
             dists = a.get("distributions", {})
             shown = [m for m in methods if m in dists]
-            extra = [m for m in dists if m not in methods and m not in ("contextual", "batch", "distribution")]
+            extra = [m for m in dists if m not in methods and role_of(m) is not Role.CALIBRATION]
             shown += extra[:1]
             width = 0.8 / max(1, len(shown))
             for i, m in enumerate(shown):

@@ -27,6 +27,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from jaxjudge.report.methods import PARSED, Role, role_of
 from jaxjudge.report.results import Results
 from jaxjudge.report.intervals_text import format_interval
 
@@ -52,7 +53,7 @@ def range_rows(results: Results, metric: str = "spearman", scores: Sequence[str]
     """
     groups: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for r in results.rows:
-        if scores is not None and r["score"] not in scores and r["method"] not in ("generate", "contrastive_generate"):
+        if scores is not None and r["score"] not in scores and r["method"] not in PARSED:
             continue
         key = (r.get("judge"), r.get("task"), r.get("aspect"), r["score"], r["method"])
         groups[key][r["scale"]] = r
@@ -127,9 +128,10 @@ def plot_range_curves(results: Results, out_dir: str | os.PathLike, metric: str 
             hi = np.asarray([r["per_scale"].get(s, {}).get("high") for s in scales], dtype=float)
             off = x + (i - (len(rs) - 1) / 2) * width
             yerr = np.vstack([est - lo, hi - est])
-            color = "black" if r["method"] == "vanilla" else cmap(i % 20)
+            reference = role_of(r["method"]) is Role.REFERENCE
+            color = "black" if reference else cmap(i % 20)
             ax.errorbar(off, est, yerr=np.where(np.isfinite(yerr), yerr, 0), marker="o", ms=4, capsize=2,
-                        lw=2 if r["method"] == "vanilla" else 1, color=color, label=r["method"])
+                        lw=2 if reference else 1, color=color, label=r["method"])
         ax.set_xticks(x, scales)
         ax.set_xlabel("score range")
         ax.set_ylabel(metric)

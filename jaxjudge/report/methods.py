@@ -33,6 +33,7 @@ log-probability units at every T (the paper's 0.1-1.0 grid). The greedy reading 
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -65,7 +66,22 @@ from jaxjudge.jobs import (
 from jaxjudge.report.cell_inputs import CellArrays, MethodOptions, RandomPrior
 from jaxjudge.select import lambda_grid, lambda_temperature_grid, product_grid
 
-__all__ = ["JUDGE_SCORES", "METHODS", "CellContext", "Kind", "Method", "Need", "Variant", "cell_needs", "check_needs"]
+__all__ = [
+    "GENERATION",
+    "JUDGE_SCORES",
+    "METHODS",
+    "PARSED",
+    "REFERENCE",
+    "CellContext",
+    "Kind",
+    "Method",
+    "Need",
+    "Role",
+    "Variant",
+    "cell_needs",
+    "check_needs",
+    "role_of",
+]
 
 Kind = tuple[str, "float | None"]
 """A reading: ``("expected@0.2", 0.2)`` or ``("greedy", None)`` (see `score_kinds`)."""
@@ -167,6 +183,19 @@ class Variant:
     baseline: str | None = None  # the row name of its matched baseline (None: vanilla alone)
 
 
+class Role(enum.Enum):
+    """What a family is to the report's comparisons, besides a method of its own.
+
+    A family with a role other than ``METHOD`` has one row, named as the family (checked by
+    the registry's tests), so `role_of` reads the role from a row name alone.
+    """
+
+    METHOD = enum.auto()
+    REFERENCE = enum.auto()  # the vanilla judge: every other row's ``delta`` is from it
+    CALIBRATION = enum.auto()  # a calibration baseline: the best one on dev is a comparator
+    GENERATION = enum.auto()  # the judge's parsed greedy reply (``relative.vs_generate``)
+
+
 @dataclass(frozen=True)
 class Method:
     """One method family of the config's ``methods``.
@@ -181,6 +210,7 @@ class Method:
       rows: config -> the family's row (variant) names, in report order (default: its name);
         read from the config alone, before any array exists.
       parsed: a ``"parsed"`` family's `[N]` parsed scores of a cell (NaN = parse failure).
+      role: what the family is to the report's comparisons (`Role`).
     """
 
     name: str
@@ -191,6 +221,7 @@ class Method:
     params: Callable[[MethodOptions], tuple[str, ...]] | None = None
     rows: Callable[[Any], list[str]] | None = None
     parsed: Callable[[CellArrays], np.ndarray] | None = None
+    role: Role = Role.METHOD
 
     def row_names(self, cfg: Any) -> list[str]:
         """The family's row names under a config (``deb_t`` -> ``deb_t_tp10``, ...)."""
@@ -369,19 +400,19 @@ def _lam_and_temperature(opts: MethodOptions) -> tuple[str, ...]:
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
-        Method("vanilla", "fixed", variants=_vanilla),
+        Method("vanilla", "fixed", variants=_vanilla, role=Role.REFERENCE),
         # Parsed generations: the judge's greedy reply, and the contrastive (main - lambda *
         # assistant) greedy reply; validity is the parse rate.
-        Method("generate", "parsed", parsed=lambda a: a.generated, needs=(
+        Method("generate", "parsed", parsed=lambda a: a.generated, role=Role.GENERATION, needs=(
             Need(GenerateJob, into=lambda r: {"generated": r["parsed"]}, has=lambda a: a.generated is not None),)),
         Method("contrastive_generate", "parsed", parsed=lambda a: a.contrastive_generated, needs=(
             Need(ContrastiveGenerateJob, into=lambda r: {"contrastive_generated": r["parsed"]},
                  has=lambda a: a.contrastive_generated is not None),)),
-        Method("contextual", "fixed", variants=_contextual, needs=(
+        Method("contextual", "fixed", variants=_contextual, role=Role.CALIBRATION, needs=(
             Need(ContentFreeJob, into=lambda r: {"content_free": r["logprobs"]},
                  has=lambda a: a.content_free is not None),)),
-        Method("batch", "fixed", variants=_batch),
-        Method("distribution", "fixed", variants=_distribution),
+        Method("batch", "fixed", variants=_batch, role=Role.CALIBRATION),
+        Method("distribution", "fixed", variants=_distribution, role=Role.CALIBRATION),
         Method("deb_r", "tuned", needs=(Need(RandomRJob, into=_prior("R"), has=lambda a: "R" in a.random),),
                variants=_deb("R"), rows=_per_tp("deb_r", extended=True), adjust=rectify_adjust,
                params=lambda opts: ("lam",)),
@@ -398,3 +429,22 @@ METHODS: dict[str, Method] = {
 }
 """Every method family, in the order `evaluate_cell` runs them (rows are then sorted into the
 configured order)."""
+
+
+def _only(role: Role) -> str:
+    (name,) = [m.name for m in METHODS.values() if m.role is role]
+    return name
+
+
+REFERENCE: str = _only(Role.REFERENCE)
+"""The row name of the reference judge (vanilla) every method's ``delta`` is taken from."""
+GENERATION: str = _only(Role.GENERATION)
+"""The row name of the judge's own parsed greedy generation."""
+PARSED: frozenset[str] = frozenset(m.name for m in METHODS.values() if m.parsed is not None)
+"""The row names of the parsed-generation families (one row per cell, read ``generate``)."""
+
+
+def role_of(row: str) -> Role:
+    """The `Role` of a report row name (``Role.METHOD`` for every tuned variant)."""
+    method = METHODS.get(row)
+    return Role.METHOD if method is None else method.role

@@ -37,19 +37,14 @@ import numpy as np
 
 from jaxjudge.metrics.intervals import interval_summary
 from jaxjudge.metrics.multiplicity import bootstrap_p_value, holm
+from jaxjudge.report.methods import REFERENCE, Role, role_of
 
-__all__ = ["CALIBRATION", "all_comparisons", "comparisons", "endpoints", "find_primary", "nested_comparisons",
+__all__ = ["REFERENCE_ROLE", "all_comparisons", "comparisons", "endpoints", "find_primary", "nested_comparisons",
            "range_statistics"]
 
-CALIBRATION = ("contextual", "batch", "distribution")
-"""The calibration baselines' method families (their variants' names start with these)."""
-
-
-def _family(method: str, names: Sequence[str]) -> str | None:
-    for n in sorted(names, key=len, reverse=True):
-        if method == n or method.startswith(n + "_"):
-            return n
-    return None
+REFERENCE_ROLE = "vanilla"
+"""The ``role`` label of the comparison with the reference judge in a record's ``versus``
+(the others: ``"matched"``, ``"calibration"``, ``"listed"``)."""
 
 
 def _scale_key(name: str) -> tuple[float, ...]:
@@ -140,11 +135,11 @@ class _Panel:
         """``(row name, role)`` of everything ``method`` is compared with at this reading."""
         row0 = self.table[(method, score)][self.scales[0]][0]
         comps: list[tuple[str, str]] = []
-        if method != "vanilla" and ("vanilla", score) in self.table:
-            comps.append(("vanilla", "vanilla"))
+        if role_of(method) is not Role.REFERENCE and (REFERENCE, score) in self.table:
+            comps.append((REFERENCE, REFERENCE_ROLE))
         if row0.get("matched_baseline"):
             comps.append((row0["matched_baseline"], "matched"))
-        if best_cal and method != best_cal and not _family(method, CALIBRATION):
+        if best_cal and method != best_cal and role_of(method) is not Role.CALIBRATION:
             comps.append((best_cal, "calibration"))
         comps += [(b, "listed") for m, b in pairs if m == method]
         return list(dict.fromkeys(comps))
@@ -163,7 +158,7 @@ class _Panel:
                 if nbser is not None:  # selection redone in each resample, on both sides
                     entry["nested"] = {name: self.interval(fn, nser, nbser, p=p) for name, fn, p in _DIFFS}
                 rec["versus"].append(entry)
-        if method == "vanilla":  # does the range matter? every pair of ranges, on the same resamples
+        if role_of(method) is Role.REFERENCE:  # does the range matter? every pair of ranges, on the same resamples
             rec["range_diffs"] = [
                 {"scales": [a, b], "diff": self.interval(lambda x, i=i, j=j: x[i] - x[j], ser, p=True)}
                 for i, a in enumerate(self.scales) for j, b in enumerate(self.scales) if j > i
@@ -204,7 +199,7 @@ def range_statistics(
         panel = _Panel(sorted(per_scale, key=lambda x: _scale_key(x[0])), options, metric)
         for score in dict.fromkeys(sc for _, sc in panel.table):
             methods = [m for (m, sc) in panel.table if sc == score]
-            calib = [m for m in methods if _family(m, CALIBRATION)]
+            calib = [m for m in methods if role_of(m) is Role.CALIBRATION]
             best_cal = max(calib, key=lambda m: _dev_score([entry[0] for entry in panel.table[(m, score)].values()],
                                                            minimize), default=None)
             for method in methods:
@@ -225,7 +220,7 @@ def comparisons(rows: Sequence[dict[str, Any]], ranges: Sequence[dict[str, Any]]
     """
     for r in rows:
         labels = {k: r.get(k) for k in ("judge", "task", "aspect", "score", "method")}
-        for field, versus in (("delta", "vanilla"), ("delta_matched", r.get("matched_baseline"))):
+        for field, versus in (("delta", REFERENCE), ("delta_matched", r.get("matched_baseline"))):
             for metric, iv in (r.get(field) or {}).items():
                 if iv and iv.get("p") is not None:
                     yield {**labels, "versus": versus, "statistic": r["scale"], "metric": metric}, iv
@@ -280,7 +275,7 @@ def all_comparisons(rows, ranges) -> Iterator[tuple[dict, dict]]:
     """As `comparisons`, also those without a p-value (an interval withheld), and ``relative``."""
     for r in rows:
         labels = {k: r.get(k) for k in ("judge", "task", "aspect", "score", "method")}
-        for field, versus in (("delta", "vanilla"), ("delta_matched", r.get("matched_baseline"))):
+        for field, versus in (("delta", REFERENCE), ("delta_matched", r.get("matched_baseline"))):
             for metric, iv in (r.get(field) or {}).items():
                 yield {**labels, "versus": versus, "statistic": r["scale"], "metric": metric}, iv
     for rec in ranges:

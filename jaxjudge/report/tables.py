@@ -24,6 +24,7 @@ from typing import Any
 
 from jaxjudge.report.edges import edge_table, grid_edges
 from jaxjudge.report.intervals_text import format_interval
+from jaxjudge.report.methods import PARSED
 from jaxjudge.report.endpoint_tables import RANGES_NOTE, SECONDARY_NOTE, primary_line, ranges_table, secondary_table
 from jaxjudge.report.results import Results
 
@@ -42,7 +43,7 @@ LABELS = ("experiment", "judge", "task", "aspect", "scale", "method", "score")
 _COUNTS = ("n", "n_folds", "n_test", "n_truncated", "n_tokens_cut", "parse_failures", "parse_failures_test",
            "n_distinct_parsed", "n_distinct_parsed_test")
 _JSON_FIELDS = ("hparams", "dev_metric", "test_metric")
-_GENERATED = ("generate", "contrastive_generate")  # parsed replies: one row per cell, shown with each reading
+_GENERATED = PARSED  # parsed replies: one row per cell, shown with each reading
 
 
 def _metric_names(rows: Sequence[dict[str, Any]], key: str = "delta") -> tuple[list[str], list[str]]:

@@ -15,10 +15,12 @@ from typing import Any
 
 from jaxjudge.report.results import Results
 from jaxjudge.report.endpoint_tables import primary_line
+from jaxjudge.report.methods import PARSED
+from jaxjudge.report.ranges import REFERENCE_ROLE
 
 __all__ = ["terminal_report"]
 
-_GENERATED = ("generate", "contrastive_generate")
+_GENERATED = PARSED
 
 
 class _Notes:
@@ -114,7 +116,7 @@ def terminal_report(results: Results, metric: str = "spearman", scores: Sequence
             if over:
                 body = []
                 for g in over:
-                    van = next((v for v in g["versus"] if v["role"] == "vanilla"), None)
+                    van = next((v for v in g["versus"] if v["role"] == REFERENCE_ROLE), None)
                     body.append([g["method"], _cell(g["mean"], notes), _cell(g["spread"], notes),
                                  _cell(van["mean_diff"], notes) if van else ""])
                 out += ["", f"over the ranges {scales[0]} .. {scales[-1]}:", ""]
