@@ -59,3 +59,19 @@ def test_best_calibration_comparator_is_chosen_among_calibration_rows_only():
     assert recs[REFERENCE]["range_diffs"]
     assert "range_diffs" not in deb
     assert np.isfinite(deb["mean"]["estimate"])
+
+
+def test_the_registry_is_every_module_s_families_in_order():
+    import importlib
+    import pkgutil
+
+    import jaxjudge.report.methods as pkg
+
+    declared = []
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.name != "base":
+            declared += [m.name for m in importlib.import_module(f"{pkg.__name__}.{info.name}").FAMILIES]
+    assert sorted(declared) == sorted(METHODS) and len(declared) == len(set(declared))
+    orders = [m.order for m in METHODS.values()]
+    assert orders == sorted(orders) and len(set(orders)) == len(orders)
+    assert list(METHODS)[:3] == [REFERENCE, GENERATION, "contrastive_generate"]
