@@ -38,7 +38,17 @@ from jaxjudge.experiment.specs import (
     engine_options,
     resolve_model_path,
 )
-from jaxjudge.experiment.typed import ConfigError, Typed, choose, coerce, from_dict, opt, replace_fields, to_dict
+from jaxjudge.experiment.typed import (
+    ConfigError,
+    Typed,
+    build_dataclass,
+    choose,
+    coerce,
+    from_dict,
+    opt,
+    replace_fields,
+    to_dict,
+)
 from jaxjudge.prompts import ScoreScale
 from jaxjudge.report.grids import (
     CONTRASTIVE_LAMS,
@@ -152,6 +162,10 @@ class ExperimentConfig(Typed):
         store, on one machine or on several sharing a filesystem, splits every job's chunks.
       engine: the engine's options (`jaxjudge.engine.EngineOptions` fields: batch size,
         context length, ...), each checked against its field's type and bounds.
+      method_options: options of the method families that declare them, under the family's
+        name (``{'batch_strength': {'strengths': (0.0, 0.5, 1.0)}}``), each checked against the
+        family's options class (`jaxjudge.report.methods.Method.options`); unset fields keep
+        the class's defaults.
     """
 
     name: str
@@ -197,6 +211,7 @@ class ExperimentConfig(Typed):
     compile_cache: str | None = None
     claim_lease: float = opt(120.0, gt=0)
     engine: Mapping[str, Any] = opt(factory=dict)
+    method_options: Mapping[str, Mapping[str, Any]] = opt(factory=dict)
 
     def check(self) -> None:
         w = "ExperimentConfig"
@@ -250,6 +265,7 @@ class ExperimentConfig(Typed):
                 raise ConfigError(f"{w}.primary.selection: 'nested' needs ci_method 'expanded' or 'percentile' "
                                   "(bca needs a jackknife the nested bootstrap does not compute)")
         _check_engine_options(f"{w}.engine", self.engine)
+        self.family_options()  # checks method_options
         if self.mesh is not None:
             check_mesh(f"{w}.mesh", self.mesh)
 
@@ -262,6 +278,20 @@ class ExperimentConfig(Typed):
         if any(m in PARSED for m in self.methods):
             out += ("generate",)
         return out
+
+    def family_options(self) -> dict[str, Any]:
+        """The options of every configured family that declares them (`method_options`, over
+        the options class's defaults). Raises ConfigError naming the entry of
+        ``method_options`` that is no configured family with options, or a bad field."""
+        w = "ExperimentConfig.method_options"
+        with_options = [m for m in self.methods if METHOD_REGISTRY[m].options is not None]
+        for name in self.method_options:
+            if name not in with_options:
+                close = difflib.get_close_matches(name, with_options, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(f"{w}: {name!r} is no configured method with options {with_options}{hint}")
+        return {m: build_dataclass(METHOD_REGISTRY[m].options, self.method_options.get(m, {}), f"{w}[{m!r}]")
+                for m in with_options}
 
     def check_row_name(self, where: str, name: str) -> None:
         """Refuse a row (method variant) name no configured method family produces."""

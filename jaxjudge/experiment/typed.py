@@ -33,7 +33,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-__all__ = ["ConfigError", "Typed", "opt", "choose", "coerce", "parse_text", "from_dict", "to_dict", "replace_fields"]
+__all__ = ["ConfigError", "Typed", "opt", "choose", "coerce", "parse_text", "from_dict", "to_dict", "replace_fields",
+           "build_dataclass"]
 
 
 class ConfigError(ValueError):
@@ -231,6 +232,18 @@ def from_dict(cls: type, d: Mapping[str, Any], where: str | None = None) -> Any:
         raise ConfigError(f"{where}: must be a dict, got {type(d).__name__}")
     _unknown(where, d, [f.name for f in dataclasses.fields(cls)])
     return cls(**d)
+
+
+def build_dataclass(cls: type, d: Mapping[str, Any], where: str) -> Any:
+    """A plain frozen dataclass ``cls`` (one that does not derive from `Typed`, e.g. a method's
+    options declared below the experiment layer) from a dict: unknown fields refused with the
+    closest known one, each given value coerced to its field's annotation and ``metadata``
+    bounds, the rest left to the class's defaults."""
+    if not isinstance(d, Mapping):
+        raise ConfigError(f"{where}: must be a dict, got {type(d).__name__}")
+    _unknown(where, d, [f.name for f in dataclasses.fields(cls)])
+    given = {f.name: coerce(f"{where}.{f.name}", d[f.name], tp, f.metadata) for f, tp in _fields(cls) if f.name in d}
+    return cls(**given)
 
 
 def to_dict(value: Any) -> Any:

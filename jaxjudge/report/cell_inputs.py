@@ -146,7 +146,9 @@ class MethodOptions:
     metric's interval with the selection redone inside each resample
     (`jaxjudge.select.nested_bootstrap`): True for every tuned row, or a tuple of row names
     (the pipeline asks for the primary endpoint's rows); ``nested_scores`` limits it to those
-    readings (None: every reading).
+    readings (None: every reading). ``family_options`` holds ``(family, options)`` pairs: the
+    options of the families that declare them (`jaxjudge.report.methods.Method.options`), as
+    the config's ``method_options`` set them; `family` reads them.
     """
 
     methods: tuple[str, ...] = ("vanilla",)
@@ -173,6 +175,12 @@ class MethodOptions:
     ci_method: str = "expanded"
     nested: bool | tuple[str, ...] = False
     nested_scores: tuple[str, ...] | None = None
+    family_options: tuple[tuple[str, Any], ...] = ()
+
+    def family(self, name: str, cls: type) -> Any:
+        """The options of method family ``name``: the configured ones, else ``cls()`` (its
+        options class's defaults)."""
+        return dict(self.family_options).get(name) or cls()
 
     def nested_for(self, row: str, score: str) -> bool:
         """Whether a tuned row read at ``score`` gets the nested interval."""
@@ -193,7 +201,7 @@ class MethodOptions:
             select_metric=cfg.select_metric, select_per_group=cfg.select_per_group and task.per_group,
             metrics=tuple(cfg.metrics), ci_metrics=tuple(cfg.ci_metrics), per_group=bool(task.per_group),
             n_boot=cfg.n_boot, alpha=cfg.alpha, seed=cfg.seed, min_ci_groups=cfg.min_ci_groups,
-            ci_method=cfg.ci_method,
+            ci_method=cfg.ci_method, family_options=tuple(cfg.family_options().items()),
         )
 
 

@@ -159,6 +159,9 @@ class Method:
       role: what the family is to the report's comparisons (`Role`).
       order: where the family runs among the others (`METHODS` is sorted by it; rows are
         then sorted into the configured order).
+      options: the family's own options, a frozen dataclass whose fields have defaults (their
+        annotations and ``metadata`` bounds check the config's ``method_options[name]``); its
+        variants read them with ``cx.options.family(name, options)``. None: no options.
     """
 
     name: str
@@ -171,6 +174,7 @@ class Method:
     parsed: Callable[[CellArrays], np.ndarray] | None = None
     role: Role = Role.METHOD
     order: float = 0.0
+    options: type | None = None
 
     def row_names(self, cfg: Any) -> list[str]:
         """The family's row names under a config (``deb_t`` -> ``deb_t_tp10``, ...)."""
