@@ -22,31 +22,34 @@ one document: a smoke test, not a result).
 """
 
 from jaxjudge.data import SUMMEVAL_SUBSET_DOC_IDS
-from jaxjudge.experiment import ExperimentConfig, TaskSpec
+from jaxjudge.experiment import ExperimentConfig, TaskSpec, pick_variant
 
 from registry import QWEN_05B, QWEN_15B
 
+BASE = dict(
+    name="combined",
+    description="Contrastive decoding followed by the Deb-T random-number correction, chosen jointly on dev.",
+    models=(QWEN_15B, QWEN_05B),
+    pairs=((QWEN_15B.name, QWEN_05B.name),),
+    tasks=(TaskSpec("summeval", ("coherence", "consistency", "fluency", "relevance"), split="fixed_docs"),),
+    scales=("0-4", "1-5", "2-6", "3-7"),
+    methods=("vanilla", "deb_t", "temperature", "contrastive", "contrastive_deb_t"),
+    temperatures=(0.2, 1.0),
+    greedy=True,
+    deb_tp=(10,),
+    lambdas_extended=None,
+    select_metric="spearman",
+)
+
+# The argument of `get_config` -> the fields it changes in BASE.
+VARIANTS = {
+    None: {},
+    "quick": dict(
+        tasks=(TaskSpec("summeval", ("coherence",), data="embedded", split="fixed_docs",
+                        dev_docs=(SUMMEVAL_SUBSET_DOC_IDS[0],)),),
+    ),
+}
+
 
 def get_config(arg: str | None = None) -> ExperimentConfig:
-    if arg not in (None, "quick"):
-        raise ValueError(f"combined: unknown argument {arg!r}; use 'quick'")
-    if arg == "quick":
-        tasks = (
-            TaskSpec("summeval", ("coherence",), data="embedded", split="fixed_docs", dev_docs=(SUMMEVAL_SUBSET_DOC_IDS[0],)),
-        )
-    else:
-        tasks = (TaskSpec("summeval", ("coherence", "consistency", "fluency", "relevance"), split="fixed_docs"),)
-    return ExperimentConfig(
-        name="combined",
-        description="Contrastive decoding followed by the Deb-T random-number correction, chosen jointly on dev.",
-        models=(QWEN_15B, QWEN_05B),
-        pairs=((QWEN_15B.name, QWEN_05B.name),),
-        tasks=tasks,
-        scales=("0-4", "1-5", "2-6", "3-7"),
-        methods=("vanilla", "deb_t", "temperature", "contrastive", "contrastive_deb_t"),
-        temperatures=(0.2, 1.0),
-        greedy=True,
-        deb_tp=(10,),
-        lambdas_extended=None,
-        select_metric="spearman",
-    )
+    return ExperimentConfig(**{**BASE, **pick_variant("combined", arg, VARIANTS)})

@@ -42,14 +42,18 @@ Deb-T and contrastive + Deb-T chosen jointly (as ``experiments/combined.py``), w
 has the two greedy generations, the main judge's and the contrastive one (on all 700 pairs
 of both samples; read on the 500 test pairs): their parse rates test whether contrastive
 decoding removes parse failures. ``"semrel"`` reads the score distributions only (the 1.5B
-judge's generations did not fit the CPU budget a second time).
+judge's generations did not fit the CPU budget a second time). ``"summeval"`` is the paper's own
+protocol on SummEval coherence (all 100 documents, selection on the 10 development documents,
+report on the other 90; vanilla, ``temperature`` and ``contrastive`` on the wide grids), with
+stores in ``results/stores/summeval_qwen05``, beside the 0.5B judge's of
+``random_number_debias.py:summeval``.
 
     jaxjudge extract experiments/contrastive.py:stsb
     jaxjudge report experiments/contrastive.py:stsb
 """
 
 from jaxjudge.data import SUMMEVAL_SUBSET_DOC_IDS
-from jaxjudge.experiment import Endpoint, ExperimentConfig, TaskSpec
+from jaxjudge.experiment import Endpoint, ExperimentConfig, TaskSpec, pick_variant
 from registry import (
     CONTRASTIVE_SEMREL,
     CONTRASTIVE_STSB,
@@ -90,84 +94,94 @@ RUN_CHANGES = (
 )
 
 
-def get_config(arg: str | None = None) -> ExperimentConfig:
-    if arg not in (None, "fine", "quick", "cpu", "stsb", "semrel", "summeval"):
-        raise ValueError(
-            f"contrastive: unknown argument {arg!r}; use 'fine', 'quick', 'cpu', 'stsb', 'semrel' or 'summeval'"
-        )
-    if arg in ("stsb", "semrel"):
-        task = (TaskSpec("stsb", ("similarity",), split="original", subset=CONTRASTIVE_STSB) if arg == "stsb"
-                else TaskSpec("semrel", ("relatedness",), split="original", subset=CONTRASTIVE_SEMREL))
-        return ExperimentConfig(
-            name="contrastive",
-            description="Contrastive decoding (main judge minus a smaller assistant of the same family) "
-            "across score ranges, alone and with the Deb-T correction.",
-            models=(QWEN_15B, QWEN_05B),
-            pairs=((QWEN_15B.name, QWEN_05B.name),),
-            tasks=(task,),
-            scales=("0-4", "1-5", "2-6", "3-7"),
-            methods=("vanilla", "deb_t", "temperature", "contrastive", "contrastive_deb_t")
-            + (("generate", "contrastive_generate") if arg == "stsb" else ()),
-            temperatures=(1.0, 0.2),
-            greedy=True,
-            deb_tp=(10,),
-            lambdas_extended=None,
-            select_metric="spearman",
-            # Kendall's tau costs O(N^2) per resample: its point estimate only.
-            ci_metrics=("pearson", "spearman", "mse", "sdd", "validity"),
-            run=arg,
-            primary=PRIMARY,
-            # Method against method, beside the defaults (vanilla, matched baseline): does the
-            # assistant add to Deb-T, and does contrastive generation beat plain generation?
-            comparisons=(("contrastive_deb_t_tp10", "deb_t_tp10"),)
-            + ((("contrastive_generate", "generate"),) if arg == "stsb" else ()),
-            changes=WIDE_CHANGES,
-            **WIDE,
-            store_root=f"results/stores/contrastive_{arg}",
-        )
-    if arg == "summeval":
-        return ExperimentConfig(
-            name="contrastive",
-            description="Contrastive decoding on the paper's own protocol: SummEval coherence, all 100 "
-            "documents, selection on its 10 development documents, report on the other 90.",
-            models=(QWEN_15B, QWEN_05B),
-            pairs=((QWEN_15B.name, QWEN_05B.name),),
-            tasks=(TaskSpec("summeval", ("coherence",), split="fixed_docs"),),
-            scales=("0-4", "1-5", "2-6", "3-7"),
-            methods=("vanilla", "temperature", "contrastive"),
-            temperatures=(1.0,),
-            greedy=True,
-            select_metric="spearman",
-            run=arg,
-            primary=PRIMARY,
-            **WIDE,
-            # The 0.5B judge's score stores are those of random_number_debias.py:summeval.
-            store_root="results/stores/summeval_qwen05",
-        )
-    if arg == "quick":
-        tasks = (
-            TaskSpec("summeval", ("coherence",), data="embedded", split="fixed_docs", dev_docs=(SUMMEVAL_SUBSET_DOC_IDS[0],)),
-        )
-    elif arg == "cpu":
-        tasks = (TaskSpec("summeval", ("coherence",), split="fixed_docs", dev_docs=CPU_SUMMEVAL_DEV_DOCS,
-                          subset=CPU_SUMMEVAL_SUBSET),)
-    else:
-        tasks = (TaskSpec("summeval", ("coherence", "consistency", "fluency", "relevance"), split="fixed_docs"),)
-    return ExperimentConfig(
-        name="contrastive",
-        description="Contrastive decoding (main judge minus a smaller assistant of the same family) across score ranges.",
-        models=(QWEN_15B, QWEN_05B),
-        pairs=((QWEN_15B.name, QWEN_05B.name),),
-        tasks=tasks,
-        scales=("0-4", "1-5", "2-6", "3-7"),
-        methods=("vanilla", "temperature", "contrastive") if arg == "cpu"
-        else ("vanilla", "generate", "temperature", "contrastive", "contrastive_generate"),
+# Every variant: the 1.5B judge minus the 0.5B assistant, four ranges, selection by Spearman.
+COMMON = dict(
+    name="contrastive",
+    models=(QWEN_15B, QWEN_05B),
+    pairs=((QWEN_15B.name, QWEN_05B.name),),
+    scales=("0-4", "1-5", "2-6", "3-7"),
+    greedy=True,
+    select_metric="spearman",
+    primary=PRIMARY,
+)
+
+# The SummEval protocol across the four aspects (the default, "fine", "quick" and "cpu").
+SUMMEVAL_ASPECTS = dict(
+    COMMON,
+    description="Contrastive decoding (main judge minus a smaller assistant of the same family) across score ranges.",
+    tasks=(TaskSpec("summeval", ("coherence", "consistency", "fluency", "relevance"), split="fixed_docs"),),
+    methods=("vanilla", "generate", "temperature", "contrastive", "contrastive_generate"),
+    temperatures=(1.0,),
+    contrastive_fine=False,
+    run=None,
+    changes=(),
+    store_root="stores",
+)
+
+# The pair tasks ("stsb", "semrel"): wide grids, Deb-T and contrastive + Deb-T beside them.
+PAIR_TASKS = dict(
+    COMMON,
+    description="Contrastive decoding (main judge minus a smaller assistant of the same family) "
+    "across score ranges, alone and with the Deb-T correction.",
+    methods=("vanilla", "deb_t", "temperature", "contrastive", "contrastive_deb_t"),
+    temperatures=(1.0, 0.2),
+    deb_tp=(10,),
+    lambdas_extended=None,
+    # Kendall's tau costs O(N^2) per resample: its point estimate only.
+    ci_metrics=("pearson", "spearman", "mse", "sdd", "validity"),
+    # Method against method, beside the defaults (vanilla, matched baseline): does the
+    # assistant add to Deb-T, and does contrastive generation beat plain generation?
+    comparisons=(("contrastive_deb_t_tp10", "deb_t_tp10"),),
+    changes=WIDE_CHANGES,
+    **WIDE,
+)
+
+# The argument of `get_config` -> the fields of its `ExperimentConfig`.
+VARIANTS = {
+    None: SUMMEVAL_ASPECTS,
+    "fine": dict(SUMMEVAL_ASPECTS, contrastive_fine=True),
+    "quick": dict(
+        SUMMEVAL_ASPECTS,
+        tasks=(TaskSpec("summeval", ("coherence",), data="embedded", split="fixed_docs",
+                        dev_docs=(SUMMEVAL_SUBSET_DOC_IDS[0],)),),
+    ),
+    "cpu": dict(
+        SUMMEVAL_ASPECTS,
+        tasks=(TaskSpec("summeval", ("coherence",), split="fixed_docs", dev_docs=CPU_SUMMEVAL_DEV_DOCS,
+                        subset=CPU_SUMMEVAL_SUBSET),),
+        methods=("vanilla", "temperature", "contrastive"),
+        run="cpu",
+        changes=(*RUN_CHANGES, *CPU_RUN_CHANGES),
+        store_root="results/stores/cpu_qwen",
+    ),
+    "stsb": dict(
+        PAIR_TASKS,
+        tasks=(TaskSpec("stsb", ("similarity",), split="original", subset=CONTRASTIVE_STSB),),
+        methods=PAIR_TASKS["methods"] + ("generate", "contrastive_generate"),
+        run="stsb",
+        comparisons=PAIR_TASKS["comparisons"] + (("contrastive_generate", "generate"),),
+        store_root="results/stores/contrastive_stsb",
+    ),
+    "semrel": dict(
+        PAIR_TASKS,
+        tasks=(TaskSpec("semrel", ("relatedness",), split="original", subset=CONTRASTIVE_SEMREL),),
+        run="semrel",
+        store_root="results/stores/contrastive_semrel",
+    ),
+    "summeval": dict(
+        COMMON,
+        description="Contrastive decoding on the paper's own protocol: SummEval coherence, all 100 "
+        "documents, selection on its 10 development documents, report on the other 90.",
+        tasks=(TaskSpec("summeval", ("coherence",), split="fixed_docs"),),
+        methods=("vanilla", "temperature", "contrastive"),
         temperatures=(1.0,),
-        greedy=True,
-        contrastive_fine=arg == "fine",
-        select_metric="spearman",
-        run="cpu" if arg == "cpu" else None,
-        primary=PRIMARY,
-        changes=(*RUN_CHANGES, *CPU_RUN_CHANGES) if arg == "cpu" else (),
-        store_root="results/stores/cpu_qwen" if arg == "cpu" else "stores",
-    )
+        run="summeval",
+        **WIDE,
+        # The 0.5B judge's score stores are those of random_number_debias.py:summeval.
+        store_root="results/stores/summeval_qwen05",
+    ),
+}
+
+
+def get_config(arg: str | None = None) -> ExperimentConfig:
+    return ExperimentConfig(**pick_variant("contrastive", arg, VARIANTS))

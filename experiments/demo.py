@@ -23,26 +23,35 @@ The default judges coherence only, so that the main job stays under ten minutes 
 2-core CPU; ``:all`` adds consistency, fluency and relevance.
 """
 
-from jaxjudge.experiment import Endpoint, ExperimentConfig, TaskSpec
+from jaxjudge.experiment import Endpoint, ExperimentConfig, TaskSpec, pick_variant
 
 from registry import SMOLLM2
 
+BASE = dict(
+    name="demo",
+    description="SmolLM2-135M on the bundled SummEval subset: score-range bias and every one-model debiasing method.",
+    models=(SMOLLM2,),
+    tasks=(TaskSpec("summeval", ("coherence",), data="embedded_wide", split="kfold", n_folds=4),),
+    scales=("0-4", "1-5", "2-6", "3-7"),
+    methods=("vanilla", "generate", "deb_r", "deb_t", "contextual", "batch", "distribution"),
+    temperatures=(0.2, 1.0),
+    greedy=True,
+    deb_tp=(10, 100),
+    lambdas_extended=None,
+    n_boot=1000,
+    primary=Endpoint(method="deb_t_tp10", versus="vanilla", statistic="mean", score="expected@0.2"),
+)
+
+# The argument of `get_config` -> the fields it changes in BASE.
+VARIANTS = {
+    None: {},
+    "ci": dict(scales=("1-5", "3-7")),
+    "all": dict(
+        tasks=(TaskSpec("summeval", ("coherence", "consistency", "fluency", "relevance"), data="embedded_wide",
+                        split="kfold", n_folds=4),),
+    ),
+}
+
 
 def get_config(arg: str | None = None) -> ExperimentConfig:
-    if arg not in (None, "ci", "all"):
-        raise ValueError(f"demo: unknown argument {arg!r}; use 'ci' or 'all'")
-    aspects = ("coherence", "consistency", "fluency", "relevance") if arg == "all" else ("coherence",)
-    return ExperimentConfig(
-        name="demo",
-        description="SmolLM2-135M on the bundled SummEval subset: score-range bias and every one-model debiasing method.",
-        models=(SMOLLM2,),
-        tasks=(TaskSpec("summeval", aspects, data="embedded_wide", split="kfold", n_folds=4),),
-        scales=("1-5", "3-7") if arg == "ci" else ("0-4", "1-5", "2-6", "3-7"),
-        methods=("vanilla", "generate", "deb_r", "deb_t", "contextual", "batch", "distribution"),
-        temperatures=(0.2, 1.0),
-        greedy=True,
-        deb_tp=(10, 100),
-        lambdas_extended=None,
-        n_boot=1000,
-        primary=Endpoint(method="deb_t_tp10", versus="vanilla", statistic="mean", score="expected@0.2"),
-    )
+    return ExperimentConfig(**{**BASE, **pick_variant("demo", arg, VARIANTS)})

@@ -42,7 +42,15 @@ import time
 from collections.abc import Sequence
 
 from jaxjudge.data import DataError
-from jaxjudge.experiment import ConfigError, ExperimentConfig, TaskSpec, collect_metadata, command_line, run_dir
+from jaxjudge.experiment import (
+    ConfigError,
+    ExperimentConfig,
+    TaskSpec,
+    collect_metadata,
+    command_line,
+    pick_variant,
+    run_dir,
+)
 from jaxjudge.report import StoreLookupError
 from jaxjudge.experiment.few_labels import FewLabelsConfig
 from jaxjudge.report.few_labels import FewLabelsError, run_few_labels
@@ -53,23 +61,29 @@ from registry import CPU_SUMMEVAL_SUBSET, QWEN_05B, STSB_SELECTION
 METHODS = ("vanilla", "deb_r", "deb_t", "contextual", "batch", "distribution")
 
 
+# The argument of `get_config` -> the report config's tasks and store root (no default).
+VARIANTS = {
+    "stsb": dict(
+        tasks=(TaskSpec("stsb", ("similarity",), split="original", subset=STSB_SELECTION),),
+        store_root="results/stores/stsb_qwen05",
+    ),
+    "cpu": dict(
+        tasks=(TaskSpec("summeval", ("coherence",), split="kfold", n_folds=5, subset=CPU_SUMMEVAL_SUBSET),),
+        store_root="results/stores/cpu_qwen",
+    ),
+    "summeval": dict(
+        tasks=(TaskSpec("summeval", ("coherence",), split="kfold", n_folds=5),),
+        store_root="results/stores/summeval_qwen05",  # where random_number_debias.py:summeval extracts
+    ),
+}
+
+
 def get_config(arg: str | None = None) -> FewLabelsConfig:
-    if arg not in ("stsb", "cpu", "summeval"):
-        raise ValueError(f"few_labels: unknown argument {arg!r}; use one of ['cpu', 'stsb', 'summeval']")
-    if arg == "stsb":
-        tasks = (TaskSpec("stsb", ("similarity",), split="original", subset=STSB_SELECTION),)
-        store_root = "results/stores/stsb_qwen05"
-    elif arg == "cpu":
-        tasks = (TaskSpec("summeval", ("coherence",), split="kfold", n_folds=5, subset=CPU_SUMMEVAL_SUBSET),)
-        store_root = "results/stores/cpu_qwen"
-    else:
-        tasks = (TaskSpec("summeval", ("coherence",), split="kfold", n_folds=5),)
-        store_root = "results/stores/summeval_qwen05"  # where random_number_debias.py:summeval extracts
+    variant = pick_variant("few_labels", arg, VARIANTS)
     base = ExperimentConfig(
         name="few_labels",
         description="Prediction-powered intervals: how many human labels a judge (vanilla or debiased) saves.",
         models=(QWEN_05B,),
-        tasks=tasks,
         scales=("0-4", "1-5", "2-6", "3-7"),
         methods=METHODS,
         temperatures=(0.2,),
@@ -77,7 +91,7 @@ def get_config(arg: str | None = None) -> FewLabelsConfig:
         deb_tp=(10,),  # lambda on 0.1..1.0 (deb_*_tp10) and on 0.1..10 (deb_*_tp10_ext), as the report
         select_metric="spearman",
         run=arg,
-        store_root=store_root,
+        **variant,
     )
     return FewLabelsConfig(
         base=base,
@@ -91,7 +105,7 @@ def get_config(arg: str | None = None) -> FewLabelsConfig:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("config", choices=["stsb", "cpu", "summeval"])
+    ap.add_argument("config", choices=list(VARIANTS))
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE")
     ap.add_argument("--stores", default=None, help="store root (default: the config's base.store_root)")
     ap.add_argument("--run", default=None, help="run name (default: the config's)")

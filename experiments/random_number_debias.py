@@ -47,7 +47,7 @@ selection on ``SEMREL_SELECTION``), ``"summeval"`` (the same judge on SummEval c
 ``results/stores/`` so the report regenerates with no model.
 """
 
-from jaxjudge.experiment import Endpoint, ExperimentConfig, TaskSpec
+from jaxjudge.experiment import Endpoint, ExperimentConfig, TaskSpec, pick_variant
 
 # What changed in this experiment's committed CPU runs since their previous version.
 RUN_CHANGES = (
@@ -71,51 +71,74 @@ from registry import (
 )
 
 
-def get_config(arg: str | None = None) -> ExperimentConfig:
-    models = {None: (QWEN_05B,), "qwen15": (QWEN_05B, QWEN_15B), "smollm2": (SMOLLM2,), "quick": (SMOLLM2,),
-              "cpu": (QWEN_05B,), "stsb": (QWEN_05B,), "semrel": (QWEN_05B,), "summeval": (QWEN_05B,)}
-    if arg not in models:
-        raise ValueError(f"random_number_debias: unknown argument {arg!r}; use one of {sorted(k for k in models if k)}")
-    if arg == "quick":
-        tasks = (TaskSpec("summeval", ("coherence",), data="embedded", split="kfold", n_folds=4),)
-    elif arg == "cpu":
-        tasks = (
+BASE = dict(
+    name="random_number_debias",
+    description="Deb-R / Deb-T (random-number prior) against vanilla, contextual, batch and distribution calibration.",
+    models=(QWEN_05B,),
+    tasks=(
+        TaskSpec("summeval", ("coherence", "consistency", "fluency", "relevance"), split="kfold", n_folds=5),
+        TaskSpec("stsb", ("similarity",), split="original"),
+        TaskSpec("semrel", ("relatedness",), split="original", subset=SEMREL_SELECTION),
+    ),
+    scales=("0-4", "1-5", "2-6", "3-7"),
+    methods=("vanilla", "deb_r", "deb_t", "contextual", "batch", "distribution"),
+    temperatures=(0.2, 1.0),
+    greedy=True,
+    deb_tp=(10, 100),
+    select_metric="spearman",
+    ci_metrics=None,
+    run=None,
+    # Fixed before the results were read: Deb-T (Tp = 10, the paper's grid 0.1..1) against
+    # the vanilla judge, averaged over the four ranges, on the expected score at the
+    # random-number paper's temperature 0.2. Everything else is secondary.
+    primary=Endpoint(method="deb_t_tp10", versus="vanilla", statistic="mean", score="expected@0.2"),
+    # Does Tp matter (10 vs 100 least-perplexity prompts), and does the task instruction
+    # (Deb-T) add to plain random-number prompts (Deb-R)?
+    comparisons=(("deb_t_tp100", "deb_t_tp10"), ("deb_r_tp100", "deb_r_tp10"), ("deb_t_tp10", "deb_r_tp10")),
+    changes=(),
+    store_root="stores",
+)
+
+# Kendall's tau costs O(N^2) per resample: on 1,379 STS-B pairs its point estimate only.
+CI_NO_KENDALL = ("pearson", "spearman", "mse", "sdd", "validity")
+
+# The argument of `get_config` -> the fields it changes in BASE.
+VARIANTS = {
+    None: {},
+    "qwen15": dict(models=(QWEN_05B, QWEN_15B)),
+    "smollm2": dict(models=(SMOLLM2,)),
+    "quick": dict(
+        models=(SMOLLM2,),
+        tasks=(TaskSpec("summeval", ("coherence",), data="embedded", split="kfold", n_folds=4),),
+    ),
+    "cpu": dict(
+        tasks=(
             TaskSpec("summeval", ("coherence",), split="kfold", n_folds=5, subset=CPU_SUMMEVAL_SUBSET),
             TaskSpec("stsb", ("similarity",), split="original", subset=CPU_STSB_SUBSET),
-        )
-    elif arg == "stsb":
-        tasks = (TaskSpec("stsb", ("similarity",), split="original", subset=STSB_SELECTION),)
-    elif arg == "semrel":
-        tasks = (TaskSpec("semrel", ("relatedness",), split="original", subset=SEMREL_SELECTION),)
-    elif arg == "summeval":
-        tasks = (TaskSpec("summeval", ("coherence",), split="kfold", n_folds=5),)
-    else:
-        tasks = (
-            TaskSpec("summeval", ("coherence", "consistency", "fluency", "relevance"), split="kfold", n_folds=5),
-            TaskSpec("stsb", ("similarity",), split="original"),
-            TaskSpec("semrel", ("relatedness",), split="original", subset=SEMREL_SELECTION),
-        )
-    return ExperimentConfig(
-        name="random_number_debias",
-        description="Deb-R / Deb-T (random-number prior) against vanilla, contextual, batch and distribution calibration.",
-        models=models[arg],
-        tasks=tasks,
-        scales=("0-4", "1-5", "2-6", "3-7"),
-        methods=("vanilla", "deb_r", "deb_t", "contextual", "batch", "distribution"),
-        temperatures=(0.2, 1.0),
-        greedy=True,
-        deb_tp=(10, 100),
-        select_metric="spearman",
-        # Kendall's tau costs O(N^2) per resample: on 1,379 STS-B pairs its point estimate only.
-        ci_metrics=("pearson", "spearman", "mse", "sdd", "validity") if arg in ("stsb", "semrel") else None,
-        run=arg if arg in ("cpu", "stsb", "semrel", "summeval") else None,
-        # Fixed before the results were read: Deb-T (Tp = 10, the paper's grid 0.1..1) against
-        # the vanilla judge, averaged over the four ranges, on the expected score at the
-        # random-number paper's temperature 0.2. Everything else is secondary.
-        primary=Endpoint(method="deb_t_tp10", versus="vanilla", statistic="mean", score="expected@0.2"),
-        # Does Tp matter (10 vs 100 least-perplexity prompts), and does the task instruction
-        # (Deb-T) add to plain random-number prompts (Deb-R)?
-        comparisons=(("deb_t_tp100", "deb_t_tp10"), ("deb_r_tp100", "deb_r_tp10"), ("deb_t_tp10", "deb_r_tp10")),
-        changes=(*RUN_CHANGES, *CPU_RUN_CHANGES) if arg == "cpu" else (),
-        store_root=f"results/stores/{arg}_qwen05" if arg in ("stsb", "semrel", "summeval") else "results/stores/cpu_qwen" if arg == "cpu" else "stores",
-    )
+        ),
+        run="cpu",
+        changes=(*RUN_CHANGES, *CPU_RUN_CHANGES),
+        store_root="results/stores/cpu_qwen",
+    ),
+    "stsb": dict(
+        tasks=(TaskSpec("stsb", ("similarity",), split="original", subset=STSB_SELECTION),),
+        ci_metrics=CI_NO_KENDALL,
+        run="stsb",
+        store_root="results/stores/stsb_qwen05",
+    ),
+    "semrel": dict(
+        tasks=(TaskSpec("semrel", ("relatedness",), split="original", subset=SEMREL_SELECTION),),
+        ci_metrics=CI_NO_KENDALL,
+        run="semrel",
+        store_root="results/stores/semrel_qwen05",
+    ),
+    "summeval": dict(
+        tasks=(TaskSpec("summeval", ("coherence",), split="kfold", n_folds=5),),
+        run="summeval",
+        store_root="results/stores/summeval_qwen05",
+    ),
+}
+
+
+def get_config(arg: str | None = None) -> ExperimentConfig:
+    return ExperimentConfig(**{**BASE, **pick_variant("random_number_debias", arg, VARIANTS)})

@@ -54,7 +54,7 @@ test split that ``contrastive.py:stsb`` extracts, ``CONTRASTIVE_STSB``: the 1.5B
 read from that run's stores in ``results/stores/contrastive_stsb``).
 """
 
-from jaxjudge.experiment import Endpoint, ExperimentConfig, TaskSpec
+from jaxjudge.experiment import Endpoint, ExperimentConfig, TaskSpec, pick_variant
 
 from registry import (
     CPU_RUN_CHANGES,
@@ -71,56 +71,91 @@ from registry import (
 )
 
 
+BASE = dict(
+    name="score_range_bias",
+    description="Score-range bias of LLM judges: one judge, four score ranges, greedy generation vs the score distribution.",
+    models=(QWEN_05B,),
+    tasks=(
+        TaskSpec("summeval", ("coherence", "consistency", "fluency", "relevance"), split="fixed_docs"),
+        TaskSpec("stsb", ("similarity",), split="original"),
+    ),
+    scales=("0-4", "1-5", "2-6", "3-7"),
+    methods=("vanilla", "generate"),
+    temperatures=(1.0, 0.2),
+    greedy=True,
+    generation_max_new_tokens=24,
+    ci_metrics=None,
+    run=None,
+    changes=(),
+    # The bias itself: how far the vanilla judge's expected score (temperature 1) moves across
+    # the four ranges (max - min of its Spearman correlation). A spread is never below 0, so
+    # its interval describes the size of the bias; it is not a test of "no bias".
+    primary=Endpoint(method="vanilla", versus=None, statistic="spread", score="expected@1"),
+    prompt_style="chat",
+    store_root="stores",
+)
+
+# A base model: the prompt is the completion's beginning, no chat template.
+RAW = dict(prompt_style="raw")
+
+# The pair tasks read from the score distribution only, with intervals on every metric but
+# Kendall's tau (O(N^2) per resample: on 1,379 STS-B pairs its point estimate only).
+DISTRIBUTION_ONLY = dict(methods=("vanilla",), ci_metrics=("pearson", "spearman", "mse", "sdd", "validity"))
+STSB_SELECTED = (TaskSpec("stsb", ("similarity",), split="original", subset=STSB_SELECTION),)
+
+# The argument of `get_config` -> the fields it changes in BASE.
+VARIANTS = {
+    None: {},
+    "qwen15": dict(models=(QWEN_05B, QWEN_15B)),
+    "smollm2": dict(models=(SMOLLM2,)),
+    "quick": dict(
+        models=(SMOLLM2,),
+        tasks=(TaskSpec("summeval", ("coherence",), data="embedded", split="kfold", n_folds=4),),
+    ),
+    "cpu": dict(
+        tasks=(TaskSpec("summeval", ("coherence",), split="fixed_docs", dev_docs=CPU_SUMMEVAL_DEV_DOCS,
+                        subset=CPU_SUMMEVAL_SUBSET),),
+        run="cpu",
+        changes=CPU_RUN_CHANGES,
+        store_root="results/stores/cpu_qwen",
+    ),
+    "cpu_stsb": dict(
+        tasks=(TaskSpec("stsb", ("similarity",), split="original", subset=CPU_STSB_SUBSET),),
+        methods=("vanilla",),
+        run="cpu_stsb",
+        changes=CPU_RUN_CHANGES,
+        store_root="results/stores/cpu_qwen",
+    ),
+    "stsb": dict(DISTRIBUTION_ONLY, tasks=STSB_SELECTED, run="stsb", store_root="results/stores/stsb_qwen05"),
+    "semrel": dict(
+        DISTRIBUTION_ONLY,
+        tasks=(TaskSpec("semrel", ("relatedness",), split="original", subset=SEMREL_SELECTION),),
+        run="semrel",
+        store_root="results/stores/semrel_qwen05",
+    ),
+    "summeval": dict(
+        tasks=(TaskSpec("summeval", ("coherence",), split="fixed_docs"),),
+        run="summeval",
+        store_root="results/stores/summeval_qwen05",
+    ),
+    "gemma3": dict(RAW, models=(GEMMA3_270M,)),
+    "stsb_smollm2": dict(
+        DISTRIBUTION_ONLY, models=(SMOLLM2,), tasks=STSB_SELECTED, run="stsb_smollm2",
+        store_root="results/stores/stsb_smollm2",
+    ),
+    "stsb_gemma3": dict(
+        DISTRIBUTION_ONLY, **RAW, models=(GEMMA3_270M,), tasks=STSB_SELECTED, run="stsb_gemma3",
+        store_root="results/stores/stsb_gemma3",
+    ),
+    "stsb_qwen15": dict(
+        DISTRIBUTION_ONLY,
+        models=(QWEN_15B, QWEN_05B),
+        tasks=(TaskSpec("stsb", ("similarity",), split="original", subset=CONTRASTIVE_STSB),),
+        run="stsb_qwen15",
+        store_root="results/stores/contrastive_stsb",
+    ),
+}
+
+
 def get_config(arg: str | None = None) -> ExperimentConfig:
-    models = {None: (QWEN_05B,), "qwen15": (QWEN_05B, QWEN_15B), "smollm2": (SMOLLM2,), "quick": (SMOLLM2,),
-              "cpu": (QWEN_05B,), "cpu_stsb": (QWEN_05B,), "stsb": (QWEN_05B,), "semrel": (QWEN_05B,), "summeval": (QWEN_05B,),
-              "gemma3": (GEMMA3_270M,), "stsb_smollm2": (SMOLLM2,), "stsb_gemma3": (GEMMA3_270M,),
-              "stsb_qwen15": (QWEN_15B, QWEN_05B)}
-    if arg not in models:
-        raise ValueError(f"score_range_bias: unknown argument {arg!r}; use one of {sorted(k for k in models if k)}")
-    if arg == "quick":
-        tasks = (TaskSpec("summeval", ("coherence",), data="embedded", split="kfold", n_folds=4),)
-    elif arg == "cpu":
-        tasks = (TaskSpec("summeval", ("coherence",), split="fixed_docs", dev_docs=CPU_SUMMEVAL_DEV_DOCS,
-                          subset=CPU_SUMMEVAL_SUBSET),)
-    elif arg == "cpu_stsb":
-        tasks = (TaskSpec("stsb", ("similarity",), split="original", subset=CPU_STSB_SUBSET),)
-    elif arg in ("stsb", "stsb_smollm2", "stsb_gemma3"):
-        tasks = (TaskSpec("stsb", ("similarity",), split="original", subset=STSB_SELECTION),)
-    elif arg == "stsb_qwen15":
-        tasks = (TaskSpec("stsb", ("similarity",), split="original", subset=CONTRASTIVE_STSB),)
-    elif arg == "semrel":
-        tasks = (TaskSpec("semrel", ("relatedness",), split="original", subset=SEMREL_SELECTION),)
-    elif arg == "summeval":
-        tasks = (TaskSpec("summeval", ("coherence",), split="fixed_docs"),)
-    else:
-        tasks = (
-            TaskSpec("summeval", ("coherence", "consistency", "fluency", "relevance"), split="fixed_docs"),
-            TaskSpec("stsb", ("similarity",), split="original"),
-        )
-    return ExperimentConfig(
-        name="score_range_bias",
-        description="Score-range bias of LLM judges: one judge, four score ranges, greedy generation vs the score distribution.",
-        models=models[arg],
-        tasks=tasks,
-        scales=("0-4", "1-5", "2-6", "3-7"),
-        methods=("vanilla",) if arg in ("cpu_stsb", "stsb", "semrel", "stsb_smollm2", "stsb_gemma3", "stsb_qwen15") else ("vanilla", "generate"),
-        temperatures=(1.0, 0.2),
-        greedy=True,
-        generation_max_new_tokens=24,
-        # Kendall's tau costs O(N^2) per resample: on 1,379 STS-B pairs its point estimate only.
-        ci_metrics=("pearson", "spearman", "mse", "sdd", "validity") if arg in ("stsb", "semrel", "stsb_smollm2", "stsb_gemma3", "stsb_qwen15") else None,
-        run=arg if arg in ("cpu", "cpu_stsb", "stsb", "semrel", "summeval", "stsb_smollm2", "stsb_gemma3", "stsb_qwen15") else None,
-        changes=CPU_RUN_CHANGES if arg in ("cpu", "cpu_stsb") else (),
-        # The bias itself: how far the vanilla judge's expected score (temperature 1) moves across
-        # the four ranges (max - min of its Spearman correlation). A spread is never below 0, so
-        # its interval describes the size of the bias; it is not a test of "no bias".
-        primary=Endpoint(method="vanilla", versus=None, statistic="spread", score="expected@1"),
-        # A base model: the prompt is the completion's beginning, no chat template.
-        prompt_style="raw" if arg in ("gemma3", "stsb_gemma3") else "chat",
-        store_root={"stsb": "results/stores/stsb_qwen05", "semrel": "results/stores/semrel_qwen05",
-                    "stsb_smollm2": "results/stores/stsb_smollm2", "stsb_gemma3": "results/stores/stsb_gemma3",
-                    "stsb_qwen15": "results/stores/contrastive_stsb",
-                    "summeval": "results/stores/summeval_qwen05", "cpu": "results/stores/cpu_qwen",
-                    "cpu_stsb": "results/stores/cpu_qwen"}.get(arg, "stores"),
-    )
+    return ExperimentConfig(**{**BASE, **pick_variant("score_range_bias", arg, VARIANTS)})

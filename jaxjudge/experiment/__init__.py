@@ -3,7 +3,8 @@
 Entry points (the ``jaxjudge`` command calls them):
 
 * `load_config("experiments/x.py[:arg]", overrides)` -> `ExperimentConfig`; `with_overrides`,
-  `config_from_dict` / `config_to_dict`;
+  `config_from_dict` / `config_to_dict`; `pick_variant`, with which an experiment file's
+  ``get_config(arg)`` picks its variant;
 * `validate_config(cfg)`, `check_tokenizer(cfg, model, tokenizer)`: every problem that can be
   seen before a forward pass;
 * `extraction_plan(cfg)` -> the `ExtractionJob`s a config needs; `run_extractions(cfg)` runs
@@ -15,7 +16,7 @@ Entry points (the ``jaxjudge`` command calls them):
 from jaxjudge.experiment.checks import check_tokenizer, validate_config
 from jaxjudge.experiment.few_labels import FewLabelsConfig
 from jaxjudge.experiment.jobs import JobResult, job_store_path, load_tokenizer, run_extractions, upgrade_stores
-from jaxjudge.experiment.loader import load_config
+from jaxjudge.experiment.loader import load_config, pick_variant
 from jaxjudge.experiment.metadata import collect_metadata, command_line, portable_path, run_dir
 from jaxjudge.experiment.plan import extraction_plan
 from jaxjudge.experiment.schema import (
@@ -58,6 +59,7 @@ __all__ = [
     "job_store_path",
     "load_config",
     "load_tokenizer",
+    "pick_variant",
     "portable_path",
     "resolve_model_path",
     "run_dir",

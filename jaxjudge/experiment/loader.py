@@ -1,21 +1,47 @@
 """Loading an experiment file: import it, call its ``get_config``, apply overrides.
 
 An experiment file may import modules next to it (``from registry import QWEN_05B``): its
-folder is on ``sys.path`` while it is imported and while ``get_config`` runs.
+folder is on ``sys.path`` while it is imported and while ``get_config`` runs. It names its
+variants in a dict (``VARIANTS``, keyed by the argument, None for the default) and picks one with
+`pick_variant`, which refuses an unknown argument the same way in every file.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib.util
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from jaxjudge.experiment.schema import ConfigError, ExperimentConfig, config_from_dict, with_overrides
 
-__all__ = ["load_config"]
+__all__ = ["load_config", "pick_variant"]
+
+V = TypeVar("V")
+
+
+def pick_variant(experiment: str, arg: str | None, variants: Mapping[str | None, V]) -> V:
+    """The variant an experiment file's ``get_config(arg)`` builds: ``variants[arg]``.
+
+    Args:
+      experiment: the file's name, which starts the error message (``"contrastive"``).
+      arg: the argument of ``get_config`` (None: the default, if ``variants`` has a None key).
+      variants: argument -> variant (whatever the file builds its config from).
+
+    Raises:
+      ValueError: ``arg`` is not a key of ``variants``; the message lists the named variants
+        (the default, None, is not listed) and suggests the closest one.
+    """
+    if arg in variants:
+        return variants[arg]
+    known = sorted(k for k in variants if k is not None)
+    hint = difflib.get_close_matches(str(arg), known, n=1)
+    extra = f" (did you mean {hint[0]!r}?)" if hint else ""
+    raise ValueError(f"{experiment}: unknown argument {arg!r}{extra}; use one of {known}")
 
 
 def load_config(spec: str | os.PathLike, overrides: Sequence[str] = ()) -> ExperimentConfig:
