@@ -33,15 +33,16 @@ def pick_variant(experiment: str, arg: str | None, variants: Mapping[str | None,
       variants: argument -> variant (whatever the file builds its config from).
 
     Raises:
-      ValueError: ``arg`` is not a key of ``variants``; the message lists the named variants
-        (the default, None, is not listed) and suggests the closest one.
+      ConfigError: ``arg`` is not a key of ``variants``; the message lists the named variants
+        (the default, None, is not listed) and suggests the closest one (the command line
+        prints it as one line and exits 2, as for any config error).
     """
     if arg in variants:
         return variants[arg]
     known = sorted(k for k in variants if k is not None)
     hint = difflib.get_close_matches(str(arg), known, n=1)
     extra = f" (did you mean {hint[0]!r}?)" if hint else ""
-    raise ValueError(f"{experiment}: unknown argument {arg!r}{extra}; use one of {known}")
+    raise ConfigError(f"{experiment}: unknown argument {arg!r}{extra}; use one of {known}")
 
 
 def load_config(spec: str | os.PathLike, overrides: Sequence[str] = ()) -> ExperimentConfig:

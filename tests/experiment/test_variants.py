@@ -62,3 +62,11 @@ def test_every_variant_loads_and_an_unknown_one_is_refused(name):
         validate_config(cfg, check_files=False)
     with pytest.raises(ValueError, match=rf"^{name}: unknown argument 'nonsense'; use one of \["):
         module.get_config("nonsense")
+
+
+def test_an_unknown_variant_on_the_command_line_is_one_line_and_exit_2(capsys):
+    from jaxjudge.cli import main
+
+    assert main(["report", str(EXPERIMENTS / "demo.py") + ":cii"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "unknown argument 'cii' (did you mean 'ci'?)" in err
