@@ -48,6 +48,7 @@ from jaxjudge.report.methods import (
     CellContext,
     Kind,
     Method,
+    MethodKind,
     Role,
     Variant,
     check_needs,
@@ -102,7 +103,7 @@ def grid_predictions(cx: CellContext, method: Method, variant: Variant, kind_t: 
     Returns:
       float32 `[G, F, N]`.
     """
-    if method.kind != "tuned" or variant.grid is None or variant.data is None:
+    if method.kind is not MethodKind.TUNED or variant.grid is None or variant.data is None:
         raise ValueError(f"grid_predictions needs a tuned variant with a grid, got {method.name!r} / {variant.name!r}")
     data = variant.data(kind_t)
     adj = jax.vmap(lambda params: method.adjust(params, data))(variant.grid)  # [G, N, K]
@@ -341,12 +342,12 @@ class _Cell:
 
     def run(self, method: Method) -> None:
         """Every variant of one method family, read every way."""
-        if method.kind == "parsed":
+        if method.kind is MethodKind.PARSED:
             self.parsed(method)
             return
         for variant in method.variants(self.cx):
             for kt in self.kinds:
-                if method.kind == "fixed":
+                if method.kind is MethodKind.FIXED:
                     self.emit(variant.name, variant.fixed(kt), kt, hparams=variant.hparams)
                 else:
                     self.tuned(method, variant, kt)

@@ -75,3 +75,13 @@ def test_the_registry_is_every_module_s_families_in_order():
     orders = [m.order for m in METHODS.values()]
     assert orders == sorted(orders) and len(set(orders)) == len(orders)
     assert list(METHODS)[:3] == [REFERENCE, GENERATION, "contrastive_generate"]
+
+
+def test_a_family_s_kind_is_checked_when_declared():
+    import pytest
+
+    from jaxjudge.report.methods import Method, MethodKind
+
+    assert Method("x", "tuned").kind is MethodKind.TUNED
+    with pytest.raises(ValueError, match="'tunned' is not a valid MethodKind"):
+        Method("x", "tunned")

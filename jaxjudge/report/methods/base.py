@@ -24,6 +24,7 @@ __all__ = [
     "CellContext",
     "Kind",
     "Method",
+    "MethodKind",
     "Need",
     "Role",
     "Variant",
@@ -129,6 +130,15 @@ class Variant:
     baseline: str | None = None  # the row name of its matched baseline (None: vanilla alone)
 
 
+class MethodKind(str, enum.Enum):
+    """How a family is evaluated: adjusted log-probabilities with nothing to choose (``FIXED``),
+    a grid chosen on dev (``TUNED``), or parsed generations (``PARSED``)."""
+
+    FIXED = "fixed"
+    TUNED = "tuned"
+    PARSED = "parsed"
+
+
 class Role(enum.Enum):
     """What a family is to the report's comparisons, besides a method of its own.
 
@@ -148,7 +158,7 @@ class Method:
 
     Attributes:
       name: the config name.
-      kind: ``"fixed"``, ``"tuned"`` or ``"parsed"``.
+      kind: a `MethodKind` (given as its value, ``"fixed"``, ``"tuned"`` or ``"parsed"``).
       needs: the extraction jobs (beyond the judge's scores) the cell must have read.
       variants: `CellContext` -> the family's variants, in report order.
       adjust: the tuned family's ``adjust_fn(params, data)`` for `grid_search`.
@@ -165,7 +175,7 @@ class Method:
     """
 
     name: str
-    kind: str
+    kind: MethodKind
     needs: tuple[Need, ...] = ()
     variants: Callable[[CellContext], Iterator[Variant]] | None = None
     adjust: Callable | None = None
@@ -175,6 +185,9 @@ class Method:
     role: Role = Role.METHOD
     order: float = 0.0
     options: type | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", MethodKind(self.kind))  # a misspelt kind fails here
 
     def row_names(self, cfg: Any) -> list[str]:
         """The family's row names under a config (``deb_t`` -> ``deb_t_tp10``, ...)."""
