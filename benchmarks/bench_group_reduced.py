@@ -69,8 +69,8 @@ def _per_resample_stat(num_groups: int):
             out.append(jnp.stack(vals))
         return jnp.mean(jnp.stack(out), axis=0)
 
-    def stat(index, pad, pred_m, base, human, hrel, probs, ok, valid, codes, rep, w):
-        return jax.vmap(lambda p: one(p, base, human, pad, ok, valid, codes, index, w))(pred_m)
+    def stat(a, w):  # a: `FoldArrays`
+        return jax.vmap(lambda p: one(p, a.base, a.human, a.pad, a.ok, a.valid, a.codes, a.index, w))(a.pred)
 
     return stat
 
@@ -88,11 +88,11 @@ def main() -> None:
     plain_stat = _per_resample_stat(g)
 
     def reduced():
-        consts = layout + tuple(prep(*layout))
+        consts = (layout, prep(layout))
         return np.asarray(M.bootstrap_distribution(reduced_stat, (), codes.codes, n_boot=N_BOOT, consts=consts)[1])
 
     def per_resample():
-        return np.asarray(M.bootstrap_distribution(plain_stat, (), codes.codes, n_boot=N_BOOT, consts=layout)[1])
+        return np.asarray(M.bootstrap_distribution(plain_stat, (), codes.codes, n_boot=N_BOOT, consts=(layout,))[1])
 
     a, b = reduced(), per_resample()  # warm-up (compiles) and a check that both agree
     assert a.shape == b.shape == (N_BOOT, METHODS, len(NAMES))

@@ -66,7 +66,7 @@ def resample_weights(key: jax.Array, groups: jax.Array, num_groups: int) -> jax.
 def _replicates(
     stat_fn: StatFn,
     arrays: tuple[jax.Array, ...],
-    consts: tuple[jax.Array, ...],
+    consts: tuple[Any, ...],
     groups: jax.Array,
     key: jax.Array,
     *,
@@ -160,8 +160,9 @@ def bootstrap_distribution(
       seed: PRNG seed; the same seed gives the same resamples.
       mask: bool `[N]` or None; only selected rows (and groups having one) take part.
       batch_size: resamples evaluated together (memory vs speed).
-      consts: arrays of any shape passed to `stat_fn` after `arrays`, untouched by `mask`
-        (e.g. a statistic's own row layout, indexing `weights`).
+      consts: arrays of any shape, or pytrees of them (e.g. a dataclass registered as a pytree),
+        passed to `stat_fn` after `arrays`, untouched by `mask` (e.g. a statistic's own row
+        layout, indexing `weights`).
 
     Returns:
       `(estimate, replicates [n_boot])`, float32.
@@ -172,7 +173,7 @@ def bootstrap_distribution(
     return _replicates(
         stat_fn,
         arrays,
-        tuple(jnp.asarray(c) for c in consts),
+        tuple(jax.tree.map(jnp.asarray, c) for c in consts),
         codes,
         jax.random.key(seed),
         num_groups=num_groups,
@@ -204,8 +205,8 @@ def jackknife_distribution(
     Args: as `bootstrap_distribution`.
     """
     arrays, codes, num_groups = _prepare(arrays, groups, mask)
-    return _jackknife(stat_fn, arrays, tuple(jnp.asarray(c) for c in consts), codes, num_groups=num_groups,
-                      batch_size=int(min(batch_size, num_groups)))
+    consts = tuple(jax.tree.map(jnp.asarray, c) for c in consts)
+    return _jackknife(stat_fn, arrays, consts, codes, num_groups=num_groups, batch_size=int(min(batch_size, num_groups)))
 
 
 def expanded_levels(num_groups: int, alpha: float = 0.05) -> tuple[float, float]:

@@ -19,6 +19,7 @@ only the static shape checks run. The summary-level metrics (`grouped`, `per_gro
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -96,10 +97,20 @@ def _centred_scaled(
     return _safe_div(d, scale[groups])
 
 
-def _prepare(x, y, w):
+@dataclasses.dataclass(frozen=True)
+class _Selected:
+    """The rows a core reads (`_prepare`): `x`, `y`, `w` `[N]` zeroed outside `pos` `[N]` (w > 0)."""
+
+    x: jax.Array
+    y: jax.Array
+    w: jax.Array
+    pos: jax.Array
+
+
+def _prepare(x, y, w) -> _Selected:
     pos = w > 0
     # Unselected rows may hold NaN (an invalid judge output): zero them so 0 * NaN never leaks.
-    return jnp.where(pos, x, 0.0), jnp.where(pos, y, 0.0), jnp.where(pos, w, 0.0), pos
+    return _Selected(jnp.where(pos, x, 0.0), jnp.where(pos, y, 0.0), jnp.where(pos, w, 0.0), pos)
 
 
 # ----------------------------------------------------------------------------------------
@@ -116,14 +127,14 @@ def _corr_defined(x, y, pos, groups, num_groups):
 
 
 def _pearson_groups(x, y, w, groups, num_groups: int) -> jax.Array:
-    x, y, w, pos = _prepare(x, y, w)
-    dx = _centred_scaled(x, w, pos, groups, num_groups)
-    dy = _centred_scaled(y, w, pos, groups, num_groups)
-    sxy = _seg_sum(w * dx * dy, groups, num_groups)
-    sxx = _seg_sum(w * dx * dx, groups, num_groups)
-    syy = _seg_sum(w * dy * dy, groups, num_groups)
+    s = _prepare(x, y, w)
+    dx = _centred_scaled(s.x, s.w, s.pos, groups, num_groups)
+    dy = _centred_scaled(s.y, s.w, s.pos, groups, num_groups)
+    sxy = _seg_sum(s.w * dx * dy, groups, num_groups)
+    sxx = _seg_sum(s.w * dx * dx, groups, num_groups)
+    syy = _seg_sum(s.w * dy * dy, groups, num_groups)
     r = jnp.clip(_safe_div(sxy, jnp.sqrt(sxx) * jnp.sqrt(syy)), -1.0, 1.0)
-    return jnp.where(_corr_defined(x, y, pos, groups, num_groups), r, jnp.nan)
+    return jnp.where(_corr_defined(s.x, s.y, s.pos, groups, num_groups), r, jnp.nan)
 
 
 def _midranks(v, w, groups, num_groups: int) -> jax.Array:
@@ -178,7 +189,8 @@ def _kendall_groups(x, y, w, groups, num_groups: int) -> jax.Array:
     textbook formula; copies of one row (integer weights) are tied in both and drop out,
     exactly as scipy treats repeated data.
     """
-    x, y, w, pos = _prepare(x, y, w)
+    s = _prepare(x, y, w)
+    x, y, w = s.x, s.y, s.w
     n = x.shape[0]
 
     def row(i):
@@ -194,13 +206,13 @@ def _kendall_groups(x, y, w, groups, num_groups: int) -> jax.Array:
     nx = _seg_sum(nx, groups, num_groups)
     ny = _seg_sum(ny, groups, num_groups)
     tau = jnp.clip(_safe_div(num, jnp.sqrt(nx) * jnp.sqrt(ny)), -1.0, 1.0)
-    return jnp.where(_corr_defined(x, y, pos, groups, num_groups), tau, jnp.nan)
+    return jnp.where(_corr_defined(x, y, s.pos, groups, num_groups), tau, jnp.nan)
 
 
 def _mse_groups(x, y, w, groups, num_groups: int) -> jax.Array:
-    x, y, w, _ = _prepare(x, y, w)
-    wsum = _seg_sum(w, groups, num_groups)
-    err = _seg_sum(w * jnp.square(x - y), groups, num_groups)
+    s = _prepare(x, y, w)
+    wsum = _seg_sum(s.w, groups, num_groups)
+    err = _seg_sum(s.w * jnp.square(s.x - s.y), groups, num_groups)
     return jnp.where(wsum > 0, _safe_div(err, wsum), jnp.nan)
 
 

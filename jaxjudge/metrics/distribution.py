@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -85,13 +86,30 @@ def _floored_log(probs: jax.Array, eps: jax.Array) -> jax.Array:
     return jnp.log(jnp.maximum(probs, eps))  # renormalised in `_sdd_core`
 
 
-def _check_sdd_inputs(name: str, arr: Any, human: Any, lo: Any, mask: Any, weights: Any):
-    """Shape checks (always) and the shared eager value checks of `sdd` / `sdd_from_logprobs`.
+@dataclasses.dataclass(frozen=True)
+class _SddInputs:
+    """The inputs of `sdd` / `sdd_from_logprobs` after `_check_sdd_inputs`.
 
-    Returns:
-      (arr float32 [N, K], human float32 [N], weights float32 [N], traced, selection [N] bool
-      numpy or None when traced).
+    Attributes:
+      arr: float32 `[N, K]` probabilities or log-probabilities.
+      human: float32 `[N]` human scores.
+      w: float32 `[N]` row weights, the mask folded in.
+      sel: bool `[N]` numpy, the selected rows (w > 0); None when traced (no value checks).
     """
+
+    arr: jax.Array
+    human: jax.Array
+    w: jax.Array
+    sel: np.ndarray | None
+
+    @property
+    def traced(self) -> bool:
+        """Whether an input is traced (under `jit`/`vmap`): only the shapes were checked."""
+        return self.sel is None
+
+
+def _check_sdd_inputs(name: str, arr: Any, human: Any, lo: Any, mask: Any, weights: Any) -> _SddInputs:
+    """Shape checks (always) and the shared eager value checks of `sdd` / `sdd_from_logprobs`."""
     shape = tuple(np.shape(arr))
     if len(shape) != 2:
         raise ValueError(f"{name} must be [N, K], got shape {shape}")
@@ -103,7 +121,7 @@ def _check_sdd_inputs(name: str, arr: Any, human: Any, lo: Any, mask: Any, weigh
     arr = jnp.asarray(arr, jnp.float32)
     human = jnp.asarray(human, jnp.float32)
     if _checks.is_traced(arr, human, w, lo):
-        return arr, human, w, True, None
+        return _SddInputs(arr, human, w, None)
     sel = _checks.check_weight_values(w)
     _checks.check_finite(human, "human scores", sel)
     h_np = np.asarray(human)
@@ -113,7 +131,7 @@ def _check_sdd_inputs(name: str, arr: Any, human: Any, lo: Any, mask: Any, weigh
             f"human scores outside the score range [{lo}, {lo + k - 1}] at rows "
             f"{_checks.format_rows(out)}"
         )
-    return arr, human, w, False, sel
+    return _SddInputs(arr, human, w, sel)
 
 
 def sdd(
@@ -153,8 +171,9 @@ def sdd(
     Returns:
       float32 scalar >= 0; NaN when no row is selected (eager: ValueError).
     """
-    probs, human, w, traced, sel = _check_sdd_inputs("probs", probs, human, lo, mask, weights)
-    if not traced:
+    inputs = _check_sdd_inputs("probs", probs, human, lo, mask, weights)
+    probs, sel = inputs.arr, inputs.sel
+    if not inputs.traced:
         p_np = np.asarray(probs)
         bad = np.flatnonzero(~np.isfinite(p_np).all(-1) & sel)
         if bad.size:
@@ -171,7 +190,7 @@ def sdd(
         if not _checks.is_traced(eps) and not float(eps) > 0.0:
             raise ValueError(f"eps must be > 0 (or None for no floor), got {eps}")
         logp = _floored_log(probs, jnp.float32(eps))
-    return _sdd_core(logp, human, jnp.asarray(lo, jnp.float32), w)
+    return _sdd_core(logp, inputs.human, jnp.asarray(lo, jnp.float32), inputs.w)
 
 
 def sdd_from_logprobs(
@@ -207,9 +226,10 @@ def sdd_from_logprobs(
       ValueError (eager calls): shapes, human scores outside the range, NaN or +inf entries, or
         rows whose probabilities do not sum to 1 (|logsumexp| > 1e-3) in selected rows.
     """
-    logprobs, human, w, traced, sel = _check_sdd_inputs("logprobs", logprobs, human, lo, mask, weights)
-    if not traced:
-        lp = np.asarray(logprobs, np.float64)
+    inputs = _check_sdd_inputs("logprobs", logprobs, human, lo, mask, weights)
+    sel = inputs.sel
+    if not inputs.traced:
+        lp = np.asarray(inputs.arr, np.float64)
         bad = np.flatnonzero((np.isnan(lp) | (lp == np.inf)).any(-1) & sel)
         if bad.size:
             raise ValueError(f"logprobs contain NaN or +inf at rows {_checks.format_rows(bad)}")
@@ -222,7 +242,7 @@ def sdd_from_logprobs(
                 f"logprobs rows {_checks.format_rows(bad)} are not normalised (logsumexp != 0); pass "
                 "log-probabilities, e.g. jax.nn.log_softmax(logits, -1)"
             )
-    return _sdd_core(logprobs, human, jnp.asarray(lo, jnp.float32), w)
+    return _sdd_core(inputs.arr, inputs.human, jnp.asarray(lo, jnp.float32), inputs.w)
 
 
 @jax.jit

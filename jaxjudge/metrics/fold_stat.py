@@ -25,20 +25,24 @@ from one resample to the next and are computed once per call (`fold_prepare`):
 A resample then costs the pooled metrics over the rows and a few products over groups. The
 numbers equal those of the plain metrics on the repeated rows (tests/report/test_report.py).
 
-The interval the report prints from the replicates, `interval_summary` (with `MIN_CI_GROUPS`
-and `NAN_SHARE_MAX`), lives in `jaxjudge.metrics.intervals` and is re-exported here.
+The statistic's inputs, `FoldArrays` (`fold_arrays`) and what is prepared from them once,
+`FoldPrepared`, are pytree dataclasses of `jaxjudge.metrics.fold_inputs`, re-exported here with
+`fold_arrays` and `fold_layout`. The interval the report prints from the replicates,
+`interval_summary` (with `MIN_CI_GROUPS` and `NAN_SHARE_MAX`), lives in
+`jaxjudge.metrics.intervals` and is re-exported here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxjudge.metrics.correlation import get_metric
 from jaxjudge.metrics.distribution import sdd_from_logprobs
+from jaxjudge.metrics.fold_inputs import FoldArrays, FoldPrepared, by_fold, fold_arrays, fold_layout
 from jaxjudge.metrics.group_sums import (
     PEARSON_SUMS, kl_sums, mean_from_sums, midrank_pearson, pearson_from_sums, pearson_sums, sq_error_sums,
 )
@@ -47,67 +51,15 @@ from jaxjudge.metrics.intervals import MIN_CI_GROUPS, NAN_SHARE_MAX, interval_su
 from jaxjudge.metrics.tau_b import pair_matrices, sign_matrix, tau_from_sums
 
 __all__ = [
-    "MIN_CI_GROUPS", "NAN_SHARE_MAX", "doc_columns", "fold_arrays", "fold_layout", "fold_mean_stat", "fold_prepare",
-    "interval_summary", "methods_point", "methods_prepare", "methods_stat", "needs_signs", "shared_prepare",
+    "MIN_CI_GROUPS", "NAN_SHARE_MAX", "FoldArrays", "FoldPrepared", "doc_columns", "fold_arrays", "fold_layout",
+    "fold_mean_stat", "fold_prepare", "interval_summary", "methods_point", "methods_prepare", "methods_stat",
+    "needs_signs", "shared_prepare",
 ]
 
 
 def needs_signs(names: tuple[str, ...] | list[str]) -> bool:
     """Whether the statistic of `names` reads the Kendall sign matrices."""
     return any(n in ("kendall", "kendall_doc") for n in names)
-
-
-def fold_layout(test_nf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each fold's test rows, padded to the largest fold: `(index [F, M] int32, pad [F, M])`.
-
-    `index[f, s]` is the row of fold f's s-th test row (0 for a padding slot) and `pad` is 1
-    on real slots, 0 on padding. A fold's metric reads its test rows only (every other row
-    has weight 0 there), so the statistic works on `[F, M]` arrays, not `[N, F]`: k folds
-    cost one fold's worth of rows each, and Kendall's pair matrices shrink k^2-fold.
-    """
-    test = np.asarray(test_nf) > 0  # [N, F]
-    members = [np.flatnonzero(test[:, f]) for f in range(test.shape[1])]
-    m = max(1, max(len(r) for r in members))
-    index = np.zeros((len(members), m), np.int32)
-    pad = np.zeros((len(members), m), np.float32)
-    for f, r in enumerate(members):
-        index[f, : len(r)] = r
-        pad[f, : len(r)] = 1.0
-    return index, pad
-
-
-def fold_arrays(pred_nf, base_nf, human, hrel, probs_nfk, test_nf, ok, valid, codes):
-    """The statistic's inputs in the per-fold layout of `fold_layout` (numpy in, numpy out).
-
-    `codes` are the groups the bootstrap resamples (and the per-document metrics group by):
-    the statistic assumes every row of a group has the same weight.
-
-    Args (row axis N): pred `[..., N, F]` (leading axes: several methods scored at once),
-    base `[N, F]` (for deltas), human on the scale `[N]`, human minus lo `[N]` (SDD), log-probs
-    `[..., N, F, K]` (the same leading axes as pred, or none), test `[N, F]`, ok `[N]` (finite
-    prediction), valid `[N]`, group codes `[N]`.
-
-    Returns:
-      ``(index, pad, pred, base, human, hrel, probs, ok, valid, codes, rep)``, each
-      `[F, M, ...]` (pred and probs with pred's leading axes), except ``rep`` `[F, G]`: a row
-      of each group among fold f's test rows (row 0 where the fold has none), whose weight is
-      the group's multiplicity.
-    """
-    index, pad = fold_layout(test_nf)
-    f = index.shape[0]
-    cols = np.arange(f)[:, None]
-    pred = np.asarray(pred_nf, np.float32)[..., index, cols]
-    base = np.asarray(base_nf, np.float32)[index, cols]
-    human_f = np.asarray(human, np.float32)[index]
-    probs = np.asarray(probs_nfk, np.float32)[..., index, cols, :]
-    codes = np.asarray(codes, np.int32)
-    num_groups = int(codes.max()) + 1 if codes.size else 0
-    rep = np.zeros((f, num_groups), np.int32)
-    for i in range(f):
-        rows = index[i][pad[i] > 0]
-        rep[i, codes[rows[::-1]]] = rows[::-1]  # the first test row of each group wins
-    return (index, pad, pred, base, human_f, np.asarray(hrel, np.float32)[index], probs,
-            np.asarray(ok, np.float32)[index], np.asarray(valid, np.float32)[index], codes[index], rep)
 
 
 def doc_columns(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
@@ -199,32 +151,32 @@ def _sum_layout(names: tuple[str, ...], rows: int, num_groups: int) -> dict[tupl
 
 @functools.lru_cache(maxsize=64)
 def fold_prepare(names: tuple[str, ...], num_groups: int, resampled: bool = True):
-    """`prep(*fold_arrays) -> (doc [F, D, G], pairs [F, P, G, G], ranks [F, Q, M, G], sums [F, S, G])`:
-    what does not depend on the resample, for one method.
+    """`prep(arrays: FoldArrays) -> FoldPrepared`: what does not depend on the resample, for one
+    method (``shared`` left None: `shared_prepare` computes it).
 
-    ``doc`` holds each fold's per-group metric values of the ``_doc`` statistics (NaN where a
-    group is undefined or has no test row in the fold), in `doc_columns` order (a group's
-    Kendall from the diagonal of the group pair sums when those are computed); ``pairs``
-    Kendall's three group-level pair sums `A^T S A` (P = 3 when `names` has ``kendall`` and a
-    fold has more test rows than groups, else 0);
-    ``ranks`` the prediction's `_rank_matrix` (Q = 1 when a pooled Spearman is read from rank
-    matrices, see `RANK_MATRIX_ROWS_PER_GROUP`; else 0); ``sums`` the group sums of the pooled
-    Pearson, MSE and SDD (`_sum_layout`; S = 0 when none). Without `resampled` (one evaluation
-    on the original rows) pairs, ranks and sums are left empty: reducing them would cost more
-    than the one evaluation it serves.
+    The result's ``doc`` `[F, D, G]` holds each fold's per-group metric values of the ``_doc``
+    statistics (NaN where a group is undefined or has no test row in the fold), in
+    `doc_columns` order (a group's Kendall from the diagonal of the group pair sums when those
+    are computed); ``pairs`` `[F, P, G, G]` Kendall's three group-level pair sums `A^T S A`
+    (P = 3 when `names` has ``kendall`` and a fold has more test rows than groups, else 0);
+    ``ranks`` `[F, Q, M, G]` the prediction's `_rank_matrix` (Q = 1 when a pooled Spearman is
+    read from rank matrices, see `RANK_MATRIX_ROWS_PER_GROUP`; else 0); ``sums`` `[F, S, G]`
+    the group sums of the pooled Pearson, MSE and SDD (`_sum_layout`; S = 0 when none).
+    Without `resampled` (one evaluation on the original rows) pairs, ranks and sums are left
+    empty: reducing them would cost more than the one evaluation it serves.
     """
     cols = doc_columns(names)
 
-    def prep(index, pad, pred_f, base_f, human_f, hrel_f, probs_f, ok_f, valid_f, codes_f, rep):
+    def prep(arrays: FoldArrays) -> FoldPrepared:
         docs, pairs, ranks, sums = [], [], [], []
-        m = index.shape[1]
+        m = arrays.index.shape[1]
         spearman = resampled and _pooled_spearman(names, m, num_groups)[0]
         kendall = resampled and _kendall_by_group(names, m, num_groups)
         layout = _sum_layout(names, m, num_groups) if resampled else {}
-        for real, pred, base, human, hrel, probs, ok, codes in zip(pad, pred_f, base_f, human_f, hrel_f, probs_f,
-                                                                   ok_f, codes_f):
-            fixed = real * ok  # every row once; a resample scales a group's rows alike
-            src = {"pred": pred, "base": base}
+        for fold in by_fold(arrays):
+            pred, human, codes = fold.pred, fold.human, fold.codes
+            fixed = fold.pad * fold.ok  # every row once; a resample scales a group's rows alike
+            src = {"pred": pred, "base": fold.base}
             pair = (jnp.stack([_to_groups(s, fixed, codes, num_groups) for s in pair_matrices(pred, human)])
                     if kendall else jnp.zeros((0, num_groups, num_groups), jnp.float32))
             pairs.append(pair)
@@ -245,9 +197,9 @@ def fold_prepare(names: tuple[str, ...], num_groups: int, resampled: bool = True
                 elif metric == "mse":
                     part.append(sq_error_sums(src[s], human, fixed, codes, num_groups))
                 else:
-                    part.append(kl_sums(probs, hrel, fixed, codes, num_groups))
+                    part.append(kl_sums(fold.probs, fold.hrel, fixed, codes, num_groups))
             sums.append(jnp.concatenate(part) if part else jnp.zeros((0, num_groups), jnp.float32))
-        return jnp.stack(docs), jnp.stack(pairs), jnp.stack(ranks), jnp.stack(sums)
+        return FoldPrepared(doc=jnp.stack(docs), pairs=jnp.stack(pairs), ranks=jnp.stack(ranks), sums=jnp.stack(sums))
 
     prep.__name__ = "fold_prepare_" + "_".join(names)
     return prep
@@ -255,17 +207,19 @@ def fold_prepare(names: tuple[str, ...], num_groups: int, resampled: bool = True
 
 @functools.lru_cache(maxsize=64)
 def shared_prepare(names: tuple[str, ...], num_groups: int, resampled: bool = True):
-    """`prep(*fold_arrays) -> ranks [F, R, M, G]`: the `_rank_matrix` of the human scores and,
-    for ``delta_spearman``, of the baseline (R = 2; 1 without the delta; 0 without a pooled
-    Spearman read from rank matrices). Shared by every method of a batch."""
-    def prep(index, pad, pred_f, base_f, human_f, hrel_f, probs_f, ok_f, valid_f, codes_f, rep):
+    """`prep(arrays: FoldArrays) -> ranks [F, R, M, G]` (`FoldPrepared.shared`): the
+    `_rank_matrix` of the human scores and, for ``delta_spearman``, of the baseline (R = 2; 1
+    without the delta; 0 without a pooled Spearman read from rank matrices). Shared by every
+    method of a batch: it reads no field with a method axis."""
+    def prep(arrays: FoldArrays):
         out = []
-        spearman, base_too = _pooled_spearman(names, index.shape[1], num_groups) if resampled else (False, False)
-        for real, base, human, ok, codes in zip(pad, base_f, human_f, ok_f, codes_f):
+        m = arrays.index.shape[1]
+        spearman, base_too = _pooled_spearman(names, m, num_groups) if resampled else (False, False)
+        for real, base, human, ok, codes in zip(arrays.pad, arrays.base, arrays.human, arrays.ok, arrays.codes):
             fixed = real * ok
             vs = ([human] if spearman else []) + ([base] if base_too else [])
             out.append(jnp.stack([_rank_matrix(v, fixed, codes, num_groups) for v in vs]) if vs
-                       else jnp.zeros((0, index.shape[1], num_groups), jnp.float32))
+                       else jnp.zeros((0, m, num_groups), jnp.float32))
         return jnp.stack(out)
 
     prep.__name__ = "shared_prepare_" + "_".join(names)
@@ -281,19 +235,20 @@ def _group_mean(values, c):
 
 @functools.lru_cache(maxsize=64)
 def _fold_mean_core(names: tuple[str, ...]):
-    """`stat(*fold_arrays, doc, pairs, ranks, sums, shared, w) -> [S]` given the prepared arrays."""
+    """`stat(arrays: FoldArrays, prepared: FoldPrepared, w) -> [S]` given the prepared arrays
+    (``prepared.shared`` included)."""
     cols = {c: i for i, c in enumerate(doc_columns(names))}
 
-    def stat(index, pad, pred_f, base_f, human_f, hrel_f, probs_f, ok_f, valid_f, codes_f, rep,
-             doc_f, pairs_f, ranks_f, sums_f, shared_f, w):
-        layout = _sum_layout(names, index.shape[1], rep.shape[1]) if sums_f.shape[1] else {}
+    def stat(arrays: FoldArrays, prepared: FoldPrepared, w):
+        layout = _sum_layout(names, arrays.index.shape[1], arrays.rep.shape[1]) if prepared.sums.shape[1] else {}
 
-        def per_fold(idx, real, pred, base, human, hrel, probs, ok, valid, rep_g, doc, pairs, ranks, sums, shared):
-            rows = real if w is None else w[idx] * real  # [M] multiplicity of each test row
-            c = jnp.ones(rep_g.shape, jnp.float32) if w is None else w[rep_g]  # [G] each group's
-            ww = rows * ok
+        def per_fold(fold: FoldArrays, prep: FoldPrepared):
+            pred, base, human, sums = fold.pred, fold.base, fold.human, prep.sums
+            rows = fold.pad if w is None else w[fold.index] * fold.pad  # [M] multiplicity of each test row
+            c = jnp.ones(fold.rep.shape, jnp.float32) if w is None else w[fold.rep]  # [G] each group's
+            ww = rows * fold.ok
             # Mid-ranks under this resample: pred, human, base (`_rank_matrix`).
-            rk = [r @ c for r in ranks] + [r @ c for r in shared]  # empty: sort-based ranks
+            rk = [r @ c for r in prep.ranks] + [r @ c for r in prep.shared]  # empty: sort-based ranks
 
             memo = {}
 
@@ -313,24 +268,24 @@ def _fold_mean_core(names: tuple[str, ...]):
             out = []
             for name in names:
                 if name == "validity":
-                    out.append(jnp.sum(rows * valid) / jnp.sum(rows))
+                    out.append(jnp.sum(rows * fold.valid) / jnp.sum(rows))
                 elif name == "sdd" and ("pred", "sdd") in layout:
                     out.append(mean_from_sums(sums[layout["pred", "sdd"]], c))
                 elif name == "sdd":
-                    out.append(sdd_from_logprobs(probs, hrel, 0, weights=ww))
+                    out.append(sdd_from_logprobs(fold.probs, fold.hrel, 0, weights=ww))
                 elif name == "kendall":
-                    if pairs.shape[0]:  # group pair sums (`_kendall_by_group`)
-                        out.append(tau_from_sums(*(c @ (p @ c) for p in pairs)))
+                    if prep.pairs.shape[0]:  # group pair sums (`_kendall_by_group`)
+                        out.append(tau_from_sums(*(c @ (p @ c) for p in prep.pairs)))
                     else:  # as many groups as rows: the row pair matrices under row weights
                         out.append(tau_from_sums(*(ww @ (p @ ww) for p in pair_matrices(pred, human))))
                 elif name.endswith("_doc"):
                     metric = name[: -len("_doc")]
                     if metric.startswith("delta_"):
                         metric = metric[len("delta_"):]
-                        out.append(_group_mean(doc[cols["pred", metric]], c)
-                                   - _group_mean(doc[cols["base", metric]], c))
+                        out.append(_group_mean(prep.doc[cols["pred", metric]], c)
+                                   - _group_mean(prep.doc[cols["base", metric]], c))
                     else:
-                        out.append(_group_mean(doc[cols["pred", metric]], c))
+                        out.append(_group_mean(prep.doc[cols["pred", metric]], c))
                 elif name.startswith("delta_"):
                     metric = name[len("delta_"):]
                     out.append(pooled(metric, pred) - pooled(metric, base))
@@ -341,9 +296,7 @@ def _fold_mean_core(names: tuple[str, ...]):
         # A Python loop over the (few) folds, not a vmap: under the bootstrap's vmap over
         # resamples (and a report's over methods) a third vmap level made XLA's CPU code about
         # five times slower (benchmarks/bench_report_stats.py).
-        folds = zip(index, pad, pred_f, base_f, human_f, hrel_f, probs_f, ok_f, valid_f, rep, doc_f, pairs_f,
-                    ranks_f, sums_f, shared_f)
-        per = jnp.stack([per_fold(*fold) for fold in folds])  # [F, S]
+        per = jnp.stack([per_fold(fold, prep) for fold, prep in zip(by_fold(arrays), by_fold(prepared))])  # [F, S]
         return jnp.mean(per, axis=0)
 
     stat.__name__ = "cell_stat_" + "_".join(names)
@@ -352,22 +305,22 @@ def _fold_mean_core(names: tuple[str, ...]):
 
 @functools.lru_cache(maxsize=64)
 def fold_mean_stat(names: tuple[str, ...], num_groups: int):
-    """`stat(*fold_arrays, w) -> [S]`: every statistic of `names`, averaged over folds.
+    """`stat(arrays: FoldArrays, w) -> [S]`: every statistic of `names`, averaged over folds.
 
     Names are metric names (`get_metric`), ``<metric>_doc`` (per-document mean, as
     `jaxjudge.metrics.grouped`), ``validity``, ``sdd`` and ``delta_<metric>[_doc]`` (the
     prediction's metric minus the baseline's, on the same weights).
 
-    The inputs are `fold_arrays`' tuple and the row weights `w` `[N]` (a resample of whole
-    groups of `fold_arrays`' codes: equal within a group; None for the original rows): fold
-    f's slot s weighs `w[index[f, s]]`. This form prepares per call; `methods_stat` takes the
-    prepared arrays, so a bootstrap prepares once for all its resamples.
+    The inputs are `fold_arrays`' layout (one method: ``pred`` `[F, M]`) and the row weights
+    `w` `[N]` (a resample of whole groups of its codes: equal within a group; None for the
+    original rows): fold f's slot s weighs `w[index[f, s]]`. This form prepares per call;
+    `methods_stat` takes the prepared arrays, so a bootstrap prepares once for all its
+    resamples.
     """
     prep, shared, core = fold_prepare(names, num_groups), shared_prepare(names, num_groups), _fold_mean_core(names)
 
-    def stat(*args):
-        *arrays, w = args
-        return core(*arrays, *prep(*arrays), shared(*arrays), w)
+    def stat(arrays: FoldArrays, w):
+        return core(arrays, dataclasses.replace(prep(arrays), shared=shared(arrays)), w)
 
     stat.__name__ = "cell_stat_" + "_".join(names)
     return stat
@@ -376,36 +329,34 @@ def fold_mean_stat(names: tuple[str, ...], num_groups: int):
 @functools.lru_cache(maxsize=64)
 def methods_prepare(names: tuple[str, ...], num_groups: int, probs_per_method: bool, resampled: bool = True):
     """`fold_prepare` for several methods and `shared_prepare` once, jitted:
-    `(*fold_arrays) -> (doc [M, ...], pairs [M, ...], ranks [M, ...], sums [M, ...], shared)`."""
+    `(arrays: FoldArrays) -> FoldPrepared` (doc, pairs, ranks and sums with a leading method
+    axis `[M, ...]`, ``shared`` without)."""
     prep, shared = fold_prepare(names, num_groups, resampled), shared_prepare(names, num_groups, resampled)
-    axes = tuple(0 if i == 2 or (i == 6 and probs_per_method) else None for i in range(11))
-    per_method = jax.vmap(prep, in_axes=axes)
-    return jax.jit(lambda *arrays: (*per_method(*arrays), shared(*arrays)))
+    per_method = jax.vmap(prep, in_axes=(FoldArrays.method_axes(probs_per_method),))
+    return jax.jit(lambda arrays: dataclasses.replace(per_method(arrays), shared=shared(arrays)))
 
 
 @functools.lru_cache(maxsize=64)
 def methods_stat(names: tuple[str, ...], num_groups: int, probs_per_method: bool):
     """`fold_mean_stat` for several methods on the same resample:
-    `stat(*fold_arrays, doc, pairs, ranks, sums, shared, w) -> [M, S]` (`methods_prepare` gives
-    the five prepared arrays).
+    `stat(arrays: FoldArrays, prepared: FoldPrepared, w) -> [M, S]` (`methods_prepare` gives
+    ``prepared``).
 
-    pred carries a leading method axis `[M, ...]` (probs too when `probs_per_method`; doc,
-    pairs and ranks always); everything else (human, base, the layout, the shared ranks, the
-    weights) is shared, so the work that does not depend on the method (the ranks of the human
-    scores and of the shared base under each resample) is done once per resample, not once per
-    method.
+    ``arrays.pred`` carries a leading method axis `[M, ...]` (``probs`` too when
+    `probs_per_method`; ``prepared``'s doc, pairs, ranks and sums always); everything else
+    (human, base, the layout, the shared ranks, the weights) is shared, so the work that does
+    not depend on the method (the ranks of the human scores and of the shared base under each
+    resample) is done once per resample, not once per method.
     """
     del num_groups  # in the prepared arrays' shapes; kept in the signature for the cache key
     core = _fold_mean_core(names)
 
-    def stat(index, pad, pred_m, base, human, hrel, probs, ok, valid, codes, rep, doc_m, pairs_m, ranks_m,
-             sums_m, shared, w):
-        def per_method(pred, probs_, doc, pairs, ranks, sums):
-            return core(index, pad, pred, base, human, hrel, probs_, ok, valid, codes, rep, doc, pairs, ranks,
-                        sums, shared, w)
+    def stat(arrays: FoldArrays, prepared: FoldPrepared, w):
+        def per_method(pred, probs, prep):
+            return core(dataclasses.replace(arrays, pred=pred, probs=probs), prep, w)
 
-        axes = (0, 0 if probs_per_method else None, 0, 0, 0, 0)
-        return jax.vmap(per_method, in_axes=axes)(pred_m, probs, doc_m, pairs_m, ranks_m, sums_m)
+        axes = (0, 0 if probs_per_method else None, FoldPrepared.method_axes())
+        return jax.vmap(per_method, in_axes=axes)(arrays.pred, arrays.probs, prepared)
 
     stat.__name__ = "methods_stat_" + "_".join(names)
     return stat
@@ -416,4 +367,4 @@ def methods_point(names: tuple[str, ...], num_groups: int, probs_per_method: boo
     """`methods_stat` on the original rows (unit weights), jitted: the point estimates `[M, S]`."""
     stat = methods_stat(names, num_groups, probs_per_method)
     prep = methods_prepare(names, num_groups, probs_per_method, resampled=False)
-    return jax.jit(lambda *arrays: stat(*arrays, *prep(*arrays), None))
+    return jax.jit(lambda arrays: stat(arrays, prep(arrays), None))

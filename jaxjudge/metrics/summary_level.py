@@ -13,6 +13,7 @@ Inputs are validated eagerly as in `jaxjudge.metrics.correlation` (see `_checks.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -51,17 +52,17 @@ def _generic_groups(metric: Callable, x, y, w, groups, num_groups: int, corr: bo
 
     Costs G evaluations over all N rows; registered metrics use their segmented cores instead.
     """
-    x, y, w, pos = _prepare(x, y, w)
+    s = _prepare(x, y, w)
 
     def one(g):
         in_g = groups == g
-        return metric(x, y, in_g & pos, weights=w)
+        return metric(s.x, s.y, in_g & s.pos, weights=s.w)
 
     values = jax.vmap(one)(jnp.arange(num_groups))
     if corr:
-        ok = _corr_defined(x, y, pos, groups, num_groups)
+        ok = _corr_defined(s.x, s.y, s.pos, groups, num_groups)
     else:
-        ok = _seg_sum(pos.astype(_F32), groups, num_groups) > 0
+        ok = _seg_sum(s.pos.astype(_F32), groups, num_groups) > 0
     return jnp.where(ok, values, jnp.nan)
 
 
@@ -86,7 +87,27 @@ def _group_mean(values, w, groups, num_groups: int) -> jax.Array:
     return jnp.where(total > 0, _safe_div(jnp.sum(gw * jnp.nan_to_num(values)), total), jnp.nan)
 
 
-def _check_grouped(metric, x, y, groups, mask, weights, num_groups):
+@dataclasses.dataclass(frozen=True)
+class _GroupedInputs:
+    """The checked inputs of `per_group` and `grouped` (`_check_grouped`).
+
+    Attributes:
+      x, y: float32 `[N]` predictions and human scores.
+      w: float32 `[N]` row weights, the mask folded in.
+      groups: int32 `[N]` codes in 0..G-1.
+      num_groups: G.
+      corr: whether the metric is a correlation (needs two rows and non-constant x and y).
+    """
+
+    x: jax.Array
+    y: jax.Array
+    w: jax.Array
+    groups: jax.Array
+    num_groups: int
+    corr: bool
+
+
+def _check_grouped(metric, x, y, groups, mask, weights, num_groups) -> _GroupedInputs:
     name = _metric_name(metric)
     corr = True if name is None else _IS_CORRELATION[name]
     label = name or getattr(metric, "__name__", "metric")
@@ -94,7 +115,7 @@ def _check_grouped(metric, x, y, groups, mask, weights, num_groups):
         x, y, mask, weights, metric=label, min_rows=1, warn_constant=False
     )
     groups, num_groups = _checks.check_groups(groups, x.shape[0], num_groups)
-    return x, y, w, groups, num_groups, corr
+    return _GroupedInputs(x, y, w, groups, num_groups, corr)
 
 
 def per_group(
@@ -122,8 +143,8 @@ def per_group(
       selected rows or constant x or y on them; MSE is NaN only for a group with no selected
       row.
     """
-    x, y, w, groups, num_groups, _ = _check_grouped(metric, x, y, groups, mask, weights, num_groups)
-    return _group_values(metric, x, y, w, groups, num_groups)
+    g = _check_grouped(metric, x, y, groups, mask, weights, num_groups)
+    return _group_values(metric, g.x, g.y, g.w, g.groups, g.num_groups)
 
 
 def grouped(
@@ -148,13 +169,11 @@ def grouped(
     Returns:
       float32 scalar; NaN (eager: ValueError) when no group is usable.
     """
-    x, y, w, groups, num_groups, corr = _check_grouped(
-        metric, x, y, groups, mask, weights, num_groups
-    )
-    values = _group_values(metric, x, y, w, groups, num_groups)
-    result = _group_mean(values, w, groups, num_groups)
+    g = _check_grouped(metric, x, y, groups, mask, weights, num_groups)
+    values = _group_values(metric, g.x, g.y, g.w, g.groups, g.num_groups)
+    result = _group_mean(values, g.w, g.groups, g.num_groups)
     if not _checks.is_traced(result) and bool(jnp.isnan(result)):
-        need = "two selected rows with non-constant x and y" if corr else "one selected row"
+        need = "two selected rows with non-constant x and y" if g.corr else "one selected row"
         raise ValueError(f"no group is usable for the summary-level metric: none has {need}")
     return result
 

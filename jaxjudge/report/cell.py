@@ -26,6 +26,7 @@ adjustment changes.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import warnings
@@ -118,6 +119,25 @@ def _bin_counts(scores: np.ndarray, lo: float, step: float, k: int) -> np.ndarra
     return np.bincount(np.clip(np.rint((scores - lo) / step), 0, k - 1).astype(int), minlength=k)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Pending:
+    """An emitted row awaiting its metrics (`_Cell.emit`, then `_Cell.score_pending`).
+
+    Attributes:
+      row: the row, its ``metrics`` and ``delta`` filled in by `_Cell.score_pending`.
+      pred: `[F, N]` its predictions.
+      probs: `[F, N, K]` its scored log-probabilities, or None.
+      with_delta: whether it reports its delta from the vanilla judge read the same way.
+      baseline: its matched baseline's row name, or None.
+    """
+
+    row: dict[str, Any]
+    pred: np.ndarray
+    probs: np.ndarray | None
+    with_delta: bool
+    baseline: str | None
+
+
 class _Cell:
     """One `evaluate_cell` call: the cell's context, its rows and figure extras."""
 
@@ -135,9 +155,8 @@ class _Cell:
         self.selector, self.minimize = _selector(options, self.codes)
         self.options, self.labels, self.predictions = options, labels, predictions
         self.rows: list[dict[str, Any]] = []
-        # Emitted rows awaiting their metrics, by score kind: (row, pred, probs, has a delta,
-        # its matched baseline's row name or None).
-        self.pending: dict[str, list[tuple[dict[str, Any], np.ndarray, np.ndarray | None, bool, str | None]]] = {}
+        # Emitted rows awaiting their metrics, by score kind.
+        self.pending: dict[str, list[_Pending]] = {}
         self.aux: dict[str, Any] = {
             **labels, "scale": scale.name, "values": scale.values.tolist(),
             # Human scores on the prompt's range, rounded to the nearest candidate (for figures).
@@ -221,7 +240,8 @@ class _Cell:
             test_metric=test_metric if test_metric is not None else self.selection_per_fold(pred, self.cx.test),
         )
         self.rows.append(row)
-        self.pending.setdefault(kind, []).append((row, pred, probs, role_of(method) is not Role.REFERENCE, baseline))
+        with_delta = role_of(method) is not Role.REFERENCE
+        self.pending.setdefault(kind, []).append(_Pending(row, pred, probs, with_delta, baseline))
         # Score distribution of this method: argmax over all examples, mean over folds, drawn
         # with the hyper-parameters chosen for the greedy reading (what a judge would output).
         if kind == self.dist_kind:
@@ -239,25 +259,25 @@ class _Cell:
         ``matched_baseline`` (its name) and ``delta_matched``: the paired difference from it,
         on the same resamples (the bootstrap's seed and groups are those of every other call)."""
         for kind, items in self.pending.items():
-            preds = np.stack([item[1] for item in items])
-            probs = None if items[0][2] is None else np.stack([item[2] for item in items])
+            preds = np.stack([item.pred for item in items])
+            probs = None if items[0].probs is None else np.stack([item.probs for item in items])
             # Per-document metrics over the documents where every method read this way is defined.
             common = common_docs(preds, probs, self.ones, self.ctx, self.options)
             reps: list[dict[str, np.ndarray]] = []
             scored = score_stats_batch(preds, self.base_pred[kind], probs, self.ones, self.ctx, self.options,
-                                       [item[3] for item in items], common, replicates=reps, keep=(self.sel_name,))
-            for (row, *_), (mets, deltas), rep in zip(items, scored, reps):
-                row["metrics"], row["delta"] = mets, deltas or None
+                                       [item.with_delta for item in items], common, replicates=reps,
+                                       keep=(self.sel_name,))
+            for item, (mets, deltas), rep in zip(items, scored, reps):
+                item.row["metrics"], item.row["delta"] = mets, deltas or None
                 if self.sel_name in rep:
-                    self.replicates[(row["method"], kind)] = rep[self.sel_name]
-            by_name = {item[0]["method"]: item for item in items}
-            for baseline in dict.fromkeys(item[4] for item in items if item[4] in by_name):
-                matched = [item for item in items if item[4] == baseline]
-                base = by_name[baseline]
-                scored = score_stats_batch(np.stack([item[1] for item in matched]), base[1], None, self.ones,
-                                           self.ctx, self.options, [True] * len(matched), common)
-                for (row, *_), (_, deltas) in zip(matched, scored):
-                    row["matched_baseline"], row["delta_matched"] = baseline, deltas or None
+                    self.replicates[(item.row["method"], kind)] = rep[self.sel_name]
+            by_name = {item.row["method"]: item for item in items}
+            for baseline in dict.fromkeys(item.baseline for item in items if item.baseline in by_name):
+                matched = [item for item in items if item.baseline == baseline]
+                scored = score_stats_batch(np.stack([item.pred for item in matched]), by_name[baseline].pred, None,
+                                           self.ones, self.ctx, self.options, [True] * len(matched), common)
+                for item, (_, deltas) in zip(matched, scored):
+                    item.row["matched_baseline"], item.row["delta_matched"] = baseline, deltas or None
         self.pending = {}
 
     def tuned(self, method: Method, variant: Variant, kind_t: Kind) -> None:

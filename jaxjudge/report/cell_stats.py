@@ -27,7 +27,7 @@ import numpy as np
 
 from jaxjudge import metrics as M
 from jaxjudge.metrics.fold_stat import (
-    doc_columns, fold_arrays, methods_point, methods_prepare, methods_stat, needs_signs,
+    FoldArrays, FoldPrepared, doc_columns, fold_arrays, methods_point, methods_prepare, methods_stat, needs_signs,
 )
 from jaxjudge.metrics.intervals import interval_summary
 from jaxjudge.metrics.multiplicity import bootstrap_p_value
@@ -174,26 +174,27 @@ def common_docs(preds_mfn: np.ndarray, probs_mfnk: np.ndarray | None, ok: np.nda
         return None
     layout = _layout(preds_mfn, None, probs_mfnk, ok, ctx)
     prep = methods_prepare(names, ctx["report_codes"].num_groups, probs_mfnk is not None, resampled=False)
-    doc = np.asarray(prep(*layout)[0])  # [M, F, D, G]
+    doc = np.asarray(prep(layout).doc)  # [M, F, D, G]
     return {m: np.isfinite(doc[:, :, i]).all(0) for i, (src, m) in enumerate(doc_columns(names)) if src == "pred"}
 
 
-def _keep_common(prepared: tuple, names: tuple[str, ...], common: dict[str, np.ndarray] | None) -> tuple:
+def _keep_common(prepared: FoldPrepared, names: tuple[str, ...], common: dict[str, np.ndarray] | None
+                 ) -> FoldPrepared:
     """``prepared`` with each ``_doc`` column's per-group values outside ``common`` set to NaN
     (left out of the per-document mean, in the estimate and in every resample)."""
     cols = doc_columns(names)
     if common is None or not cols:
         return prepared
-    doc = np.asarray(prepared[0])  # [M, F, D, G]
+    doc = np.asarray(prepared.doc)  # [M, F, D, G]
     keep = np.stack([common[metric] for _, metric in cols], axis=1)  # [F, D, G]
-    return (np.where(keep[None], doc, np.nan).astype(doc.dtype), *prepared[1:])
+    return dataclasses.replace(prepared, doc=np.where(keep[None], doc, np.nan).astype(doc.dtype))
 
 
 @functools.lru_cache(maxsize=64)
 def _point_stat(names: tuple[str, ...], num_groups: int, has_probs: bool):
     """`methods_point` from arrays already prepared: `(arrays, prepared) -> [M, S]`."""
     stat = methods_stat(names, num_groups, has_probs)
-    return jax.jit(lambda arrays, prepared: stat(*arrays, *prepared, None))
+    return jax.jit(lambda arrays, prepared: stat(arrays, prepared, None))
 
 
 def _doc_values(names: tuple[str, ...], doc: Any) -> dict[str, np.ndarray]:
@@ -203,7 +204,7 @@ def _doc_values(names: tuple[str, ...], doc: Any) -> dict[str, np.ndarray]:
 
 
 def _layout(preds_mfn: np.ndarray, base_fn: np.ndarray | None, probs_mfnk: np.ndarray | None, ok: np.ndarray,
-            ctx: dict[str, Any]) -> tuple:
+            ctx: dict[str, Any]) -> FoldArrays:
     """`jaxjudge.metrics.fold_stat.fold_arrays` of the reported rows of M methods (the first
     method stands in for a missing base)."""
     rows = ctx["report_rows"]
@@ -227,8 +228,29 @@ _KENDALL_BUDGET = 1 << 26
 """Most Kendall pair-matrix entries (methods x folds x M x M) one batched call holds."""
 
 
-def _ci_chunk(names: tuple[str, ...], arrays: tuple, num_groups: int, codes: np.ndarray, has_probs: bool,
-              common: dict[str, np.ndarray] | None, options: MethodOptions) -> tuple:
+@dataclasses.dataclass(frozen=True)
+class _Bootstrapped:
+    """The bootstrapped statistics of m methods (`_ci_chunk`), or of one (`method`: no m axis).
+
+    Attributes:
+      estimates: `[m, S]` point estimates.
+      replicates: `[B, m, S]` bootstrap replicates.
+      jackknife: `[G, m, S]` leave-one-group-out values (``ci_method == "bca"`` only), or None.
+    """
+
+    estimates: np.ndarray
+    replicates: np.ndarray
+    jackknife: np.ndarray | None
+
+    def method(self, j: int) -> _Bootstrapped:
+        """Method ``j``'s statistics: estimates `[S]`, replicates `[B, S]`, jackknife `[G, S]`."""
+        jack = None if self.jackknife is None else self.jackknife[:, j]
+        return _Bootstrapped(self.estimates[j], self.replicates[:, j], jack)
+
+
+def _ci_chunk(names: tuple[str, ...], arrays: FoldArrays, num_groups: int, codes: np.ndarray, has_probs: bool,
+              common: dict[str, np.ndarray] | None, options: MethodOptions
+              ) -> tuple[_Bootstrapped, dict[str, np.ndarray]]:
     """The bootstrapped statistics of one chunk of methods.
 
     Args:
@@ -238,23 +260,23 @@ def _ci_chunk(names: tuple[str, ...], arrays: tuple, num_groups: int, codes: np.
       has_probs, common, options: as `score_stats_batch`.
 
     Returns:
-      ``(estimates [m, S], replicates [B, m, S], jackknife [G, m, S] or None, docs)``: the
-      jackknife only for ``options.ci_method == "bca"``; ``docs`` as `_doc_values`.
+      ``(statistics, docs)``: the chunk's `_Bootstrapped` (the jackknife only for
+      ``options.ci_method == "bca"``) and its per-document values (`_doc_values`).
     """
     stat = methods_stat(names, num_groups, has_probs)
     # What no resample changes (per-document values, group pair sums, rank matrices): once.
-    prepared = _keep_common(methods_prepare(names, num_groups, has_probs)(*arrays), names, common)
-    consts = arrays + prepared
+    prepared = _keep_common(methods_prepare(names, num_groups, has_probs)(arrays), names, common)
+    consts = (arrays, prepared)
     jack = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         e, r = M.bootstrap_distribution(stat, (), codes, n_boot=options.n_boot, seed=options.seed, consts=consts)
         if options.ci_method == "bca":
             jack = np.asarray(M.jackknife_distribution(stat, (), codes, consts=consts))
-    return np.asarray(e), np.asarray(r), jack, _doc_values(names, prepared[0])
+    return _Bootstrapped(np.asarray(e), np.asarray(r), jack), _doc_values(names, prepared.doc)
 
 
-def _point_chunk(names: tuple[str, ...], arrays: tuple, num_groups: int, has_probs: bool,
+def _point_chunk(names: tuple[str, ...], arrays: FoldArrays, num_groups: int, has_probs: bool,
                  common: dict[str, np.ndarray] | None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """The point-only statistics of one chunk of methods: ``(estimates [m, S], docs)``.
 
@@ -262,26 +284,26 @@ def _point_chunk(names: tuple[str, ...], arrays: tuple, num_groups: int, has_pro
     """
     has_doc = any(name.endswith("_doc") for name in names)
     if common is not None and has_doc:
-        prepared = _keep_common(methods_prepare(names, num_groups, has_probs, resampled=False)(*arrays), names,
+        prepared = _keep_common(methods_prepare(names, num_groups, has_probs, resampled=False)(arrays), names,
                                 common)
         est = np.asarray(_point_stat(names, num_groups, has_probs)(arrays, prepared))
     else:
-        est = np.asarray(methods_point(names, num_groups, has_probs)(*arrays))
+        est = np.asarray(methods_point(names, num_groups, has_probs)(arrays))
     if not has_doc:
         return est, {}
     if common is None:
-        prepared = methods_prepare(names, num_groups, has_probs, resampled=False)(*arrays)
-    return est, _doc_values(names, prepared[0])
+        prepared = methods_prepare(names, num_groups, has_probs, resampled=False)(arrays)
+    return est, _doc_values(names, prepared.doc)
 
 
-def _method_stats(ci: tuple | None, point: np.ndarray | None, docs: dict[str, np.ndarray],
+def _method_stats(ci: _Bootstrapped | None, point: np.ndarray | None, docs: dict[str, np.ndarray],
                   ci_names: tuple[str, ...], point_names: tuple[str, ...], options: MethodOptions,
                   num_groups: int, docs_in_fold: Sequence[int], usable: Sequence[bool]) -> dict[str, dict]:
     """One method's summaries, statistic name -> ``{estimate, low, high, ...}``.
 
     Args:
-      ci: ``(estimates [S], replicates [B, S], jackknife [G, S] or None)`` of ``ci_names``, or
-        None when there are none.
+      ci: the method's statistics of ``ci_names`` (`_Bootstrapped.method`), or None when there
+        are none.
       point: `[S']` estimates of ``point_names``, or None when there are none.
       docs: ``<metric>_doc`` -> `[F, G]` the method's per-document values.
       ci_names, point_names, options: as in `score_stats_batch`.
@@ -289,14 +311,15 @@ def _method_stats(ci: tuple | None, point: np.ndarray | None, docs: dict[str, np
       docs_in_fold, usable: as `docs_defined`.
     """
     out: dict[str, dict] = {}
-    est, reps, jack = ci if ci_names else (None, None, None)
     for i, name in enumerate(ci_names):
-        out[name] = interval_summary(est[i], reps[:, i], options.alpha, num_groups=num_groups,
-                                     min_groups=options.min_ci_groups, jack=None if jack is None else jack[:, i],
+        est, reps = ci.estimates[i], ci.replicates[:, i]
+        out[name] = interval_summary(est, reps, options.alpha, num_groups=num_groups,
+                                     min_groups=options.min_ci_groups,
+                                     jack=None if ci.jackknife is None else ci.jackknife[:, i],
                                      method=options.ci_method)
         if name.startswith("delta_") and out[name].get("low") is not None:
             # Two-sided (Wald, bootstrap SE) p-value of the paired difference, for Holm.
-            out[name]["p"] = bootstrap_p_value(est[i], reps[:, i])
+            out[name]["p"] = bootstrap_p_value(est, reps)
     for i, name in enumerate(point_names):
         out[name] = interval_summary(point[i], None, options.alpha)
     for name, iv in out.items():
@@ -368,19 +391,15 @@ def score_stats_batch(
     kendall = needs_signs(ci_names + point_names)
     layout = _layout(preds_mfn, base_fn, probs_mfnk, ok, ctx)
     chunks = []  # per chunk of methods: (ci statistics or None, point estimates or None, docs)
-    index, pad = layout[0], layout[1]
+    index, pad = layout.index, layout.pad
     docs_in_fold = [np.unique(codes.codes[index[i][pad[i] > 0]]).size for i in range(index.shape[0])]
-    usable = [bool(np.any(pad[i] * layout[7][i] > 0)) for i in range(index.shape[0])]
-    fold_rows = layout[0].size
-    step = max(1, _KENDALL_BUDGET // (fold_rows * layout[0].shape[1])) if kendall else n_methods
+    usable = [bool(np.any(pad[i] * layout.ok[i] > 0)) for i in range(index.shape[0])]
+    step = max(1, _KENDALL_BUDGET // (index.size * index.shape[1])) if kendall else n_methods
     for lo in range(0, n_methods, step):
-        part = slice(lo, lo + step)
-        arrays = tuple(a[part] if i == 2 or (i == 6 and has_probs) else a for i, a in enumerate(layout))
+        arrays = layout.methods(slice(lo, lo + step), has_probs)
         ci, point, chunk_docs = None, None, {}
         if ci_names:
-            est, reps, jack, ci_docs = _ci_chunk(ci_names, arrays, codes.num_groups, codes.codes, has_probs, common,
-                                                 options)
-            ci = (est, reps, jack)
+            ci, ci_docs = _ci_chunk(ci_names, arrays, codes.num_groups, codes.codes, has_probs, common, options)
             chunk_docs.update(ci_docs)
         if point_names:
             point, point_docs = _point_chunk(point_names, arrays, codes.num_groups, has_probs, common)
@@ -390,10 +409,11 @@ def score_stats_batch(
     for j in range(n_methods):
         c, i_part = divmod(j, step)
         ci, point, docs = chunks[c]
-        ci_j = None if ci is None else (ci[0][i_part], ci[1][:, i_part], None if ci[2] is None else ci[2][:, i_part])
+        ci_j = None if ci is None else ci.method(i_part)
         out = _method_stats(ci_j, None if point is None else point[i_part], {k_: v[i_part] for k_, v in docs.items()},
                             ci_names, point_names, options, codes.num_groups, docs_in_fold, usable)
         if replicates is not None:
-            replicates.append({name: np.asarray(ci_j[1][:, i]) for i, name in enumerate(ci_names) if name in keep})
+            replicates.append({name: np.asarray(ci_j.replicates[:, i]) for i, name in enumerate(ci_names)
+                               if name in keep})
         results.append(_metrics_and_deltas(out, has_probs, with_delta[j], options.metrics))
     return results

@@ -297,9 +297,25 @@ def _expected_of_design(
     return expected, expected_se
 
 
+@dataclass(frozen=True)
+class _NestedRow:
+    """One replicate of `nested_coverage` (`_nested_replicate`).
+
+    Attributes:
+      hits: in the order of `NestedCoverage`'s six shares, whether each interval held its target.
+      width_nested, width_conditional: the widths of the two Spearman intervals.
+      changed: the share of resamples in which a fold chose another lambda.
+    """
+
+    hits: list[bool]
+    width_nested: float
+    width_conditional: float
+    changed: float
+
+
 def _nested_replicate(
     d: SyntheticJudges, splits: Splits, lam: np.ndarray, truth: np.ndarray, expected: float, opts: MethodOptions,
-) -> tuple[list, float, float, float] | None:
+) -> _NestedRow | None:
     """One replicate of `nested_coverage`; None when one of its four intervals is withheld.
 
     Args:
@@ -312,9 +328,7 @@ def _nested_replicate(
         same seed and number of resamples).
 
     Returns:
-      ``(hits, nested width, conditional width, changed)``: ``hits`` in the order of
-      `NestedCoverage`'s six shares, whether each interval held its target; the widths of the
-      two Spearman intervals; the share of resamples in which a fold chose another lambda.
+      `_NestedRow`.
     """
     tuned = d.judges[0][None] + lam[:, None] * d.judges[1][None]  # [G, N]
     res = nested_bootstrap({"tuned": tuned[:, None], "judge_0": d.judges[0]}, d.human, d.groups, splits.dev,
@@ -340,14 +354,15 @@ def _nested_replicate(
         nest["low"] <= chosen <= nest["high"],
     ]
     changed = float(np.mean(t.chosen_replicates != t.chosen_index[None]))
-    return hits, nest["high"] - nest["low"], cond["high"] - cond["low"], changed
+    return _NestedRow(hits=hits, width_nested=nest["high"] - nest["low"], width_conditional=cond["high"] - cond["low"],
+                      changed=changed)
 
 
-def _nested_summary(rows: list[tuple], expected: float, expected_se: float) -> NestedCoverage:
+def _nested_summary(rows: list[_NestedRow], expected: float, expected_se: float) -> NestedCoverage:
     """`NestedCoverage` from the `_nested_replicate` results of the replicates with every interval."""
     hits = np.zeros(6)
     for row in rows:
-        hits += row[0]
+        hits += row.hits
     share = hits / max(len(rows), 1)
 
     def mean(v):
@@ -356,7 +371,7 @@ def _nested_summary(rows: list[tuple], expected: float, expected_se: float) -> N
     return NestedCoverage(
         nested=float(share[0]), nested_difference=float(share[1]), conditional=float(share[2]),
         conditional_difference=float(share[3]), conditional_of_expected=float(share[4]),
-        nested_of_chosen=float(share[5]), width_nested=mean([r[1] for r in rows]),
-        width_conditional=mean([r[2] for r in rows]), expected=expected, expected_se=expected_se,
-        changed=mean([r[3] for r in rows]), n=len(rows),
+        nested_of_chosen=float(share[5]), width_nested=mean([r.width_nested for r in rows]),
+        width_conditional=mean([r.width_conditional for r in rows]), expected=expected, expected_se=expected_se,
+        changed=mean([r.changed for r in rows]), n=len(rows),
     )

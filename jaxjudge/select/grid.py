@@ -20,6 +20,7 @@ vmapped over together with the fold masks and handed to `adjust_fn(params, data,
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable
 from functools import partial
@@ -150,11 +151,29 @@ def _resolve_metric(metric, minimize: bool | None) -> tuple[Callable, bool]:
     return fn, bool(minimize)
 
 
-def _point_metrics(
-    params, data, fold_data, human, dev, test, values, temperature, *, adjust_fn, metric_fn,
-    score,
-) -> tuple[Array, Array]:
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class _Targets:
+    """What every grid point is scored against (`_check_inputs`); every field an array.
+
+    Attributes:
+        human: `[N]` float32 human scores.
+        dev: `[F, N]` bool, where each fold chooses.
+        test: `[F, N]` bool, where each fold is evaluated.
+        values: `[K]` float32 value of each score candidate.
+        temperature: float32 scalar, of the expected score.
+    """
+
+    human: Array
+    dev: Array
+    test: Array
+    values: Array
+    temperature: Array
+
+
+def _point_metrics(params, data, fold_data, targets: _Targets, *, adjust_fn, metric_fn, score) -> tuple[Array, Array]:
     """(dev [F], test [F]) metrics of one grid point."""
+    human, values, temperature = targets.human, targets.values, targets.temperature
     n, k = human.shape[0], values.shape[0]
 
     def predict(adj):
@@ -173,33 +192,25 @@ def _point_metrics(
     if fold_data is None:
         adj = adjust_fn(params) if data is None else adjust_fn(params, data)
         pred = predict(adj)
-        return jax.vmap(fold_metrics, in_axes=(None, 0, 0))(pred, dev, test)
+        return jax.vmap(fold_metrics, in_axes=(None, 0, 0))(pred, targets.dev, targets.test)
 
     def one_fold(fold, d, t):
         return fold_metrics(predict(adjust_fn(params, data, fold)), d, t)
 
-    return jax.vmap(one_fold)(fold_data, dev, test)
+    return jax.vmap(one_fold)(fold_data, targets.dev, targets.test)
 
 
 _STATIC = ("adjust_fn", "metric_fn", "score")
 
 
 @partial(jax.jit, static_argnames=_STATIC)
-def _evaluate_point_jit(params, data, fold_data, human, dev, test, values, temperature, **static):
-    return _point_metrics(
-        params, data, fold_data, human, dev, test, values, temperature, **static
-    )
+def _evaluate_point_jit(params, data, fold_data, targets: _Targets, **static):
+    return _point_metrics(params, data, fold_data, targets, **static)
 
 
 @partial(jax.jit, static_argnames=(*_STATIC, "minimize", "batch_size"))
-def _grid_search_jit(
-    grid, data, fold_data, human, dev, test, values, temperature, *, minimize, batch_size,
-    **static,
-) -> GridSearchResult:
-    point = partial(
-        _point_metrics, data=data, fold_data=fold_data, human=human, dev=dev, test=test,
-        values=values, temperature=temperature, **static,
-    )
+def _grid_search_jit(grid, data, fold_data, targets: _Targets, *, minimize, batch_size, **static) -> GridSearchResult:
+    point = partial(_point_metrics, data=data, fold_data=fold_data, targets=targets, **static)
     if batch_size is None:
         dev_gf, test_gf = jax.vmap(point)(grid)  # [G, F] each
     else:
@@ -223,8 +234,8 @@ def _grid_search_jit(
 
 def _check_inputs(
     grid, fold_data, human, dev_masks, test_masks, values, temperature, score, allow_overlap
-):
-    """Eager validation; returns (human [N], dev [F, N], test [F, N], values [K], T)."""
+) -> _Targets:
+    """Eager validation; returns the checked arrays as JAX arrays (a `[N]` mask as one fold)."""
     if score not in SCORE_KINDS:
         raise ValueError(f"score must be one of {SCORE_KINDS}, got {score!r}")
     h = np.asarray(human)
@@ -287,9 +298,9 @@ def _check_inputs(
                 f"fold_data leaves must have a leading fold axis F={dev.shape[0]} (from the "
                 f"masks), got shapes {shapes}"
             )
-    return (
-        jnp.asarray(h, jnp.float32), jnp.asarray(dev), jnp.asarray(test),
-        jnp.asarray(v), jnp.asarray(t),
+    return _Targets(
+        human=jnp.asarray(h, jnp.float32), dev=jnp.asarray(dev), test=jnp.asarray(test),
+        values=jnp.asarray(v), temperature=jnp.asarray(t),
     )
 
 
@@ -349,13 +360,13 @@ def grid_search(
         `GridSearchResult`.
     """
     metric_fn, minimize = _resolve_metric(metric, minimize)
-    human, dev, test, values, temperature = _check_inputs(
+    targets = _check_inputs(
         grid, fold_data, human, dev_masks, test_masks, values, temperature, score, allow_overlap
     )
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(f"batch_size must be None or a positive integer, got {batch_size!r}")
     return _grid_search_jit(
-        jax.tree.map(jnp.asarray, grid), data, fold_data, human, dev, test, values, temperature,
+        jax.tree.map(jnp.asarray, grid), data, fold_data, targets,
         adjust_fn=adjust_fn, metric_fn=metric_fn, score=score, minimize=minimize,
         batch_size=batch_size,
     )
@@ -391,9 +402,11 @@ def evaluate_point(
         (`[F]` dev metrics, `[F]` test metrics).
     """
     metric_fn, _ = _resolve_metric(metric, None)
+    targets = _Targets(
+        human=jnp.asarray(human, jnp.float32), dev=jnp.asarray(dev_masks), test=jnp.asarray(test_masks),
+        values=jnp.asarray(values, jnp.float32), temperature=jnp.asarray(temperature, jnp.float32),
+    )
     return _evaluate_point_jit(
-        params, data, fold_data, jnp.asarray(human, jnp.float32), jnp.asarray(dev_masks),
-        jnp.asarray(test_masks), jnp.asarray(values, jnp.float32),
-        jnp.asarray(temperature, jnp.float32),
+        params, data, fold_data, targets,
         adjust_fn=adjust_fn, metric_fn=metric_fn, score=score,
     )

@@ -25,6 +25,7 @@ two procedures' replicates is a paired difference, each re-selected inside each 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -177,15 +178,48 @@ def _metric_values(metric_name: str, per_group: bool, num_groups: int):
     return value
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class _Rows:
+    """What every procedure of a `nested_bootstrap` call shares: each fold's dev slots (Md of
+    them) and test slots (Mt; `_side`) and the group strata (`_Strata`). Every field an array.
+
+    Attributes:
+      human_dev, human_test: float32 `[F, Md]`, `[F, Mt]` human scores of the slots.
+      codes_dev, codes_test: int32 `[F, Md]`, `[F, Mt]` group codes of the slots.
+      dev_pad, test_pad: `[F, Md]`, `[F, Mt]` 1 on real slots, 0 on padding.
+      report_rank, dev_rank: int32 `[G_all]` (`_Strata`).
+    """
+
+    human_dev: Any
+    human_test: Any
+    codes_dev: Any
+    codes_test: Any
+    dev_pad: Any
+    test_pad: Any
+    report_rank: Any
+    dev_rank: Any
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class _Draws:
+    """`_nested_jit`'s result for one procedure (`NestedReplicates`' fields, as JAX arrays)."""
+
+    estimate: jax.Array
+    replicates: jax.Array
+    chosen_index: jax.Array
+    chosen_replicates: jax.Array
+
+
 @functools.partial(
     jax.jit,
     static_argnames=("metric_name", "per_group", "num_groups", "minimize", "n_report", "n_dev_only", "n_boot",
                      "batch_size"),
 )
-def _nested_jit(pred_dev, pred_test, human_dev, human_test, codes_dev, codes_test, dev_pad, test_pad, report_rank,
-                dev_rank, key, *, metric_name, per_group, num_groups, minimize, n_report, n_dev_only, n_boot,
-                batch_size):
-    # pred_dev [G, F, Md], pred_test [G, F, Mt]; human_*, codes_*, *_pad [F, M*]; *_rank [G_all].
+def _nested_jit(pred_dev, pred_test, rows: _Rows, key, *, metric_name, per_group, num_groups, minimize, n_report,
+                n_dev_only, n_boot, batch_size) -> _Draws:
+    # pred_dev [G, F, Md], pred_test [G, F, Mt].
     value = _metric_values(metric_name, per_group, num_groups)
     over_folds = jax.vmap(value)  # [F, M] each -> [F]
     over_grid = jax.vmap(over_folds, in_axes=(0, None, None, None))  # [G, F, M] -> [G, F]
@@ -194,12 +228,12 @@ def _nested_jit(pred_dev, pred_test, human_dev, human_test, codes_dev, codes_tes
 
     def one(args):
         k, is_estimate = args
-        c = _group_counts(k, report_rank, dev_rank, n_report, n_dev_only)  # [G_all]
+        c = _group_counts(k, rows.report_rank, rows.dev_rank, n_report, n_dev_only)  # [G_all]
         c = jnp.where(is_estimate, 1.0, c)
         # A row's multiplicity is its group's; padding slots weigh 0.
-        w_dev = c[codes_dev] * dev_pad  # [F, Md]
-        w_test = c[codes_test] * test_pad  # [F, Mt]
-        dev_gf = over_grid(pred_dev, human_dev, codes_dev, w_dev)  # [G, F]
+        w_dev = c[rows.codes_dev] * rows.dev_pad  # [F, Md]
+        w_test = c[rows.codes_test] * rows.test_pad  # [F, Mt]
+        dev_gf = over_grid(pred_dev, rows.human_dev, rows.codes_dev, w_dev)  # [G, F]
         # A NaN dev metric is never chosen; ties go to the first grid point (as grid_search),
         # ties up to float32 rounding included (see TIE_TOLERANCE).
         ranked = jnp.where(jnp.isnan(dev_gf), bad, dev_gf)
@@ -210,7 +244,7 @@ def _nested_jit(pred_dev, pred_test, human_dev, human_test, codes_dev, codes_tes
         # Every grid point's test metric, then the chosen one's: the predictions stay the same
         # for every resample, so their sorts are shared by the batch (`jaxjudge.metrics`'s
         # mid-ranks); gathering the chosen predictions first would sort once per resample.
-        test_gf = over_grid(pred_test, human_test, codes_test, w_test)  # [G, F]
+        test_gf = over_grid(pred_test, rows.human_test, rows.codes_test, w_test)  # [G, F]
         return jnp.mean(test_gf[idx, folds]), idx
 
     keys = jax.random.split(key, n_boot + 1)
@@ -219,7 +253,7 @@ def _nested_jit(pred_dev, pred_test, human_dev, human_test, codes_dev, codes_tes
     keys = jnp.concatenate([keys, keys[:pad]]) if pad else keys
     is_estimate = jnp.arange(keys.shape[0]) == 0
     values, idx = jax.lax.map(one, (keys, is_estimate), batch_size=batch_size)
-    return values[0], values[1 : n_boot + 1], idx[0], idx[1 : n_boot + 1]
+    return _Draws(values[0], values[1 : n_boot + 1], idx[0], idx[1 : n_boot + 1])
 
 
 def nested_bootstrap(
@@ -276,9 +310,10 @@ def nested_bootstrap(
     dl, tl = _side(dev), _side(test)
     used = dev.any(0) | test.any(0)
     human_f32 = h.astype(np.float32)
-    shared = (
-        human_f32[dl.index], human_f32[tl.index], st.codes[dl.index], st.codes[tl.index],
-        dl.pad, tl.pad, st.report_rank, st.dev_rank,
+    shared = _Rows(
+        human_dev=human_f32[dl.index], human_test=human_f32[tl.index], codes_dev=st.codes[dl.index],
+        codes_test=st.codes[tl.index], dev_pad=dl.pad, test_pad=tl.pad, report_rank=st.report_rank,
+        dev_rank=st.dev_rank,
     )
     static = dict(metric_name=metric, per_group=bool(per_group), num_groups=st.num_groups, minimize=minimize,
                   n_report=st.n_report, n_dev_only=st.n_dev_only, n_boot=int(n_boot),
@@ -287,11 +322,10 @@ def nested_bootstrap(
     for name, pred in procedures.items():
         p = _procedure_grid(name, pred, f, n, used)
         cols = np.arange(f)[:, None]
-        est, reps, idx, idx_reps = _nested_jit(
-            p[:, cols, dl.index], p[:, cols, tl.index], *shared, jax.random.key(seed), **static)
+        draws = _nested_jit(p[:, cols, dl.index], p[:, cols, tl.index], shared, jax.random.key(seed), **static)
         out[name] = NestedReplicates(
-            estimate=float(est), replicates=np.asarray(reps), chosen_index=np.asarray(idx),
-            chosen_replicates=np.asarray(idx_reps),
+            estimate=float(draws.estimate), replicates=np.asarray(draws.replicates),
+            chosen_index=np.asarray(draws.chosen_index), chosen_replicates=np.asarray(draws.chosen_replicates),
         )
     return out
 

@@ -204,7 +204,7 @@ def test_cell_statistic_per_fold_layout_equals_literal_resample(by_group, monkey
     logp = (logits - np.log(np.exp(logits).sum(-1, keepdims=True))).astype(np.float32)
     hrel = np.clip(human - 1, 0, 4)
     arrays = fold_arrays(pred, base, human, hrel, logp, test, ok, valid, group)
-    got = np.asarray(jax.jit(fold_mean_stat(names, n_groups))(*arrays, jnp.asarray(w)))
+    got = np.asarray(jax.jit(fold_mean_stat(names, n_groups))(arrays, jnp.asarray(w)))
 
     def rep(v, sel):
         return np.repeat(v[sel], w[sel].astype(int))
