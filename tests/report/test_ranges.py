@@ -188,7 +188,7 @@ def _simulated(primary):
         contrastive_temperature="t_main", select_metric="spearman", select_per_group=False, metrics=("spearman",),
         ci_metrics=("spearman",), n_boot=300, alpha=0.05, seed=0, min_ci_groups=10, ci_method="expanded",
         assistant_of=lambda j: "asst", task_of=None, comparisons=(),
-        primary=primary,
+        primary=primary, family_options=lambda: {},
     )
     cfg.task = lambda name: task
     return arrays, cfg, scales
