@@ -27,6 +27,7 @@ from jaxjudge.models.config_reader import (
     rope_scaling_from,
 )
 from jaxjudge.models.decoder_config import DecoderConfig, rope_inverse_frequencies
+from jaxjudge.models.vision_language import is_vision_language, text_config
 
 __all__ = [
     "UnsupportedConfigError",
@@ -338,17 +339,14 @@ CONFIG_CLASSES: dict[str, type[DecoderConfig]] = {
                               GemmaConfig, Gemma2Config, Gemma3TextConfig)
 }
 
-_REFUSED_MODEL_TYPES = {
-    "gemma3": "a Gemma-3 vision-language checkpoint (Gemma3ForConditionalGeneration, its weights "
-              "under 'language_model.'); only text-only Gemma-3 checkpoints ('gemma3_text': "
-              "270M, 1B) are supported",
-}
 
 
 def config_from_hf(hf: Mapping[str, Any]) -> DecoderConfig:
     """Reads a Hugging Face ``config.json`` dict into the matching family config.
 
-    Dispatches on ``model_type`` (or, when absent, on ``architectures``).
+    Dispatches on ``model_type`` (or, when absent, on ``architectures``). A Gemma 3
+    vision-language config (``model_type: "gemma3"``) reads as its text decoder
+    (`jaxjudge.models.vision_language`).
 
     Args:
         hf: the parsed ``config.json`` (or the dict the GGUF reader builds from metadata).
@@ -363,6 +361,8 @@ def config_from_hf(hf: Mapping[str, Any]) -> DecoderConfig:
     """
     if not isinstance(hf, Mapping):
         raise TypeError(f"config_from_hf expects a dict, got {type(hf).__name__}")
+    if is_vision_language(hf):  # Gemma 3 4B-27B: the text decoder, the vision tower skipped
+        return Gemma3TextConfig.from_hf_config(text_config(hf))
     model_type = hf.get("model_type")
     if model_type is None:
         archs = hf.get("architectures") or []
@@ -376,8 +376,6 @@ def config_from_hf(hf: Mapping[str, Any]) -> DecoderConfig:
                 f"config has no 'model_type' and unsupported architectures {archs!r}; supported: "
                 f"{sorted(by_arch)}"
             )
-    if model_type in _REFUSED_MODEL_TYPES:
-        raise UnsupportedConfigError(f"model_type {model_type!r}: {_REFUSED_MODEL_TYPES[model_type]}")
     if model_type not in CONFIG_CLASSES:
         raise UnsupportedConfigError(
             f"unsupported model_type {model_type!r}; supported: {sorted(CONFIG_CLASSES)}"

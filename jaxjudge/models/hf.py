@@ -26,7 +26,10 @@ import numpy as np
 from safetensors import safe_open
 from tokenizers import Tokenizer
 
+from jaxjudge.models import vision_language as _vl
+
 __all__ = [
+    "decoder_tensors",
     "load_hf",
     "read_config",
     "read_safetensors",
@@ -120,6 +123,13 @@ def read_safetensors(folder: Path) -> dict[str, np.ndarray]:
     return tensors
 
 
+def decoder_tensors(hf_config: dict[str, Any], tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The decoder's tensors of a checkpoint: all of them, except for a Gemma 3 vision-language
+    checkpoint, whose language model's are renamed as a text-only checkpoint names them and whose
+    vision tower and projector are skipped (`jaxjudge.models.vision_language.text_tensors`)."""
+    return _vl.text_tensors(tensors) if _vl.is_vision_language(hf_config) else tensors
+
+
 def _template_from_value(value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
@@ -179,7 +189,7 @@ def load_hf(source: str | os.PathLike):
     """
     folder = resolve_source(source)
     hf_config = read_config(folder)
-    tensors = read_safetensors(folder)
+    tensors = decoder_tensors(hf_config, read_safetensors(folder))
     tokenizer, template, _ = read_tokenizer(folder)
     return hf_config, tensors, tokenizer, template
 

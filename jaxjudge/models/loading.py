@@ -110,7 +110,7 @@ def load(
         special = None
     else:
         hf_config = _hf.read_config(path)
-        tensors = _hf.read_safetensors(path)
+        tensors = _hf.decoder_tensors(hf_config, _hf.read_safetensors(path))
         tokenizer, template, tok_cfg = _hf.read_tokenizer(path)
         special = _hf.special_tokens(tok_cfg)
     judge = Judge.from_parts(hf_config, tensors, tokenizer, template, dtype=dname,

@@ -287,7 +287,7 @@ def test_unknown_field_raises_naming_it():
         ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "linear"),
         ({"hidden_act": "gelu"}, "hidden_act"),
         ({"model_type": "gpt2"}, "gpt2"),
-        ({"model_type": "gemma3"}, "Gemma3ForConditionalGeneration"),
+        ({"model_type": "gemma3"}, "text_config"),
         ({"architectures": ["LlamaForSequenceClassification"]}, "LlamaForSequenceClassification"),
         ({"pretraining_tp": 1, "partial_rotary_factor": 0.5}, "partial_rotary_factor"),
         ({"hidden_size": None}, "hidden_size"),
