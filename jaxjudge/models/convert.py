@@ -22,6 +22,7 @@ from jaxjudge.models import sharding
 from jaxjudge.models.decoder import Decoder
 from jaxjudge.models.decoder_config import DecoderConfig
 from jaxjudge.models.layers import as_dtype
+from jaxjudge.models.slices import LazyTensor, layout_groups, read_block
 
 __all__ = [
     "ConversionError",
@@ -110,16 +111,16 @@ def unfuse(cfg: DecoderConfig, tensors: Mapping[str, np.ndarray]) -> dict[str, n
             if m is None:
                 continue
             sizes = sizes_fn(cfg)
-            if np.shape(value)[0] != sum(sizes):
+            if value.shape[0] != sum(sizes):
                 raise ConversionError(
-                    f"tensor {key!r} has {np.shape(value)[0]} rows; the config needs "
+                    f"tensor {key!r} has {value.shape[0]} rows; the config needs "
                     f"{' + '.join(map(str, sizes))} = {sum(sizes)}")
             bounds = np.cumsum((0,) + sizes)
             for name, lo, hi in zip(names, bounds[:-1], bounds[1:]):
                 name = name.format(*m.groups())
                 if name in tensors:
                     raise ConversionError(f"tensor {name!r} is present both alone and inside {key!r}")
-                out[name] = np.asarray(value)[lo:hi]
+                out[name] = value.row_range(lo, hi) if isinstance(value, LazyTensor) else np.asarray(value)[lo:hi]
             break
         else:
             out[key] = value
@@ -178,6 +179,28 @@ def _hf_name(path: str) -> str:
     return "model." + name
 
 
+def _from_blocks(src: Any, shape: tuple[int, ...], stacked: bool, dtype: Any, sharding_: Any) -> jax.Array:
+    """A parameter made from the blocks its addressable devices hold, each read from the source
+    (`jaxjudge.models.slices.read_block`); a stacked parameter's block is one per layer it spans."""
+    done: dict[tuple[tuple[int, int], ...], np.ndarray] = {}  # replicas of one block are read once
+
+    def block(index: tuple[slice, ...]) -> np.ndarray:
+        spans = tuple(s.indices(n)[:2] for s, n in zip(index, shape))
+        if spans not in done:
+            done[spans] = read(index)
+        return done[spans]
+
+    def read(index: tuple[slice, ...]) -> np.ndarray:
+        if not stacked:
+            tensor, transposed = src
+            return read_block(tensor, transposed, shape, index).astype(dtype)
+        lo, hi = index[0].indices(shape[0])[:2]
+        return np.stack([read_block(src[layer][0], src[layer][1], shape[1:], index[1:]).astype(dtype)
+                         for layer in range(lo, hi)])
+
+    return jax.make_array_from_callback(shape, sharding_, block)
+
+
 def build_model(
     cfg: DecoderConfig,
     tensors: Mapping[str, np.ndarray],
@@ -191,7 +214,8 @@ def build_model(
     Args:
         cfg: the config the tensors belong to.
         tensors: Hugging Face name -> array in the Hugging Face layout (float16/bfloat16/float32;
-            q/k rows in Hugging Face order).
+            q/k rows in Hugging Face order), or -> `jaxjudge.models.slices.LazyTensor`: then,
+            on a mesh, each device's block of each parameter is read from the file alone.
         dtype: parameter and compute dtype, ``"float32"`` or ``"bfloat16"``.
         mesh: optional mesh; each parameter is then placed directly with its sharding
             (:mod:`jaxjudge.models.sharding`), never gathered whole on one device.
@@ -216,6 +240,7 @@ def build_model(
     buffers: dict[str, np.ndarray] = {}
     layers_filled: dict[str, set[int]] = {}
     filled: dict[str, Any] = {}
+    lazy: dict[str, Any] = {}  # path -> (LazyTensor, transposed), or layer -> that for stacked ones
     for key in sorted(tensors):
         value = tensors[key]
         if any(p.fullmatch(key) for p in _IGNORED):
@@ -238,6 +263,26 @@ def build_model(
             )
         fn = hit[1]
         target = tuple(slots[path].shape[1:] if layer is not None else slots[path].shape)
+        if shardings is not None and isinstance(value, LazyTensor):
+            # Read later, device block by device block (only what this process's devices hold).
+            transposed = fn is _transpose
+            try:
+                if transposed and value.ndim != 2:
+                    raise ValueError(f"expected a 2-D weight, got shape {value.shape}")
+                layout_groups(tuple(value.shape[::-1] if transposed else value.shape), target)
+            except ValueError as e:
+                raise ConversionError(
+                    f"tensor {key!r} has shape {tuple(value.shape)}, which does not fit parameter "
+                    f"{hit[0]!r} of shape {target}: {e}"
+                ) from None
+            if value.dtype.kind not in "fV":
+                raise ConversionError(f"tensor {key!r} has non-float dtype {value.dtype}")
+            if layer is None:
+                lazy[path] = (value, transposed)
+            else:
+                lazy.setdefault(path, {})[layer] = (value, transposed)
+                layers_filled.setdefault(path, set()).add(layer)
+            continue
         arr = np.asarray(value)
         try:
             arr = fn(arr, target)
@@ -261,7 +306,7 @@ def build_model(
         if path.startswith(_LAYERS):
             absent = sorted(set(range(slots[path].shape[0])) - layers_filled.get(path, set()))
             missing += [f"layers.{i}.{path[len(_LAYERS):]}" for i in absent]
-        elif path not in filled:
+        elif path not in filled and path not in lazy:
             missing.append(path)
     if missing:
         names = ", ".join(f"{_hf_name(p)!r} (for {p})" for p in missing[:5])
@@ -269,6 +314,8 @@ def build_model(
         raise ConversionError(f"missing tensor(s) {names}{more}")
     for path, buf in buffers.items():
         filled[path] = jax.device_put(buf, None if shardings is None else shardings[path])
+    for path, src in lazy.items():
+        filled[path] = _from_blocks(src, tuple(slots[path].shape), path.startswith(_LAYERS), d, shardings[path])
 
     state = nnx.from_flat_state(
         [(path, v.replace(filled[".".join(str(p) for p in path)]))

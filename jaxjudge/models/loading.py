@@ -14,6 +14,7 @@ import ml_dtypes
 from jaxjudge.models import cache as _cache
 from jaxjudge.models import gguf as _gguf
 from jaxjudge.models import hf as _hf
+from jaxjudge.models import slices as _slices
 from jaxjudge.models.judge import Judge
 
 __all__ = ["load", "ModelHashMismatch"]
@@ -110,7 +111,9 @@ def load(
         special = None
     else:
         hf_config = _hf.read_config(path)
-        tensors = _hf.decoder_tensors(hf_config, _hf.read_safetensors(path))
+        # On a mesh, each parameter is read block by block: only what this process's devices hold.
+        reader = _hf.read_safetensors if mesh is None else _slices.lazy_safetensors
+        tensors = _hf.decoder_tensors(hf_config, reader(path))
         tokenizer, template, tok_cfg = _hf.read_tokenizer(path)
         special = _hf.special_tokens(tok_cfg)
     judge = Judge.from_parts(hf_config, tensors, tokenizer, template, dtype=dname,
