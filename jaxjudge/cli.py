@@ -37,6 +37,8 @@ import jax
 
 from jaxjudge.aot import command as aot_command
 from jaxjudge.data import DataError
+from jaxjudge.experiment.distributed import cluster_from_flags, is_leader
+from jaxjudge.experiment.distributed import start as start_processes
 from jaxjudge.experiment import (
     ConfigError,
     check_run_name,
@@ -162,6 +164,11 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--verify", action="store_true",
                        help="hash every model file now instead of reusing a memoised digest (the sha256 is "
                             "compared with the config's before any forward pass either way)")
+        p.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                       help="join a multi-process job: process 0's address (with --num-processes and "
+                            "--process-id, on every process; a multi-host TPU slice needs none of the three)")
+        p.add_argument("--num-processes", type=int, default=None, metavar="N", help="processes in the job")
+        p.add_argument("--process-id", type=int, default=None, metavar="I", help="this process, 0 .. N-1")
 
     common(sub.add_parser("extract", help="run the forward passes of a config into stores"))
     common(sub.add_parser("report", help="tables and figures from existing stores (no forward pass)"))
@@ -208,14 +215,19 @@ def main(argv: list[str] | None = None) -> int:
     else:
         spec = args.config
     try:
+        cluster = cluster_from_flags(args.coordinator, args.num_processes, args.process_id)
         cfg = load_config(spec, args.overrides)
         enable_compile_cache(cfg.compile_cache)
         if args.run is not None:  # checked before any work: a run is one folder under the results root
             check_run_name("--run", args.run)
+        start_processes(cluster)  # before anything touches a device
         if args.command in ("extract", "sweep", "demo"):
             _extract(cfg, args)
         if args.command in ("report", "sweep", "demo"):
-            _report(cfg, args, spec)
+            if is_leader():
+                _report(cfg, args, spec)
+            else:
+                print(f"report: written by process 0 (this is process {jax.process_index()})")
     except Exception as e:  # noqa: BLE001 - anticipated errors become one line, the rest a traceback
         if not _anticipated(e):
             raise

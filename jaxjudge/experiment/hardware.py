@@ -27,23 +27,25 @@ def check_mesh(where: str, mesh: Mapping[str, int]) -> None:
 
 
 def mesh_for(cfg: Any, devices: Sequence[Any] | None = None) -> Any:
-    """The config's ``mesh`` over ``devices`` (default `jax.devices()`), or None without one.
+    """The config's ``mesh`` over ``devices`` (default: this process's, `jax.local_devices()`; under
+    several processes each builds its own mesh and they split the work, see
+    `jaxjudge.experiment.distributed`), or None without one.
 
     Raises:
       ConfigError: the sizes do not fit the devices (naming the field and the device count).
     """
     if cfg.mesh is None:
         return None
-    devices = list(jax.devices() if devices is None else devices)
+    devices = list(jax.local_devices() if devices is None else devices)
     sizes = {"data": 1, "model": 1, **cfg.mesh}
     known = 1
     for v in sizes.values():
         known *= v if v != -1 else 1
     if len(devices) % known:
         raise ConfigError(f"ExperimentConfig.mesh: {dict(cfg.mesh)} needs a multiple of {known} devices, "
-                          f"{len(devices)} here")
+                          f"{len(devices)} in this process")
     sizes = {k: (len(devices) // known if v == -1 else v) for k, v in sizes.items()}
     if sizes["data"] * sizes["model"] > len(devices):
         raise ConfigError(f"ExperimentConfig.mesh: {sizes} needs {sizes['data'] * sizes['model']} devices, "
-                          f"{len(devices)} here")
+                          f"{len(devices)} in this process")
     return make_mesh(sizes["data"], sizes["model"], devices=devices)

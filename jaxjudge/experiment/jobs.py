@@ -24,6 +24,7 @@ from typing import Any
 from jaxjudge import models as M
 from jaxjudge.data.tasks import load_task_data
 from jaxjudge.experiment.checks import check_tokenizer, validate_config
+from jaxjudge.experiment.distributed import plan_line
 from jaxjudge.experiment.hardware import mesh_for
 from jaxjudge.experiment.plan import extraction_plan
 from jaxjudge.experiment.schema import ConfigError, ExperimentConfig, engine_options, resolve_model_path
@@ -97,6 +98,7 @@ def run_extractions(
     """
     validate_config(cfg)
     mesh = mesh_for(cfg)  # before any model loads: sizes that do not fit the devices fail here
+    log(plan_line(mesh))
     root = Path(store_root or cfg.store_root)
     plan = extraction_plan(cfg)
     names = list(dict.fromkeys(j.model for j in plan))

@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import jax
 import ml_dtypes
 
 from jaxjudge.models import cache as _cache
@@ -56,7 +57,8 @@ def load(
         dtype: parameter and compute dtype, ``"float32"`` or ``"bfloat16"``.
         cache_dir: cache root (default ``$JAXJUDGE_CACHE`` or ``~/.cache/jaxjudge/converted``).
         use_cache: read and write the converted-parameter cache. With False the source is
-            converted every time and nothing is written.
+            converted every time and nothing is written. Under several processes
+            (`jax.distributed`) the cache is not used.
         mesh: optional ``jax.sharding.Mesh`` (``data`` and ``model`` axes); parameters are then
             placed by the project's logical-axis rules, restored directly into their shardings.
         verbose: print where the judge came from and how long it took.
@@ -88,6 +90,12 @@ def load(
         kind = "hf"
     dname = _cache.dtype_name(dtype)
     root = _cache.cache_root(cache_dir)
+    if use_cache and jax.process_count() > 1:
+        # Orbax saves and restores as one job across processes, and each process's judge lives on
+        # its own devices: under several processes every process converts from the source.
+        warnings.warn("jaxjudge: the converted-parameter cache is not used under several processes "
+                      "(each process converts the model from its source)", stacklevel=2)
+        use_cache = False
     sha = _cache.source_sha256(path, memo_dir=root if use_cache else None, verify=verify)
     if expected_sha256 is not None and sha != expected_sha256:
         raise ModelHashMismatch(path, sha, expected_sha256)

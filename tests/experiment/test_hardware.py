@@ -46,7 +46,7 @@ def test_mesh_is_built_over_the_devices_or_refused_by_field(tmp_path):
     mesh = mesh_for(_cfg(tmp_path, mesh={"data": 2, "model": -1}), devices)
     assert dict(mesh.shape) == {"data": 2, "model": 4}
     assert mesh_for(_cfg(tmp_path)) is None
-    with pytest.raises(ConfigError, match=r"ExperimentConfig\.mesh: .* 8 here"):
+    with pytest.raises(ConfigError, match=r"ExperimentConfig\.mesh: .* 8 in this process"):
         mesh_for(_cfg(tmp_path, mesh={"data": 3}), devices)
 
 

@@ -1,0 +1,106 @@
+"""Several processes on one sweep: `jax.distributed` from the command line, and each process's plan.
+
+``jaxjudge extract`` and ``sweep`` join a multi-process job when launched as one:
+
+- explicitly, on any machine (this CPU included): ``--coordinator HOST:PORT --num-processes N
+  --process-id I`` on every process, I = 0 .. N-1, the same HOST:PORT everywhere;
+- on a multi-host Cloud TPU slice, with no flags: the TPU runtime's environment names the hosts
+  (``TPU_WORKER_HOSTNAMES``), and `jax.distributed.initialize` reads the rest from it.
+
+What each process then computes (its *plan line* says it): the config's mesh is built over the
+process's own devices, score jobs split their store chunks across processes (chunk j to process
+j mod N, then every process waits for the others and reads the merged store), and the other job
+kinds (generation, random-number and content-free prompts) run whole on every process, writing
+the same chunks. The report is written once, by process 0, after every process has finished.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import socket
+from typing import Any
+
+import jax
+
+from jaxjudge.experiment.typed import ConfigError
+
+__all__ = ["Cluster", "cluster_from_flags", "start", "plan_line", "is_leader"]
+
+_ADDRESS = re.compile(r"^\[?[A-Za-z0-9_.:-]+\]?:(\d{1,5})$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """An explicit multi-process launch: where process 0 listens, how many processes, which this is."""
+
+    coordinator: str
+    num_processes: int
+    process_id: int
+
+
+def cluster_from_flags(coordinator: str | None, num_processes: int | None, process_id: int | None
+                       ) -> Cluster | None:
+    """The launch the three flags describe, or None when none is given.
+
+    Raises:
+        ConfigError: some but not all flags given, an address that is not HOST:PORT, or a process
+            id outside ``[0, num_processes)`` (each naming the flag).
+    """
+    given = {"--coordinator": coordinator, "--num-processes": num_processes, "--process-id": process_id}
+    if all(v is None for v in given.values()):
+        return None
+    absent = [k for k, v in given.items() if v is None]
+    if absent:
+        raise ConfigError(f"{', '.join(absent)} missing: a multi-process launch needs --coordinator HOST:PORT, "
+                          "--num-processes N and --process-id I on every process")
+    m = _ADDRESS.match(coordinator)
+    if m is None or not 0 < int(m.group(1)) < 65536:
+        raise ConfigError(f"--coordinator: expected HOST:PORT (e.g. 127.0.0.1:12355), got {coordinator!r}")
+    if num_processes < 1:
+        raise ConfigError(f"--num-processes: expected a positive int, got {num_processes}")
+    if not 0 <= process_id < num_processes:
+        raise ConfigError(f"--process-id: expected 0 .. {num_processes - 1} for --num-processes {num_processes}, "
+                          f"got {process_id}")
+    return Cluster(coordinator, num_processes, process_id)
+
+
+def _tpu_pod() -> bool:
+    """Whether the environment is a host of a multi-host Cloud TPU slice."""
+    hosts = os.environ.get("TPU_WORKER_HOSTNAMES", "")
+    return len([h for h in hosts.split(",") if h.strip()]) > 1
+
+
+def start(cluster: Cluster | None, timeout_s: int = 300) -> bool:
+    """Joins the multi-process job the launch describes (explicit flags, else a TPU pod's
+    environment); does nothing for a single process. Call before anything touches a device.
+
+    Returns:
+        Whether this process is one of several.
+    """
+    if cluster is not None:
+        if cluster.num_processes > 1:
+            jax.distributed.initialize(coordinator_address=cluster.coordinator,
+                                       num_processes=cluster.num_processes, process_id=cluster.process_id,
+                                       initialization_timeout=timeout_s)
+    elif _tpu_pod():
+        jax.distributed.initialize()
+    return jax.process_count() > 1
+
+
+def is_leader() -> bool:
+    """Process 0 (or the only process): the one that writes what is written once."""
+    return jax.process_index() == 0
+
+
+def plan_line(mesh: Any) -> str:
+    """One line: this process, its devices, the mesh over them, and what it computes."""
+    n, i = jax.process_count(), jax.process_index()
+    local = jax.local_devices()
+    names = ", ".join(f"{d.platform}:{d.id}" for d in local)
+    shape = "none (one device)" if mesh is None else str({k: int(v) for k, v in mesh.shape.items()})
+    share = ("every chunk" if n == 1 else
+             f"score chunks j with j % {n} == {i}; other job kinds whole; report by process 0")
+    return (f"plan: process {i} of {n} on {socket.gethostname()}: {len(local)} devices [{names}] "
+            f"of {jax.device_count()}; mesh {shape}; computes {share}")

@@ -1,0 +1,148 @@
+"""Two processes on one sweep from the command line (``--coordinator``, ``--num-processes``,
+``--process-id``), on this CPU: each prints its plan line, they split the score store's chunks,
+and the stores and the report equal one process's.
+
+Slow: three fresh interpreters each load the embedded SmolLM2 file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments.registry import SMOLLM2
+from jaxjudge.experiment import ExperimentConfig, TaskSpec, config_to_dict
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _experiment(tmp_path: Path) -> Path:
+    folder = tmp_path / "stsb"
+    folder.mkdir()
+    pairs = [("A man is playing a guitar.", "A man plays the guitar.", 4.6),
+             ("A woman is slicing an onion.", "A cat sleeps on the sofa.", 0.2),
+             ("Two dogs run in a field.", "Dogs are running outside.", 3.8),
+             ("The child reads a book.", "A kid is reading.", 4.2),
+             ("A plane is taking off.", "The stock market fell today.", 0.0),
+             ("Someone is cooking pasta.", "A person makes spaghetti.", 3.9),
+             ("The sun sets over the sea.", "Sunset at the beach.", 3.5),
+             ("A boy kicks a ball.", "A girl sings a song.", 0.8)]
+
+    def rows(sel):
+        return "".join(json.dumps({"genre": "g", "filename": "f", "year": "2012", "sid": str(i), "score": s,
+                                   "sentence1": a, "sentence2": b}) + "\n" for i, (a, b, s) in sel)
+
+    (folder / "stsb_dev.jsonl").write_text(rows(list(enumerate(pairs))[:2]))
+    (folder / "stsb_test.jsonl").write_text(rows(list(enumerate(pairs))[2:]))
+    cfg = ExperimentConfig(
+        name="twoproc", models=(SMOLLM2,),
+        tasks=(TaskSpec("stsb", ("similarity",), data=str(folder), split="original"),),
+        scales=("1-5", "0-4"), methods=("vanilla",), temperatures=(1.0,), lambdas_extended=None,
+        prompt_style="raw", engine={"chunk_size": 2},
+        store_root=str(tmp_path / "stores"), results_root=str(tmp_path / "results"))
+    data = tmp_path / "cfg.json"
+    data.write_text(json.dumps(config_to_dict(cfg)))
+    path = tmp_path / "twoproc.py"
+    path.write_text("import json\nfrom jaxjudge.experiment import config_from_dict\n\n\n"
+                    f"def get_config(arg=None):\n    return config_from_dict(json.loads(open({str(data)!r}).read()))\n")
+    return path
+
+
+def _env(tmp_path: Path, tag: str) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "JAXJUDGE_CACHE": str(tmp_path / f"cache-{tag}"),
+           "JAXJUDGE_XLA_CACHE": "", "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+    return env
+
+
+def _arrays(root: Path) -> dict[str, np.ndarray]:
+    out = {}
+    for f in sorted(root.rglob("*.npz")):
+        with np.load(f) as z:
+            for k in z.files:
+                out[f"{f.relative_to(root)}:{k}"] = z[k]
+    return out
+
+
+@pytest.mark.slow
+def test_two_processes_sweep_equals_one(tmp_path):
+    spec = _experiment(tmp_path)
+    one = subprocess.run([sys.executable, "-m", "jaxjudge.cli", "sweep", str(spec), "--quiet",
+                          "--stores", str(tmp_path / "one" / "stores"), "--results", str(tmp_path / "one" / "results"),
+                          "--run", "r"], cwd=tmp_path, env=_env(tmp_path, "one"), capture_output=True, text=True,
+                         timeout=900)
+    assert one.returncode == 0, one.stderr[-3000:]
+    assert "plan: process 0 of 1" in one.stdout
+
+    address = f"127.0.0.1:{_free_port()}"
+    procs = [subprocess.Popen([sys.executable, "-m", "jaxjudge.cli", "sweep", str(spec), "--quiet",
+                               "--stores", str(tmp_path / "two" / "stores"),
+                               "--results", str(tmp_path / "two" / "results"), "--run", "r",
+                               "--coordinator", address, "--num-processes", "2", "--process-id", str(i)],
+                              cwd=tmp_path, env=_env(tmp_path, f"two{i}"), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=900) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    for i, (out, _) in enumerate(outs):
+        plan = [line for line in out.splitlines() if line.startswith("plan:")]
+        assert plan and f"process {i} of 2" in plan[0] and "1 devices [cpu:" in plan[0], out[-2000:]
+        assert f"j % 2 == {i}" in plan[0]
+    assert "written by process 0" in outs[1][0]
+    # 6 test rows x 2 scales in chunks of 2: three chunks per store, split between the processes.
+    a, b = _arrays(tmp_path / "one" / "stores"), _arrays(tmp_path / "two" / "stores")
+    assert a.keys() == b.keys() and len(a) > 0
+    for k in a:
+        if a[k].dtype.kind == "f":
+            np.testing.assert_allclose(b[k], a[k], atol=1e-6, rtol=0, err_msg=k)
+        else:
+            np.testing.assert_array_equal(b[k], a[k], err_msg=k)
+    ra = json.loads(next((tmp_path / "one" / "results").rglob("results.json")).read_text())
+    rb = json.loads(next((tmp_path / "two" / "results").rglob("results.json")).read_text())
+    assert len(list((tmp_path / "two" / "results").rglob("results.json"))) == 1
+    _close(ra, rb)
+
+
+def _close(a, b, path="results"):
+    """Every number equal within 1e-6, every label equal (timestamps and paths aside)."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            if k in ("created", "run", "started", "finished", "elapsed_s", "store_root", "results_root"):
+                continue
+            _close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _close(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert (np.isnan(a) and np.isnan(b)) or abs(a - b) <= 1e-6, (path, a, b)
+    else:
+        assert a == b, (path, a, b)
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--coordinator", "127.0.0.1:1234"], "--num-processes, --process-id missing"),
+    (["--coordinator", "nohost", "--num-processes", "2", "--process-id", "0"], "--coordinator: expected HOST:PORT"),
+    (["--coordinator", "127.0.0.1:1234", "--num-processes", "2", "--process-id", "2"], "--process-id: expected 0 .. 1"),
+])
+def test_bad_launch_flags_are_one_line(tmp_path, flags, needle):
+    spec = _experiment(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "jaxjudge.cli", "extract", str(spec), "--quiet", *flags],
+                          cwd=tmp_path, env=_env(tmp_path, "x"), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+    assert not (tmp_path / "stores").exists()
