@@ -82,6 +82,7 @@ def extract(
     prompt_nll: bool = False,
     generate_tokens: int = 0,
     claim_lease: float = CLAIM_STALE_S,
+    local: bool = False,
     **engine: Any,
 ) -> Extraction:
     """Extracts the judge's score log-probabilities for rendered prompts.
@@ -121,6 +122,9 @@ def extract(
             those of a plain extraction.
         claim_lease: seconds without a heartbeat after which another worker's claim on a chunk
             is taken over (a claim of a dead process on this host is taken over at once).
+        local: this process computes every chunk itself, whatever the number of processes (no
+            split, no wait for the others): for a call made inside a piece of work this process
+            alone has claimed (a prompt-set job's one chunk).
 
     Returns:
         `Extraction` in the order of ``prompts``.
@@ -152,7 +156,7 @@ def extract(
             raise ValueError("prompt_nll and generate_tokens cannot be combined in one extract call")
     chunks = plan_chunks(tk.group_of, chunk_size)
 
-    n_proc, proc = jax.process_count(), jax.process_index()
+    n_proc, proc = (1, 0) if local else (jax.process_count(), jax.process_index())
     st = None
     if store is not None:
         extra = dict(key or {})

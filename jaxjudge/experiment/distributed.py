@@ -10,8 +10,9 @@
 What each process then computes (its *plan line* says it): the config's mesh is built over the
 process's own devices, score jobs split their store chunks across processes (chunk j to process
 j mod N, then every process waits for the others and reads the merged store), and the other job
-kinds (generation, random-number and content-free prompts) run whole on every process, writing
-the same chunks. The report is written once, by process 0, after every process has finished.
+kinds (generation, random-number and content-free prompts) share their chunks through the
+store's claims, as independent workers do (a process takes the next chunk nobody holds, then
+waits for the chunks others hold). The report is written once, by process 0.
 """
 
 from __future__ import annotations
@@ -101,6 +102,6 @@ def plan_line(mesh: Any) -> str:
     names = ", ".join(f"{d.platform}:{d.id}" for d in local)
     shape = "none (one device)" if mesh is None else str({k: int(v) for k, v in mesh.shape.items()})
     share = ("every chunk" if n == 1 else
-             f"score chunks j with j % {n} == {i}; other job kinds whole; report by process 0")
+             f"score chunks j with j % {n} == {i}; other jobs' chunks as claimed; report by process 0")
     return (f"plan: process {i} of {n} on {socket.gethostname()}: {len(local)} devices [{names}] "
             f"of {jax.device_count()}; mesh {shape}; computes {share}")

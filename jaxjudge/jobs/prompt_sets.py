@@ -40,7 +40,7 @@ class _OneChunk(ExtractionJob):
                          lambda: self.extract(rc, prompts), rc.claim_lease)
 
     def extract(self, rc: RunContext, prompts: list) -> dict[str, np.ndarray]:
-        ex = extract(rc.judge, prompts, self.parsed_scale(), rc.engine, progress=False)
+        ex = extract(rc.judge, prompts, self.parsed_scale(), rc.engine, progress=False, local=True)
         return {"example_ids": np.asarray(ex.example_ids), "cand_logprobs": ex.cand_logprobs}
 
 
@@ -67,7 +67,8 @@ class RandomRJob(_OneChunk):
 
     def extract(self, rc: RunContext, prompts: list) -> dict[str, np.ndarray]:
         # One pass gives both the candidate log-probs and each prompt's NLL.
-        ex = extract(rc.judge, prompts, self.parsed_scale(), rc.engine, progress=False, prompt_nll=True)
+        ex = extract(rc.judge, prompts, self.parsed_scale(), rc.engine, progress=False, prompt_nll=True,
+                     local=True)
         return {"example_ids": np.asarray(ex.example_ids), "cand_logprobs": ex.cand_logprobs,
                 "sequence_nll": ex.prompt_nll}
 

@@ -50,7 +50,7 @@ def _experiment(tmp_path: Path) -> Path:
     cfg = ExperimentConfig(
         name="twoproc", models=(SMOLLM2,),
         tasks=(TaskSpec("stsb", ("similarity",), data=str(folder), split="original"),),
-        scales=("1-5", "0-4"), methods=("vanilla",), temperatures=(1.0,), lambdas_extended=None,
+        scales=("1-5", "0-4"), methods=("vanilla", "generate", "contextual", "deb_r"), temperatures=(1.0,), lambdas_extended=None,
         prompt_style="raw", engine={"chunk_size": 2},
         store_root=str(tmp_path / "stores"), results_root=str(tmp_path / "results"))
     data = tmp_path / "cfg.json"
