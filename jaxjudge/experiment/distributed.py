@@ -4,8 +4,8 @@
 
 - explicitly, on any machine (this CPU included): ``--coordinator HOST:PORT --num-processes N
   --process-id I`` on every process, I = 0 .. N-1, the same HOST:PORT everywhere;
-- on a multi-host Cloud TPU slice, with no flags: the TPU runtime's environment names the hosts
-  (``TPU_WORKER_HOSTNAMES``), and `jax.distributed.initialize` reads the rest from it.
+- on a Cloud TPU host, with no flags: `jax.distributed.initialize` finds the slice's hosts in the
+  TPU VM's metadata (or GKE's ``TPU_WORKER_HOSTNAMES``); a single-host slice is one process.
 
 What each process then computes (its *plan line* says it): the config's mesh is built over the
 process's own devices, score jobs split their store chunks across processes (chunk j to process
@@ -18,9 +18,11 @@ waits for the chunks others hold). The report is written once, by process 0.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
 import re
 import socket
+import warnings
 from typing import Any
 
 import jax
@@ -67,10 +69,11 @@ def cluster_from_flags(coordinator: str | None, num_processes: int | None, proce
     return Cluster(coordinator, num_processes, process_id)
 
 
-def _tpu_pod() -> bool:
-    """Whether the environment is a host of a multi-host Cloud TPU slice."""
-    hosts = os.environ.get("TPU_WORKER_HOSTNAMES", "")
-    return len([h for h in hosts.split(",") if h.strip()]) > 1
+def _cloud_tpu() -> bool:
+    """Whether this looks like a Cloud TPU host (a TPU VM's accelerator device files, or GKE's
+    worker list), without starting a backend."""
+    return (bool(os.environ.get("TPU_WORKER_HOSTNAMES")) or os.path.exists("/dev/accel0")
+            or bool(glob.glob("/dev/vfio/[0-9]*")))
 
 
 def start(cluster: Cluster | None, timeout_s: int = 300) -> bool:
@@ -85,8 +88,14 @@ def start(cluster: Cluster | None, timeout_s: int = 300) -> bool:
             jax.distributed.initialize(coordinator_address=cluster.coordinator,
                                        num_processes=cluster.num_processes, process_id=cluster.process_id,
                                        initialization_timeout=timeout_s)
-    elif _tpu_pod():
-        jax.distributed.initialize()
+    elif _cloud_tpu():
+        # JAX reads the slice's hosts from the TPU VM's metadata (or GKE's environment); a host
+        # it finds no cluster for stays a single process.
+        try:
+            jax.distributed.initialize(initialization_timeout=timeout_s)
+        except (ValueError, RuntimeError) as e:
+            warnings.warn(f"jaxjudge: no multi-host TPU slice detected ({e}); running as one process",
+                          stacklevel=2)
     return jax.process_count() > 1
 
 
