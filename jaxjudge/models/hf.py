@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from safetensors import safe_open
 from tokenizers import Tokenizer
 
+from jaxjudge.models import slices as _slices
 from jaxjudge.models import vision_language as _vl
 
 __all__ = [
@@ -88,39 +88,8 @@ def read_safetensors(folder: Path) -> dict[str, np.ndarray]:
         FileNotFoundError: no checkpoint, or a shard named by the index is missing.
         ValueError: a file is truncated or corrupted (named), or a key appears twice.
     """
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError) as e:
-            raise ValueError(f"{index} is not a valid safetensors index: {e}") from None
-        files = sorted(set(weight_map.values()))
-    elif (folder / "model.safetensors").is_file():
-        weight_map, files = None, ["model.safetensors"]
-    else:
-        raise FileNotFoundError(
-            f"{folder} has neither model.safetensors nor model.safetensors.index.json"
-        )
-    tensors: dict[str, np.ndarray] = {}
-    for name in files:
-        path = folder / name
-        if not path.is_file():
-            raise FileNotFoundError(f"safetensors shard {path} (listed in the index) is missing")
-        try:
-            with safe_open(str(path), framework="np") as f:
-                for key in f.keys():
-                    if key in tensors:
-                        raise ValueError(f"tensor {key!r} appears in more than one shard ({name})")
-                    tensors[key] = f.get_tensor(key)
-        except ValueError:
-            raise
-        except Exception as e:  # safetensors raises its own error types on bad headers/data
-            raise ValueError(f"cannot read safetensors file {path}: {e}") from e
-    if weight_map is not None:
-        absent = sorted(set(weight_map) - set(tensors))
-        if absent:
-            raise ValueError(f"tensor(s) {absent[:5]} listed in {index.name} are not in the shards")
-    return tensors
+    # One reader of the file layout and its checks (`jaxjudge.models.slices`), every tensor read whole.
+    return {key: tensor.read() for key, tensor in _slices.lazy_safetensors(folder).items()}
 
 
 def decoder_tensors(hf_config: dict[str, Any], tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
