@@ -32,7 +32,11 @@ or a kill) computes only the chunks that are missing and returns the same arrays
 ``jax.distributed`` each process takes the chunks ``j`` with ``j % process_count ==
 process_index``, writes them to the store, waits for the others, and reads the merged
 result (a shared folder; with one folder per process, merge them with
-`jaxjudge.store.merge_stores`).
+`jaxjudge.store.merge_stores`). When the mesh spans the processes (a multi-host slice, the
+judge's ``model`` axis possibly across hosts) they are one worker instead: every process
+places the same host arrays onto the global mesh, every call is one SPMD program, each
+result is gathered to every process (`jaxjudge.models.sharding.to_host`), and process 0
+claims and writes the chunks (`jaxjudge.store.work.claimed_chunks`).
 """
 
 from __future__ import annotations
@@ -40,7 +44,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -58,12 +61,11 @@ from jaxjudge.engine.score import ChunkReader
 from jaxjudge.engine.tokens import Tokenised, check_prompts, nll_token_span, positive_int, tokenise
 from jaxjudge.models.judge import Judge
 from jaxjudge.prompts import RenderedPrompt, ScoreCandidates, ScoreScale
+from jaxjudge.models.sharding import spans_processes
 from jaxjudge.store import CLAIM_STALE_S, Store, StoreError, assign_chunks
+from jaxjudge.store.work import claimed_chunks
 
 __all__ = ["GenerationRoomError", "check_generation_room", "extract"]
-
-_CLAIM_POLL_S = 0.5  # how often a worker looks again at chunks other workers hold
-
 
 def _barrier(name: str) -> None:
     multihost_utils.sync_global_devices(name)
@@ -98,8 +100,10 @@ def extract(
             policy, prefix cache, context length, batch token cap, mesh); keyword ``**engine``
             entries of the same names override it. Under ``mesh`` (default: the judge's own,
             ``judge.shard``) the batch is split over its ``data`` axis and the parameters placed
-            by the models package's rules, on a copy of the judge; under several processes it
-            must hold only this process's devices. ``overflow`` is as in
+            by the models package's rules, on a copy of the judge. Under several processes a
+            mesh of this process's devices splits the chunks between the processes; a mesh
+            over every process's devices runs one SPMD program in which all of them compute
+            every chunk together (see the module docstring). ``overflow`` is as in
             `jaxjudge.engine.plan.tokenise`.
         store: a folder (opened or created with `extraction_key`) or an open
             `jaxjudge.store.Store`; finished chunks are written as they finish and skipped
@@ -156,7 +160,11 @@ def extract(
             raise ValueError("prompt_nll and generate_tokens cannot be combined in one extract call")
     chunks = plan_chunks(tk.group_of, chunk_size)
 
-    n_proc, proc = (1, 0) if local else (jax.process_count(), jax.process_index())
+    if mesh is None:
+        mesh = judge.mesh
+    # A mesh over several processes: they compute every chunk together (one SPMD program).
+    spmd = spans_processes(mesh)
+    n_proc, proc = (1, 0) if local or spmd else (jax.process_count(), jax.process_index())
     st = None
     if store is not None:
         extra = dict(key or {})
@@ -171,15 +179,14 @@ def extract(
             "process merged with jaxjudge.store.merge_stores) so the processes' chunks can be combined"
         )
     mine = assign_chunks(range(len(chunks)), proc, n_proc)
-    todo = [c for c in mine if st is None or not st.has_chunk(c)]
+    todo = mine if spmd else [c for c in mine if st is None or not st.has_chunk(c)]
 
-    if mesh is None:
-        mesh = judge.mesh
     if mesh is not None:
         if "data" not in mesh.shape:
             raise ValueError(f"mesh needs a 'data' axis, has {tuple(mesh.shape)}")
-        if any(d.process_index != proc for d in np.asarray(mesh.devices).flat):
-            raise ValueError("mesh must hold only this process's devices (each process extracts its own chunks)")
+        if spmd and mesh.devices.size != jax.device_count():
+            raise ValueError(f"a mesh over several processes must hold all {jax.device_count()} devices of the "
+                             f"job, this one holds {mesh.devices.size}")
         if judge.mesh is not mesh:
             judge = copy.copy(judge).shard(mesh)
     spans = None
@@ -198,43 +205,25 @@ def extract(
     legacy = bool(done) and "truncated_tokens" not in st.read_chunk(done[0])
     with Progress(sum(len(chunks[c]) for c in todo), enabled=progress) as bar:
 
-        def compute(c: int) -> None:
+        def compute(c: int) -> dict[str, np.ndarray]:
             arrays = reader.run_chunk(chunks[c], tk, bar)
             if generate_tokens:
                 replies[c] = (arrays.pop("generated_ids"), arrays.pop("generated_lengths"))
             if legacy:
                 arrays.pop("truncated_tokens")
-            if st is not None:
-                st.write_chunk(c, arrays)
-            else:
-                in_memory[c] = arrays
             computed.append(c)
+            return arrays
 
         if st is None:
             for c in todo:
-                compute(c)
+                in_memory[c] = compute(c)
                 if on_chunk is not None:
                     on_chunk(c)
         else:
             # Each chunk is claimed just before it is computed, so workers started on one store
             # share its chunks; the ones other workers hold are waited for at the end (and taken
             # over if their worker died).
-            pending = list(todo)
-            while pending:
-                waiting = []
-                for c in pending:
-                    claim = st.claim_chunk(c, stale_after=claim_lease)
-                    if claim is None:
-                        if not st.has_chunk(c):
-                            waiting.append(c)
-                        continue
-                    with claim:
-                        compute(c)
-                    if on_chunk is not None:
-                        on_chunk(c)
-                if waiting:
-                    time.sleep(_CLAIM_POLL_S)
-                pending = waiting
+            claimed_chunks(st, todo, compute, claim_lease, spmd=spmd, on_written=on_chunk)
     if n_proc > 1:
         _barrier(f"jaxjudge-extract-{st.key_hash[:16]}")
     ext = _assemble(chunks, tk, st, in_memory, cands, computed)

@@ -10,9 +10,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxjudge.models.judge import Judge
+from jaxjudge.models.sharding import to_host
 from jaxjudge.prompts import RenderedPrompt, ScoreCandidates
 from jaxjudge.store import Store, ids_digest
 
@@ -28,7 +28,7 @@ def model_sha256(judge: Judge) -> str:
     h = hashlib.sha256()
     h.update(repr(judge.config).encode())
     for path, leaf in sorted(jax.tree_util.tree_leaves_with_path(judge.state), key=lambda x: str(x[0])):
-        arr = np.asarray(jax.device_get(leaf))
+        arr = to_host(leaf)
         h.update(f"{jax.tree_util.keystr(path)}:{arr.dtype}:{arr.shape}".encode())
         h.update(arr.tobytes())
     return h.hexdigest()

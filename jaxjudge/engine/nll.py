@@ -16,6 +16,7 @@ from jaxjudge.engine.runner import Group, Progress, batches, left_slots, pad_row
 from jaxjudge.engine.tokens import nll_token_span, positive_int
 from jaxjudge.models.decoder import pad_batch
 from jaxjudge.models.judge import Judge
+from jaxjudge.models.sharding import to_host
 from jaxjudge.prompts import RenderedPrompt, as_tokenizer
 
 __all__ = ["sequence_nll"]
@@ -89,7 +90,7 @@ def sequence_nll(
                 span = np.asarray(pad_rows([list(spans[j]) for j in batch], len(rows))) - 1
                 count = left_slots(np.asarray([len(r) for r in rows]), t, span)
             res = judge.token_nll(tokens, mask, count)
-            sums, counts = np.asarray(res.sums_b, np.float64), np.asarray(res.counts_b)
+            sums, counts = to_host(res.sums_b).astype(np.float64), to_host(res.counts_b)
             with np.errstate(invalid="ignore", divide="ignore"):
                 out[batch] = np.where(counts[: len(batch)] > 0, sums[: len(batch)] / counts[: len(batch)],
                                       np.nan).astype(np.float32)

@@ -19,6 +19,7 @@ from jaxjudge.engine.runner import Call, Progress, batches, left_slots, pad_rows
 from jaxjudge.engine.tokens import Tokenised
 from jaxjudge.models.decoder import KVCache, pad_batch
 from jaxjudge.models.judge import Judge
+from jaxjudge.models.sharding import to_host
 
 __all__ = ["ChunkReader"]
 
@@ -88,14 +89,14 @@ class ChunkReader:
         out = self.judge.read_rows(tokens, mask, read_br, np.asarray(pad_rows(picks_r, b), np.int32),
                                    np.asarray(pad_rows(picks_t, b), np.int32), answer_read=cp.n_ext, topk=self.topk,
                                    prefix=prefix, nll_use_bt=nll_use, generate_tokens=self.generate_tokens)
-        picked = np.asarray(out.picked_bm)[:n].reshape(len(tails), n_var, -1)
-        res = self._per_example(picked, *(np.asarray(x)[:n][::n_var] for x in (
+        picked = to_host(out.picked_bm)[:n].reshape(len(tails), n_var, -1)
+        res = self._per_example(picked, *(to_host(x)[:n][::n_var] for x in (
             out.log_normaliser_b, out.greedy_b, out.topk_logprobs_bk, out.topk_ids_bk)))
         if out.nll_b is not None:
-            res["tail_nll"] = np.asarray(out.nll_b, np.float64)[:n][::n_var]
+            res["tail_nll"] = to_host(out.nll_b).astype(np.float64)[:n][::n_var]
         if out.generated_bg is not None:
-            res["generated_ids"] = np.asarray(out.generated_bg, np.int32)[:n]
-            res["generated_lengths"] = np.asarray(out.lengths_b, np.int32)[:n]
+            res["generated_ids"] = to_host(out.generated_bg).astype(np.int32)[:n]
+            res["generated_lengths"] = to_host(out.lengths_b).astype(np.int32)[:n]
         return res
 
     def _per_example(self, picked_nvm, logz, greedy, top_lp, top_ids) -> dict[str, np.ndarray]:
@@ -120,7 +121,7 @@ class ChunkReader:
         prediction of its first tail token (prompt token p), from the prefix alone."""
         p = len(call.group.prefix_ids)
         pre = self.judge.prefix_nll(call.group.prefix_ids)
-        pre_tok, pre_lp = np.asarray(pre.nll_t, np.float64), np.asarray(pre.next_logprobs_v, np.float64)
+        pre_tok, pre_lp = to_host(pre.nll_t).astype(np.float64), to_host(pre.next_logprobs_v).astype(np.float64)
         out = {}
         for i in call.group.members:
             a, b = self.nll_spans[i]

@@ -7,12 +7,21 @@
 - on a Cloud TPU host, with no flags: `jax.distributed.initialize` finds the slice's hosts in the
   TPU VM's metadata (or GKE's ``TPU_WORKER_HOSTNAMES``); a single-host slice is one process.
 
-What each process then computes (its *plan line* says it): the config's mesh is built over the
-process's own devices, score jobs split their store chunks across processes (chunk j to process
-j mod N, then every process waits for the others and reads the merged store), and the other job
-kinds (generation, random-number and content-free prompts) share their chunks through the
-store's claims, as independent workers do (a process takes the next chunk nobody holds, then
-waits for the chunks others hold). The report is written once, by process 0.
+What each process then computes (its *plan line* says it) depends on the config's mesh
+(`jaxjudge.experiment.hardware.mesh_for`):
+
+- a mesh over every process's devices (a multi-host slice): one SPMD program. Every process
+  computes every chunk of every job together with the others, each batch's rows split over
+  ``data`` and the judge over ``model`` (which may span hosts); results are gathered to every
+  process and process 0 claims and writes the store's chunks.
+- no mesh, or one the size of each process's own devices: each process builds its own mesh,
+  score jobs split their store chunks across processes (chunk j to process j mod N, then every
+  process waits for the others and reads the merged store), and the other job kinds
+  (generation, random-number and content-free prompts) share their chunks through the store's
+  claims, as independent workers do (a process takes the next chunk nobody holds, then waits
+  for the chunks others hold).
+
+The report is written once, by process 0.
 """
 
 from __future__ import annotations
@@ -26,8 +35,10 @@ import warnings
 from typing import Any
 
 import jax
+import numpy as np
 
 from jaxjudge.experiment.typed import ConfigError
+from jaxjudge.models.sharding import spans_processes
 
 __all__ = ["Cluster", "cluster_from_flags", "start", "plan_line", "is_leader"]
 
@@ -105,12 +116,29 @@ def is_leader() -> bool:
 
 
 def plan_line(mesh: Any) -> str:
-    """One line: this process, its devices, the mesh over them, and what it computes."""
+    """One line: this process, its devices, the mesh over them, and what it computes (under a
+    mesh over several processes: which blocks of every batch's rows and which model shards its
+    devices hold)."""
     n, i = jax.process_count(), jax.process_index()
     local = jax.local_devices()
     names = ", ".join(f"{d.platform}:{d.id}" for d in local)
     shape = "none (one device)" if mesh is None else str({k: int(v) for k, v in mesh.shape.items()})
-    share = ("every chunk" if n == 1 else
-             f"score chunks j with j % {n} == {i}; other jobs' chunks as claimed; report by process 0")
+    if n == 1:
+        share = "every chunk"
+    elif spans_processes(mesh):
+        grid = np.asarray(mesh.devices)
+        axes = list(mesh.axis_names)
+        mine = np.argwhere(np.vectorize(lambda d: d.process_index == i)(grid))
+        held = {a: sorted({int(c) for c in mine[:, k]}) for k, a in enumerate(axes)}
+        share = (f"every chunk with the other processes, one SPMD program: rows in block(s) "
+                 f"{_span(held['data'])} of {grid.shape[axes.index('data')]} of every batch, "
+                 f"model shard(s) {_span(held['model'])} of {grid.shape[axes.index('model')]}; "
+                 "store and report written by process 0")
+    else:
+        share = f"score chunks j with j % {n} == {i}; other jobs' chunks as claimed; report by process 0"
     return (f"plan: process {i} of {n} on {socket.gethostname()}: {len(local)} devices [{names}] "
             f"of {jax.device_count()}; mesh {shape}; computes {share}")
+
+
+def _span(xs: list[int]) -> str:
+    return str(xs[0]) if len(xs) == 1 else f"{xs[0]}-{xs[-1]}" if xs == list(range(xs[0], xs[-1] + 1)) else str(xs)

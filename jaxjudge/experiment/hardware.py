@@ -27,25 +27,41 @@ def check_mesh(where: str, mesh: Mapping[str, int]) -> None:
 
 
 def mesh_for(cfg: Any, devices: Sequence[Any] | None = None) -> Any:
-    """The config's ``mesh`` over ``devices`` (default: this process's, `jax.local_devices()`; under
-    several processes each builds its own mesh and they split the work, see
-    `jaxjudge.experiment.distributed`), or None without one.
+    """The config's ``mesh``, or None without one.
+
+    One process: the mesh over its devices (``-1``: the rest of them). Several processes
+    (``jax.distributed``): sizes whose product is this process's device count give each
+    process its own mesh, and the processes split the chunks (see
+    `jaxjudge.experiment.distributed`); otherwise the mesh covers every process's devices
+    (``jax.devices()``, ``-1`` counted over all of them, sizes that multiply to all of them) and
+    the processes run one SPMD program over it: rows over ``data``, the judge over ``model``,
+    which may span hosts. ``devices`` overrides the devices used.
 
     Raises:
       ConfigError: the sizes do not fit the devices (naming the field and the device count).
     """
     if cfg.mesh is None:
         return None
-    devices = list(jax.local_devices() if devices is None else devices)
     sizes = {"data": 1, "model": 1, **cfg.mesh}
     known = 1
     for v in sizes.values():
         known *= v if v != -1 else 1
+    if devices is None:
+        local, every = jax.local_devices(), jax.devices()
+        several = len(every) > len(local)
+        per_process = several and -1 not in sizes.values() and known == len(local)
+        devices = local if per_process or not several else every
+        where = (f"{len(devices)} in this process" if not several else
+                 f"{len(local)} in this process, {len(every)} in all {jax.process_count()} processes")
+        exact = several and not per_process
+    else:
+        devices, where, exact = list(devices), f"{len(devices)} in this process", False
     if len(devices) % known:
-        raise ConfigError(f"ExperimentConfig.mesh: {dict(cfg.mesh)} needs a multiple of {known} devices, "
-                          f"{len(devices)} in this process")
+        raise ConfigError(f"ExperimentConfig.mesh: {dict(cfg.mesh)} needs a multiple of {known} devices, {where}")
     sizes = {k: (len(devices) // known if v == -1 else v) for k, v in sizes.items()}
-    if sizes["data"] * sizes["model"] > len(devices):
-        raise ConfigError(f"ExperimentConfig.mesh: {sizes} needs {sizes['data'] * sizes['model']} devices, "
-                          f"{len(devices)} in this process")
+    need = sizes["data"] * sizes["model"]
+    if need > len(devices) or (exact and need != len(devices)):
+        raise ConfigError(f"ExperimentConfig.mesh: {sizes} needs {need} devices, {where}"
+                          + (" (a mesh over several processes takes all of their devices)" if exact else ""))
     return make_mesh(sizes["data"], sizes["model"], devices=devices)
+

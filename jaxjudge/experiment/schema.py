@@ -153,7 +153,8 @@ class ExperimentConfig(Typed):
       mesh: device mesh axis sizes, e.g. ``{"data": 2, "model": 4}`` (rows over ``data``,
         heads over ``model``); one axis may be -1 (the devices the others leave); None: no mesh,
         one device. Checked against the devices before any model loads
-        (`jaxjudge.experiment.mesh_for`).
+        (`jaxjudge.experiment.mesh_for`); under several processes, sizes that multiply to all of
+        their devices make one mesh over them (one SPMD program), see `jaxjudge.experiment.distributed`.
       compile_cache: folder of the persistent XLA compilation cache (None: the command line's
         default, ``$JAXJUDGE_XLA_CACHE`` or ``~/.cache/jaxjudge/xla``).
       claim_lease: seconds after which a chunk claimed by another worker sharing the store

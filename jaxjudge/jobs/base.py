@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,9 @@ import numpy as np
 
 from jaxjudge.engine import EngineOptions
 from jaxjudge.prompts import ScoreScale, get_template
+from jaxjudge.models.sharding import spans_processes
 from jaxjudge.store import CLAIM_STALE_S, Store
+from jaxjudge.store.work import claimed_chunks
 
 __all__ = [
     "ExtractionJob",
@@ -90,6 +91,11 @@ class RunContext:
     @property
     def overflow(self) -> str:
         return self.engine.overflow
+
+    @property
+    def spmd(self) -> bool:
+        """The judge's mesh spans several processes: they work on every chunk together."""
+        return spans_processes(self.judge.mesh)
 
     def examples(self, job: ExtractionJob) -> Sequence[Any]:
         """The task examples a job reads (none for task-free jobs)."""
@@ -224,59 +230,35 @@ class ExtractionJob:
 # -- writing stores ----------------------------------------------------------------------------
 
 
-CLAIM_POLL_S = 0.5
-"""How often a worker looks again at chunks other workers hold."""
-
-
-def claimed_chunks(store: Store, todo: Sequence[int], make: Callable[[int], dict[str, np.ndarray]],
-                   lease: float = CLAIM_STALE_S) -> list[int]:
-    """Write the chunks ``todo`` of ``store``, each under a claim, as workers sharing the store do.
-
-    A chunk another live worker holds is skipped and looked at again until it is written; a
-    claim without a heartbeat for ``lease`` seconds (or of a dead process on this host) is taken
-    over, so a killed worker's chunks are done by the others. Returns the chunks this call wrote.
-    """
-    done: list[int] = []
-    pending = list(todo)
-    while pending:
-        waiting = []
-        for i in pending:
-            claim = store.claim_chunk(i, stale_after=lease)
-            if claim is None:
-                if not store.has_chunk(i):
-                    waiting.append(i)
-                continue
-            with claim:
-                store.write_chunk(i, make(i))
-            done.append(i)
-        if waiting:
-            time.sleep(CLAIM_POLL_S)
-        pending = waiting
-    return done
+def _todo(store: Store, spmd: bool) -> list[int]:
+    # The processes of one SPMD worker walk the same list; process 0 skips the written chunks.
+    return list(range(store.n_chunks)) if spmd else store.missing_chunks()
 
 
 def one_chunk(root: Path, key: dict[str, Any], make: Callable[[], dict[str, np.ndarray]],
-              lease: float = CLAIM_STALE_S) -> tuple[bool, int]:
+              lease: float = CLAIM_STALE_S, *, spmd: bool = False) -> tuple[bool, int]:
     """A job small enough to be one chunk: compute it unless the store already has it (or
-    another worker does: see `claimed_chunks`)."""
+    another worker does: see `jaxjudge.store.work.claimed_chunks`, also for ``spmd``)."""
     store = Store.open(root, key, n_chunks=1)
-    done = claimed_chunks(store, store.missing_chunks(), lambda i: make(), lease)
+    done = claimed_chunks(store, _todo(store, spmd), lambda i: make(), lease, spmd=spmd)
     return bool(done), len(next(iter(store.load().values())))
 
 
 def row_chunks(root: Path, key: dict[str, Any], n_rows: int,
-               make: Callable[[int, int], dict[str, np.ndarray]], lease: float = CLAIM_STALE_S) -> tuple[bool, int]:
+               make: Callable[[int, int], dict[str, np.ndarray]], lease: float = CLAIM_STALE_S, *,
+               spmd: bool = False) -> tuple[bool, int]:
     """A generation job, chunk by chunk: `make(lo, hi)` gives rows lo..hi-1; each chunk is
     written as soon as it is computed (under a claim, shared with other workers: see
-    `claimed_chunks`), and chunks already written are kept. A new store gets
-    ceil(n_rows / `GENERATE_CHUNK_ROWS`) chunks; an existing one keeps its own count."""
+    `jaxjudge.store.work.claimed_chunks`, also for ``spmd``), and chunks already written are
+    kept. A new store gets ceil(n_rows / `GENERATE_CHUNK_ROWS`) chunks; an existing one keeps its
+    own count."""
     try:
         store = Store.open(root, key, create=False)
     except FileNotFoundError:
         store = Store.open(root, key, n_chunks=max(1, -(-n_rows // GENERATE_CHUNK_ROWS)))
     size = -(-n_rows // store.n_chunks)
-    done = claimed_chunks(store, store.missing_chunks(),
-                          lambda i: make(i * size, min(n_rows, (i + 1) * size)), lease)
+    done = claimed_chunks(store, _todo(store, spmd),
+                          lambda i: make(i * size, min(n_rows, (i + 1) * size)), lease, spmd=spmd)
     return bool(done), len(next(iter(store.load().values())))
 
 

@@ -72,7 +72,7 @@ class GenerateJob(ExtractionJob):
             return {"example_ids": np.asarray([p.example_id for p in prompts[lo:hi]]),
                     "parsed_scores": np.asarray(parsed, np.float32), "texts": np.asarray(texts)}
 
-        done = row_chunks(where, self.full_key(rc), len(prompts), make, rc.claim_lease)
+        done = row_chunks(where, self.full_key(rc), len(prompts), make, rc.claim_lease, spmd=rc.spmd)
         rc.replies.pop(where, None)
         return done
 
@@ -123,4 +123,4 @@ class ContrastiveGenerateJob(GenerateJob):
             return {"example_ids": np.asarray([p.example_id for p in prompts]),
                     "parsed_scores": np.asarray(parsed, np.float32), "texts": np.asarray(texts)}
 
-        return row_chunks(self.folder(rc.root), key, len(rc.examples(self)), make, rc.claim_lease)
+        return row_chunks(self.folder(rc.root), key, len(rc.examples(self)), make, rc.claim_lease, spmd=rc.spmd)

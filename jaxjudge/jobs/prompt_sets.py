@@ -37,7 +37,7 @@ class _OneChunk(ExtractionJob):
     def run(self, rc: RunContext) -> tuple[bool, int]:
         prompts = self.prompts(rc.examples(self), chat=rc.chat)
         return one_chunk(self.folder(rc.root), {**rc.key(self), "model_sha256": rc.judge.sha256},
-                         lambda: self.extract(rc, prompts), rc.claim_lease)
+                         lambda: self.extract(rc, prompts), rc.claim_lease, spmd=rc.spmd)
 
     def extract(self, rc: RunContext, prompts: list) -> dict[str, np.ndarray]:
         ex = extract(rc.judge, prompts, self.parsed_scale(), rc.engine, progress=False, local=True)

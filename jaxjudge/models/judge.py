@@ -22,7 +22,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxjudge.models import decoder as _dec
 from jaxjudge.models import primitives as _prim
@@ -297,7 +296,7 @@ class Judge:
             self.graphdef, self.state, jnp.asarray(logits_bv), cache, jax.random.key(seed), prefix,
             max_new_tokens=max_new_tokens, temperature=float(temperature), top_k=top_k,
             eos_ids=tuple(self.config.eos_token_ids) if stop_at_eos else (), pad_id=self.pad_id)
-        return np.asarray(tokens), np.asarray(lengths)
+        return sharding.to_host(tokens), sharding.to_host(lengths)
 
     # ------------------------------------------------------------------ engine primitives
 
@@ -311,13 +310,11 @@ class Judge:
         batch the axis does not divide, e.g. a batch-1 prefix, is replicated)."""
         if self.mesh is None:
             return jnp.asarray(x)
-        return sharding.shard_batch(jnp.asarray(x), self.mesh, strict=False)
+        return sharding.shard_batch(x if isinstance(x, jax.Array) else np.asarray(x), self.mesh, strict=False)
 
     def put_replicated(self, tree: Any) -> Any:
         """A pytree copied to every device of the mesh (or to the one device)."""
-        if self.mesh is None:
-            return jax.tree.map(jnp.asarray, tree)
-        return jax.device_put(tree, NamedSharding(self.mesh, PartitionSpec()))
+        return sharding.Placement(self.mesh).replicated(tree)
 
     def _right_padded(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """One row right-padded to its `bucket_length`: ``(tokens [1, T], mask [1, T])``."""
@@ -385,12 +382,12 @@ class Judge:
         Returns:
             (tokens [B, G] int32, lengths [B] int32 up to and including the first EOS).
         """
-        params = tuple(jnp.asarray(x, jnp.float32) for x in (lam, t_main, t_asst, alpha))
+        params = tuple(np.float32(x) for x in (lam, t_main, t_asst, alpha))
         out = _prim.contrastive_decode(
             self.graphdef, self.state, assistant.graphdef, assistant.state, logits_main, logits_asst, cache_main,
             cache_asst, prefix_main, prefix_asst, *params, vocab=vocab, max_new_tokens=max_new_tokens,
             eos_ids=tuple(int(e) for e in self.config.eos_token_ids), pad_id=self.pad_id)
-        return np.asarray(out.tokens_bg), np.asarray(out.lengths_b)
+        return sharding.to_host(out.tokens_bg), sharding.to_host(out.lengths_b)
 
     # ------------------------------------------------------------------ simple path
 

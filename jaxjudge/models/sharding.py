@@ -12,6 +12,11 @@ A dimension whose size the mesh axis does not divide (e.g. 2 key/value heads on 
 axis) is replicated instead, so any mesh works for any model; :func:`param_shardings` reports
 which.
 
+A mesh may span several processes (one ``jax.distributed`` job, e.g. a multi-host TPU slice):
+every process then runs the same program over the global mesh, inputs are placed from the
+host arrays each process holds in full (:func:`spans_processes`), and results are read back on
+every process with :func:`to_host`.
+
 The mesh uses ``AxisType.Auto`` axes: the decoder code carries no sharding annotations, and
 XLA's propagation inserts the collectives from the parameter and batch shardings.
 """
@@ -40,6 +45,8 @@ __all__ = [
     "cache_sharding",
     "new_cache",
     "Placement",
+    "spans_processes",
+    "to_host",
 ]
 
 # The one rules table: logical axis name -> mesh axis (None: replicated).
@@ -157,6 +164,32 @@ def shard_state(
     )
 
 
+def spans_processes(mesh: Mesh | None) -> bool:
+    """Whether ``mesh`` holds devices of other processes (one SPMD program over several hosts)."""
+    if mesh is None:
+        return False
+    me = jax.process_index()
+    return any(d.process_index != me for d in np.asarray(mesh.devices).flat)
+
+
+def to_host(x: Any) -> np.ndarray:
+    """A device array's whole value as numpy on this process. An array split over other
+    processes' devices is gathered from them (a collective: every process of the mesh must
+    call this for the same array in the same order)."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable and not x.is_fully_replicated:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
+
+
+def _host_side(a: Any, mesh: Mesh | None) -> Any:
+    # A process can place onto devices it does not own only what it holds whole on the host.
+    if spans_processes(mesh) and isinstance(a, jax.Array) and a.is_fully_addressable:
+        return np.asarray(a)
+    return a
+
+
 def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
     """Sharding of a batch-major array: dimension 0 over ``data``, the rest replicated."""
     return NamedSharding(mesh, PartitionSpec("data", *([None] * (ndim - 1))))
@@ -177,7 +210,7 @@ def shard_batch(x: Any, mesh: Mesh, *, strict: bool = True) -> Any:
     place = Placement(mesh)
 
     def put(a):
-        a = jnp.asarray(a) if not isinstance(a, (np.ndarray, jax.Array)) else a
+        a = np.asarray(a) if not isinstance(a, (np.ndarray, jax.Array)) else _host_side(a, mesh)
         if a.shape[0] % place.row_multiple and not strict:
             return place.replicated(a)
         return place.rows(a)
@@ -210,12 +243,13 @@ class Placement:
                 f"batch size {x.shape[0]} is not a multiple of the mesh data axis "
                 f"({self.row_multiple}); pad the batch"
             )
-        return jax.device_put(x, batch_sharding(self.mesh, x.ndim))
+        return jax.device_put(_host_side(x, self.mesh), batch_sharding(self.mesh, x.ndim))
 
     def replicated(self, tree: Any) -> Any:
         """A pytree copied to every device of the mesh."""
         if self.mesh is None:
             return jax.tree.map(jnp.asarray, tree)
+        tree = jax.tree.map(lambda a: _host_side(a, self.mesh), tree)
         return jax.device_put(tree, NamedSharding(self.mesh, PartitionSpec()))
 
     def round_rows(self, n: int) -> int:

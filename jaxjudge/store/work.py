@@ -1,0 +1,96 @@
+"""Workers sharing one store: every chunk claimed, computed and written once.
+
+`claimed_chunks` is the one work loop over a store's missing chunks. A worker is either one
+process, or a whole ``jax.distributed`` job whose processes run one SPMD program over a mesh
+that spans them (``spmd=True``): process 0 then takes and keeps the claims and writes the
+chunks, every process computes them together (each call is a collective over the global
+mesh), and process 0's view of each claim is broadcast so that all processes take the same
+chunks in the same order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from jaxjudge.store.chunked import Store
+from jaxjudge.store.files import CLAIM_STALE_S
+
+__all__ = ["CLAIM_POLL_S", "claimed_chunks", "agree"]
+
+CLAIM_POLL_S = 0.5
+"""How often a worker looks again at chunks other workers hold."""
+
+_MINE, _WAIT, _DONE = 1, 0, 2
+
+
+def agree(value: int) -> int:
+    """Process 0's ``value``, on every process of the ``jax.distributed`` job (a collective)."""
+    from jax.experimental import multihost_utils
+
+    return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
+
+
+def _is_leader() -> bool:
+    import jax
+
+    return jax.process_index() == 0
+
+
+def claimed_chunks(store: Store, todo: Sequence[int], make: Callable[[int], dict[str, np.ndarray]],
+                   lease: float = CLAIM_STALE_S, *, spmd: bool = False,
+                   on_written: Callable[[int], None] | None = None) -> list[int]:
+    """Write the chunks ``todo`` of ``store``, each under a claim, as workers sharing the store do.
+
+    A chunk another live worker holds is skipped and looked at again until it is written; a
+    claim without a heartbeat for ``lease`` seconds (or of a dead process on this host) is taken
+    over, so a killed worker's chunks are done by the others.
+
+    Args:
+      store: the store every worker writes.
+      todo: the chunks to do (those already written are skipped); under ``spmd`` the same list
+        on every process (e.g. all of the store's chunks, not each process's view of the
+        missing ones).
+      make: ``make(i)`` computes chunk ``i``'s arrays.
+      lease: seconds without a heartbeat after which another worker's claim is taken over.
+      spmd: this process is one of a ``jax.distributed`` job that acts as one worker (see the
+        module docstring); every process of the job must call this with the same arguments.
+        It returns when every chunk of ``todo`` is in the store, on every process.
+      on_written: called with each chunk this worker wrote, after the write.
+
+    Returns:
+      The chunks this worker computed, in the order computed.
+    """
+    lead = not spmd or _is_leader()
+    done: list[int] = []
+    pending = list(todo)
+    while pending:
+        waiting = []
+        for i in pending:
+            claim = store.claim_chunk(i, stale_after=lease) if lead else None
+            state = (_MINE if claim is not None else _DONE if store.has_chunk(i) else _WAIT) if lead else _WAIT
+            if spmd:
+                state = agree(state)
+            if state == _WAIT:
+                waiting.append(i)
+            if state != _MINE:
+                continue
+            with claim if claim is not None else contextlib.nullcontext():
+                arrays = make(i)
+                if lead:
+                    store.write_chunk(i, arrays)
+            done.append(i)
+            if on_written is not None:
+                on_written(i)
+        if waiting:
+            time.sleep(CLAIM_POLL_S)
+        pending = waiting
+    if spmd:
+        # Every chunk is written (by process 0) before any process reads the store.
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(f"jaxjudge-claimed-{store.key_hash[:16]}")
+    return done
