@@ -32,6 +32,7 @@ from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
 from jax.sharding import SingleDeviceSharding
@@ -171,6 +172,7 @@ def save_converted(
     special_tokens: Mapping[str, str] | None = None,
     source: str | None = None,
     sha256: str | None = None,
+    together: bool = False,
 ) -> Path:
     """Writes one cache entry atomically.
 
@@ -183,6 +185,10 @@ def save_converted(
         chat_template: the chat template or None.
         special_tokens: special-token strings the judge uses for chat templates.
         source, sha256: provenance, stored in ``meta.json``.
+        together: every process of a ``jax.distributed`` job calls this for one model whose
+            arrays span them (a mesh over their devices): one Orbax save into one temporary
+            folder of a folder they share, each process writing its own shards, and process 0
+            writing the rest and renaming the entry into place.
 
     Returns:
         The entry folder. If another process finished the same entry first, its copy is kept.
@@ -190,13 +196,25 @@ def save_converted(
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / key
-    tmp = root / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
+    lead = not together or jax.process_index() == 0
+    if together:
+        # One temporary name for the job, drawn by process 0.
+        tag = f"job-{_agree(int.from_bytes(os.urandom(3), 'little')):06x}"
+    else:
+        tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp = root / f".tmp-{key}-{tag}"
+    if lead:
+        tmp.mkdir()
+    if together:
+        _sync(f"jaxjudge-cache-mkdir-{tag}")
     try:
         state = nnx.state(model)
         with ocp.StandardCheckpointer() as ckptr:
             ckptr.save(tmp / "params", nnx.to_pure_dict(state))
             ckptr.wait_until_finished()
+        if not lead:
+            _sync(f"jaxjudge-cache-written-{tag}")
+            return final
         (tmp / "tokenizer.json").write_text(tokenizer.to_str(), encoding="utf-8")
         meta = {
             "format_version": FORMAT_VERSION,
@@ -216,9 +234,49 @@ def save_converted(
                 raise
             shutil.rmtree(tmp, ignore_errors=True)  # a concurrent writer won; same content
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if lead:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if together:
+        _sync(f"jaxjudge-cache-written-{tag}")
     return final
+
+
+def shared_by_all(root: str | os.PathLike[str]) -> bool:
+    """Whether every process of the ``jax.distributed`` job sees the same folder ``root`` (a
+    collective): process 0 writes a token there, and each process must read it back."""
+    root = Path(root)
+    token = _agree(int.from_bytes(os.urandom(3), "little"))
+    mark = root / f".shared-{token:06x}"
+    if jax.process_index() == 0:
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            mark.write_text(str(token))
+        except OSError:
+            pass
+    _sync(f"jaxjudge-shared-{token:06x}")
+    try:
+        seen = int(mark.read_text()) == token
+    except (OSError, ValueError):
+        seen = False
+    from jax.experimental import multihost_utils
+
+    every = bool(np.all(multihost_utils.process_allgather(np.int32(seen))))
+    if jax.process_index() == 0:
+        mark.unlink(missing_ok=True)
+    return every
+
+
+def _agree(value: int) -> int:
+    from jax.experimental import multihost_utils
+
+    return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
+
+
+def _sync(name: str) -> None:
+    from jax.experimental import multihost_utils
+
+    multihost_utils.sync_global_devices(name)
 
 
 def _restore_target(abstract_state: nnx.State, mesh: Any, rules: Mapping[str, str | None] | None):
@@ -241,6 +299,7 @@ def load_converted(
     *,
     mesh: Any = None,
     rules: Mapping[str, str | None] | None = None,
+    together: bool = False,
 ) -> CachedJudge | None:
     """Restores a cache entry, or returns None when there is none (or it is from another format).
 
@@ -249,6 +308,9 @@ def load_converted(
         key: the entry name (:func:`cache_key`).
         mesh: optional mesh; parameters are then restored directly into their shardings.
         rules: logical-axis rules for ``mesh``.
+        together: every process of a ``jax.distributed`` job calls this for a ``mesh`` that
+            spans them: process 0's view of whether the entry exists decides for all (the
+            folder must be one they share), and each process restores its own shards.
 
     Returns:
         The restored pieces, or None on a miss.
@@ -258,7 +320,13 @@ def load_converted(
     """
     entry = Path(root) / key
     meta_path = entry / "meta.json"
-    if not meta_path.is_file():
+    present = meta_path.is_file()
+    if together:
+        present = bool(_agree(int(present)))
+        if present and not meta_path.is_file():
+            raise ValueError(f"cache entry {entry}: process 0 has it, process {jax.process_index()} does not see "
+                             "it; the cache folder must be one every process shares ($JAXJUDGE_CACHE)")
+    if not present:
         return None
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))

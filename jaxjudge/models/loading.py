@@ -15,6 +15,7 @@ import ml_dtypes
 from jaxjudge.models import cache as _cache
 from jaxjudge.models import gguf as _gguf
 from jaxjudge.models import hf as _hf
+from jaxjudge.models import sharding as _sharding
 from jaxjudge.models import slices as _slices
 from jaxjudge.models.judge import Judge
 
@@ -58,7 +59,11 @@ def load(
         cache_dir: cache root (default ``$JAXJUDGE_CACHE`` or ``~/.cache/jaxjudge/converted``).
         use_cache: read and write the converted-parameter cache. With False the source is
             converted every time and nothing is written. Under several processes
-            (`jax.distributed`) the cache is not used.
+            (`jax.distributed`) the processes of a ``mesh`` that spans them use one entry
+            together: process 0 decides whether it exists, all restore it into their shards,
+            or all convert and then write it in one Orbax save (each process its own shards, a
+            shared folder); per-process judges (no mesh, or a mesh of this process's devices)
+            each convert from the source. The file hashes are memoised either way.
         mesh: optional ``jax.sharding.Mesh`` (``data`` and ``model`` axes); parameters are then
             placed by the project's logical-axis rules, restored directly into their shardings.
         verbose: print where the judge came from and how long it took.
@@ -90,19 +95,25 @@ def load(
         kind = "hf"
     dname = _cache.dtype_name(dtype)
     root = _cache.cache_root(cache_dir)
+    memo = root if use_cache else None
+    spmd = _sharding.spans_processes(mesh)
     if use_cache and jax.process_count() > 1:
-        # Orbax saves and restores as one job across processes, and each process's judge lives on
-        # its own devices: under several processes every process converts from the source.
-        warnings.warn("jaxjudge: the converted-parameter cache is not used under several processes "
-                      "(each process converts the model from its source)", stacklevel=2)
-        use_cache = False
-    sha = _cache.source_sha256(path, memo_dir=root if use_cache else None, verify=verify)
+        # Orbax saves and restores as one job across processes: only the processes of one mesh,
+        # and only in a folder they all see. Otherwise each process converts from the source.
+        why = ("per-process judges (a mesh over every process's devices shares one entry)" if not spmd else
+               None if _cache.shared_by_all(root) else
+               f"the cache folder {root} is not one folder every process sees (set $JAXJUDGE_CACHE to one)")
+        if why is not None:
+            warnings.warn(f"jaxjudge: the converted-parameter cache is not used under several processes: {why}; "
+                          "each process converts the model from its source", stacklevel=2)
+            use_cache = False
+    sha = _cache.source_sha256(path, memo_dir=memo, verify=verify)
     if expected_sha256 is not None and sha != expected_sha256:
         raise ModelHashMismatch(path, sha, expected_sha256)
     key = _cache.cache_key(sha, dname)
 
     if use_cache:
-        hit = _cache.load_converted(root, key, mesh=mesh)
+        hit = _cache.load_converted(root, key, mesh=mesh, together=spmd)
         if hit is not None:
             judge = Judge(hit.config, hit.model, hit.tokenizer, hit.chat_template, source=str(path),
                           sha256=sha, special_tokens=hit.special_tokens or None)
@@ -134,7 +145,8 @@ def load(
         try:
             _cache.save_converted(root, key, model=judge.model, hf_config=hf_config,
                                   tokenizer=tokenizer, chat_template=template,
-                                  special_tokens=judge.special_tokens, source=str(path), sha256=sha)
+                                  special_tokens=judge.special_tokens, source=str(path), sha256=sha,
+                                  together=spmd)
         except OSError as e:  # a full or read-only disk costs the next load time, nothing else
             warnings.warn(f"jaxjudge: could not write the cache entry {root / key}: {e}", stacklevel=2)
     if verbose:

@@ -6,7 +6,8 @@
   (a Llama, a fused Phi-3, a Gemma 3);
 - two processes under ``jax.distributed`` (2 CPU devices each) `models.load` one checkpoint onto a
   ``model`` axis that spans both: each reads at most 1.25x the bytes its own devices hold, and
-  every block equals the single-process conversion's.
+  every block equals the single-process conversion's; they write one converted-cache entry
+  together, and a second load restores it without reading or hashing the checkpoint.
 """
 
 from __future__ import annotations
@@ -146,25 +147,45 @@ def refused(*a, **k):
     raise AssertionError("the whole checkpoint was read")
 hf.read_safetensors = refused
 
-mesh = S.make_mesh(data=1, model=4, devices=jax.devices())
-model = models.load({folder!r}, mesh=mesh, use_cache=False).model
-whole = dict(np.load({reference!r}))
-held, checked = 0, 0
+# Count the files hashed in full (the memo skips the ones it knows).
+from jaxjudge.models import cache
+hashed = [0]
+plain_hash = cache.file_sha256
+def counted_hash(*a, **k):
+    hashed[0] += 1
+    return plain_hash(*a, **k)
+cache.file_sha256 = counted_hash
+
 from flax import nnx
-for path, v in nnx.to_flat_state(nnx.state(model)):
-    name = ".".join(str(p) for p in path)
-    arr = v.get_value()
-    seen = set()
-    for shard in arr.addressable_shards:
-        key = tuple(s.indices(n)[:2] for s, n in zip(shard.index, arr.shape))
-        if key in seen:
-            continue
-        seen.add(key)
-        data = np.asarray(shard.data)
-        held += data.nbytes
-        np.testing.assert_array_equal(data, whole[name][shard.index])
-        checked += 1
-json.dump({{"read": read[0], "held": held, "blocks": checked,
+whole = dict(np.load({reference!r}))
+
+def check(model):
+    held, checked = 0, 0
+    for path, v in nnx.to_flat_state(nnx.state(model)):
+        name = ".".join(str(p) for p in path)
+        arr = v.get_value()
+        seen = set()
+        for shard in arr.addressable_shards:
+            key = tuple(s.indices(n)[:2] for s, n in zip(shard.index, arr.shape))
+            if key in seen:
+                continue
+            seen.add(key)
+            data = np.asarray(shard.data)
+            held += data.nbytes
+            np.testing.assert_array_equal(data, whole[name][shard.index])
+            checked += 1
+    return held, checked
+
+mesh = S.make_mesh(data=1, model=4, devices=jax.devices())
+# First load: converted from the slices this process's devices hold, then one cache entry written
+# by both processes together (a folder they share).
+held, checked = check(models.load({folder!r}, mesh=mesh, cache_dir={cache!r}).model)
+first = {{"read": read[0], "hashed": hashed[0]}}
+# Second load: restored from that entry into each process's shards; nothing read or hashed again.
+held2, checked2 = check(models.load({folder!r}, mesh=mesh, cache_dir={cache!r}).model)
+json.dump({{"read": first["read"], "hashed": first["hashed"], "held": held, "blocks": checked,
+           "read_again": read[0] - first["read"], "hashed_again": hashed[0] - first["hashed"],
+           "held_again": held2, "blocks_again": checked2,
            "total": int(sum(a.nbytes for a in whole.values()))}}, open({result!r}, "w"))
 jax.distributed.shutdown()
 """
@@ -201,7 +222,7 @@ def test_two_processes_read_only_their_blocks(tmp_path):
         result = tmp_path / f"result{pid}.json"
         script = tmp_path / f"worker{pid}.py"
         script.write_text(WORKER.format(address=address, pid=pid, folder=str(folder), reference=str(reference),
-                                        result=str(result)))
+                                        result=str(result), cache=str(tmp_path / "cache")))
         results.append(result)
         procs.append(subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
@@ -213,3 +234,13 @@ def test_two_processes_read_only_their_blocks(tmp_path):
         assert r["blocks"] > 0
         assert r["held"] < r["total"]  # the model axis spans both processes
         assert r["read"] <= 1.25 * r["held"], r
+        # The second load restores the shared cache entry: the same blocks, no byte of the
+        # checkpoint read and no file hashed.
+        assert (r["read_again"], r["hashed_again"]) == (0, 0), r
+        assert (r["held_again"], r["blocks_again"]) == (r["held"], r["blocks"]), r
+    # The checkpoint's files were hashed on the first load (by whichever process reached each
+    # first: they share the memo of the cache folder).
+    assert sum(json.loads(r.read_text())["hashed"] for r in results) > 0
+    entries = [p for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".") and p.is_dir()]
+    assert len(entries) == 1 and (entries[0] / "meta.json").is_file()
+    assert not [p for p in (tmp_path / "cache").iterdir() if p.name.startswith(".tmp-")]
