@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
 
 from jaxjudge.experiment.typed import ConfigError, choose
 from jaxjudge.models.sharding import make_mesh
 
-__all__ = ["MESH_AXES", "check_mesh", "mesh_for"]
+__all__ = ["MESH_AXES", "check_mesh", "mesh_for", "parameter_bytes_per_device", "device_memory", "check_fits"]
+
+FIT_FRACTION = 0.9
+"""The share of a device's memory a judge's parameters may take (the rest: activations, caches)."""
 
 
 MESH_AXES = ("data", "model")
@@ -65,3 +72,79 @@ def mesh_for(cfg: Any, devices: Sequence[Any] | None = None) -> Any:
                           + (" (a mesh over several processes takes all of their devices)" if exact else ""))
     return make_mesh(sizes["data"], sizes["model"], devices=devices)
 
+
+def parameter_bytes_per_device(path: str | Path, dtype: Any, mesh: Any = None) -> int:
+    """Bytes of a judge's parameters on each device of ``mesh`` (all of them without a mesh),
+    from the model file's config alone (no weights read): each parameter's shard under the
+    project's sharding rules, in ``dtype``."""
+    from flax import nnx
+
+    from jaxjudge.models import sharding
+    from jaxjudge.models.config import config_from_hf
+    from jaxjudge.models.convert import abstract_model
+    from jaxjudge.models.gguf import gguf_shape_config
+    from jaxjudge.models.hf import read_config, resolve_source
+
+    path = Path(path)
+    hf = gguf_shape_config(path) if path.is_file() else read_config(resolve_source(path))
+    _, state = nnx.split(abstract_model(config_from_hf(hf), dtype))
+    leaves = jax.tree.leaves(state)
+    if mesh is None:
+        return sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in leaves)
+    shardings = jax.tree.leaves(sharding.param_shardings(state, mesh))
+    return sum(math.prod(s.shard_shape(tuple(x.shape))) * np.dtype(x.dtype).itemsize
+               for x, s in zip(leaves, shardings))
+
+
+def device_memory(device: Any) -> tuple[int | None, str]:
+    """A device's memory in bytes and what it is: an accelerator's own memory, or for a CPU
+    device the host's RAM (shared by every CPU device of the process)."""
+    stats = None
+    try:
+        stats = device.memory_stats()
+    except Exception:  # some backends have no memory statistics
+        stats = None
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"]), f"{device.device_kind}"
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None, "unknown"
+    return int(ram), "host RAM"
+
+
+def check_fits(name: str, path: str | Path, dtype: Any, mesh: Any = None, *,
+               memory: int | None = None, what: str | None = None) -> int:
+    """Refuses, in one line and before any weights load, a judge whose parameters would take more
+    than `FIT_FRACTION` of each device's memory on ``mesh``.
+
+    On CPU devices (which share the host's RAM) the parameters of every device of the mesh on
+    this host count against the RAM together. ``memory`` (bytes per device) and ``what`` override
+    what the devices report.
+
+    Returns:
+      The parameter bytes per device.
+
+    Raises:
+      ConfigError: naming the model, the bytes it needs per device, the mesh and the memory.
+    """
+    per_device = parameter_bytes_per_device(path, dtype, mesh)
+    local = [d for d in (np.asarray(mesh.devices).flat if mesh is not None else jax.local_devices()[:1])
+             if d.process_index == jax.process_index()]
+    if memory is None:
+        memory, what = device_memory(local[0])
+        if memory is None:
+            return per_device
+        shared = local[0].platform == "cpu"
+    else:
+        shared, what = False, what or "given"
+    need = per_device * (len(local) if shared else 1)
+    if need > FIT_FRACTION * memory:
+        shape = "no mesh (one device)" if mesh is None else str({k: int(v) for k, v in mesh.shape.items()})
+        where = (f"{len(local)} CPU devices share {memory / 2**30:.2f} GiB of host RAM" if shared else
+                 f"each device has {memory / 2**30:.2f} GiB ({what})")
+        raise ConfigError(f"model {name!r}: its parameters need {per_device / 2**30:.2f} GiB per device "
+                          f"({per_device} bytes) in {jax.numpy.dtype(dtype).name} "
+                          f"on mesh {shape}; {where}, of which at most {FIT_FRACTION:.0%} may hold parameters. "
+                          "Use a larger 'model' axis, bfloat16, or more devices")
+    return per_device

@@ -25,7 +25,7 @@ from jaxjudge import models as M
 from jaxjudge.data.tasks import load_task_data
 from jaxjudge.experiment.checks import check_tokenizer, validate_config
 from jaxjudge.experiment.distributed import plan_line
-from jaxjudge.experiment.hardware import mesh_for
+from jaxjudge.experiment.hardware import check_fits, mesh_for
 from jaxjudge.experiment.plan import extraction_plan
 from jaxjudge.experiment.schema import ConfigError, ExperimentConfig, engine_options, resolve_model_path
 from jaxjudge.engine import EngineOptions
@@ -112,6 +112,8 @@ def run_extractions(
     paths = {n: resolve_model_path(cfg.model(n))
              for n in dict.fromkeys([*names, *(c for cs in companions.values() for c in cs)])}
     _check_models(cfg, paths, companions, verify)
+    for n, path in paths.items():  # parameters that fit the mesh's devices, before any weights load
+        check_fits(n, path, cfg.dtype, mesh)
 
     engine = EngineOptions(**cfg.engine, mesh=None)
     data = {t.task: load_task_data(t) for t in cfg.tasks}

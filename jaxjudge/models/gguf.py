@@ -351,6 +351,15 @@ def _hf_shape(tensor: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in reversed(tensor.shape.tolist()))
 
 
+def gguf_shape_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ``config.json``-shaped dict of a GGUF file from its metadata and tensor shapes alone
+    (no tensor data read): enough for the parameters' shapes, not for rotary scaling factors
+    stored as a tensor."""
+    path = Path(path)
+    reader = _open(path)
+    return hf_config_from_gguf(read_metadata(reader, path), {t.name: _hf_shape(t) for t in reader.tensors}, path)
+
+
 def load_gguf(path: str | os.PathLike[str], dtype: Any = np.float32) -> Checkpoint:
     """Reads a GGUF file into a Hugging Face-shaped config, tensors, tokenizer and chat template.
 

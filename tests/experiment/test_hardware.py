@@ -64,3 +64,47 @@ def test_a_mesh_gives_the_same_scores_and_a_dtype_is_kept_apart(tmp_path, monkey
     # A float32 store is not read for a bfloat16 config: refused by name.
     with pytest.raises(StoreLookupError, match=r"extracted in float32, the config asks for bfloat16"):
         report_from_store(one.store_root, with_overrides(one, ["dtype=bfloat16"]))
+
+
+def test_parameter_bytes_per_device_are_the_loaded_judges(tmp_path):
+    """From the file's config alone, the bytes each device holds: equal to the shards of the judge
+    `models.load` places on the same mesh (float32 whole, bfloat16 on data 2 x model 2)."""
+    from flax import nnx
+
+    from jaxjudge import models
+    from jaxjudge.experiment.hardware import parameter_bytes_per_device
+    from jaxjudge.models.gguf import default_model_path
+    from jaxjudge.models.sharding import make_mesh
+
+    path = default_model_path()
+    whole = models.load(path, cache_dir=tmp_path)
+    assert parameter_bytes_per_device(path, "float32") == sum(
+        x.nbytes for x in jax.tree.leaves(nnx.state(whole.model)))
+    mesh = make_mesh(2, 2, devices=jax.devices()[:4])
+    placed = models.load(path, dtype="bfloat16", mesh=mesh, cache_dir=tmp_path)
+    per = {}
+    for x in jax.tree.leaves(nnx.state(placed.model)):
+        for shard in x.addressable_shards:
+            per[shard.device.id] = per.get(shard.device.id, 0) + shard.data.nbytes
+    assert len(per) == 4 and set(per.values()) == {parameter_bytes_per_device(path, "bfloat16", mesh)}
+
+
+def test_a_judge_too_large_for_the_devices_is_one_line_before_loading(tmp_path, monkeypatch):
+    from jaxjudge.experiment import hardware
+
+    with pytest.raises(ConfigError) as err:
+        hardware.check_fits("smollm2-135m", SMOLLM2.resolved_path(), "float32", None, memory=400_000_000,
+                            what="a test device")
+    text = str(err.value)
+    assert "\n" not in text and "'smollm2-135m'" in text and "538060032 bytes" in text and "0.37 GiB" in text
+    # Through the experiment layer: refused before any weights are read.
+    monkeypatch.setattr(hardware, "device_memory", lambda device: (300_000_000, "a test device"))
+    from jaxjudge import models
+
+    def no_load(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(models, "load", no_load)
+    with pytest.raises(ConfigError, match=r"model 'smollm2-135m': its parameters need 0\.50 GiB per device"):
+        run_extractions(_cfg(tmp_path), progress=False, log=lambda s: None)
+    assert not (tmp_path / "stores").exists()
