@@ -70,7 +70,7 @@ def primary_line(results: Results) -> str:
         lines.append(text)
     if len(lines) == 1:
         return f"**Primary endpoint** (95% interval, unadjusted): {lines[0]}. {count}"
-    return "\n".join([f"**Primary endpoint**, once per judge, task and aspect (95% intervals, unadjusted):", ""]
+    return "\n".join(["**Primary endpoint**, once per judge, task and aspect (95% intervals, unadjusted):", ""]
                      + [f"- {t}" for t in lines] + ["", count])
 
 
