@@ -118,6 +118,8 @@ def test_two_processes_sweep_equals_one(tmp_path):
     a, b = _arrays(tmp_path / "one" / "stores"), _arrays(tmp_path / "two" / "stores")
     assert a.keys() == b.keys() and len(a) > 0
     for k in a:
+        if k.endswith(":@seal"):
+            continue  # a chunk's seal holds the sha256 of its arrays' bytes: compared below, by value
         if a[k].dtype.kind == "f":
             np.testing.assert_allclose(b[k], a[k], atol=FLOAT32_ATOL, rtol=0, err_msg=k)
         else:
