@@ -50,7 +50,6 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.experimental import multihost_utils
 
 from jaxjudge.engine.extraction import ARRAY_FIELDS, Extraction
 from jaxjudge.engine.keys import extraction_key, open_store
@@ -63,13 +62,9 @@ from jaxjudge.models.judge import Judge
 from jaxjudge.prompts import RenderedPrompt, ScoreCandidates, ScoreScale
 from jaxjudge.models.sharding import spans_processes
 from jaxjudge.store import CLAIM_STALE_S, Store, StoreError, assign_chunks
-from jaxjudge.store.work import claimed_chunks
+from jaxjudge.store.work import barrier, claimed_chunks
 
 __all__ = ["GenerationRoomError", "check_generation_room", "extract"]
-
-def _barrier(name: str) -> None:
-    multihost_utils.sync_global_devices(name)
-
 
 def extract(
     judge: Judge,
@@ -225,7 +220,7 @@ def extract(
             # over if their worker died).
             claimed_chunks(st, todo, compute, claim_lease, spmd=spmd, on_written=on_chunk)
     if n_proc > 1:
-        _barrier(f"jaxjudge-extract-{st.key_hash[:16]}")
+        barrier(f"jaxjudge-extract-{st.key_hash[:16]}")
     ext = _assemble(chunks, tk, st, in_memory, cands, computed)
     if generate_tokens:
         ids = np.full((len(tk.prompts), generate_tokens), judge.pad_id, np.int32)

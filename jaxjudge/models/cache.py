@@ -44,6 +44,7 @@ from jaxjudge.models.convert import abstract_model
 from jaxjudge.models.decoder import Decoder
 from jaxjudge.models.layers import as_dtype
 from jaxjudge.store import file_sha256
+from jaxjudge.store.work import agree, barrier
 
 __all__ = [
     "FORMAT_VERSION",
@@ -199,21 +200,21 @@ def save_converted(
     lead = not together or jax.process_index() == 0
     if together:
         # One temporary name for the job, drawn by process 0.
-        tag = f"job-{_agree(int.from_bytes(os.urandom(3), 'little')):06x}"
+        tag = f"job-{agree(int.from_bytes(os.urandom(3), 'little')):06x}"
     else:
         tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp = root / f".tmp-{key}-{tag}"
     if lead:
         tmp.mkdir()
     if together:
-        _sync(f"jaxjudge-cache-mkdir-{tag}")
+        barrier(f"jaxjudge-cache-mkdir-{tag}")
     try:
         state = nnx.state(model)
         with ocp.StandardCheckpointer() as ckptr:
             ckptr.save(tmp / "params", nnx.to_pure_dict(state))
             ckptr.wait_until_finished()
         if not lead:
-            _sync(f"jaxjudge-cache-written-{tag}")
+            barrier(f"jaxjudge-cache-written-{tag}")
             return final
         (tmp / "tokenizer.json").write_text(tokenizer.to_str(), encoding="utf-8")
         meta = {
@@ -238,7 +239,7 @@ def save_converted(
             shutil.rmtree(tmp, ignore_errors=True)
         raise
     if together:
-        _sync(f"jaxjudge-cache-written-{tag}")
+        barrier(f"jaxjudge-cache-written-{tag}")
     return final
 
 
@@ -246,7 +247,7 @@ def shared_by_all(root: str | os.PathLike[str]) -> bool:
     """Whether every process of the ``jax.distributed`` job sees the same folder ``root`` (a
     collective): process 0 writes a token there, and each process must read it back."""
     root = Path(root)
-    token = _agree(int.from_bytes(os.urandom(3), "little"))
+    token = agree(int.from_bytes(os.urandom(3), "little"))
     mark = root / f".shared-{token:06x}"
     if jax.process_index() == 0:
         try:
@@ -254,7 +255,7 @@ def shared_by_all(root: str | os.PathLike[str]) -> bool:
             mark.write_text(str(token))
         except OSError:
             pass
-    _sync(f"jaxjudge-shared-{token:06x}")
+    barrier(f"jaxjudge-shared-{token:06x}")
     try:
         seen = int(mark.read_text()) == token
     except (OSError, ValueError):
@@ -265,18 +266,6 @@ def shared_by_all(root: str | os.PathLike[str]) -> bool:
     if jax.process_index() == 0:
         mark.unlink(missing_ok=True)
     return every
-
-
-def _agree(value: int) -> int:
-    from jax.experimental import multihost_utils
-
-    return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
-
-
-def _sync(name: str) -> None:
-    from jax.experimental import multihost_utils
-
-    multihost_utils.sync_global_devices(name)
 
 
 def _restore_target(abstract_state: nnx.State, mesh: Any, rules: Mapping[str, str | None] | None):
@@ -322,7 +311,7 @@ def load_converted(
     meta_path = entry / "meta.json"
     present = meta_path.is_file()
     if together:
-        present = bool(_agree(int(present)))
+        present = bool(agree(int(present)))
         if present and not meta_path.is_file():
             raise ValueError(f"cache entry {entry}: process 0 has it, process {jax.process_index()} does not see "
                              "it; the cache folder must be one every process shares ($JAXJUDGE_CACHE)")

@@ -19,7 +19,7 @@ import numpy as np
 from jaxjudge.store.chunked import Store
 from jaxjudge.store.files import CLAIM_STALE_S
 
-__all__ = ["CLAIM_POLL_S", "claimed_chunks", "agree"]
+__all__ = ["CLAIM_POLL_S", "claimed_chunks", "agree", "barrier"]
 
 CLAIM_POLL_S = 0.5
 """How often a worker looks again at chunks other workers hold."""
@@ -32,6 +32,13 @@ def agree(value: int) -> int:
     from jax.experimental import multihost_utils
 
     return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
+
+
+def barrier(name: str) -> None:
+    """Waits until every process of the ``jax.distributed`` job reaches the barrier ``name``."""
+    from jax.experimental import multihost_utils
+
+    multihost_utils.sync_global_devices(name)
 
 
 def _is_leader() -> bool:
@@ -90,7 +97,5 @@ def claimed_chunks(store: Store, todo: Sequence[int], make: Callable[[int], dict
         pending = waiting
     if spmd:
         # Every chunk is written (by process 0) before any process reads the store.
-        from jax.experimental import multihost_utils
-
-        multihost_utils.sync_global_devices(f"jaxjudge-claimed-{store.key_hash[:16]}")
+        barrier(f"jaxjudge-claimed-{store.key_hash[:16]}")
     return done
