@@ -169,16 +169,9 @@ def _abstract_state(cfg: DecoderConfig, dtype: jnp.dtype, mesh, unroll: bool = F
                            fused_gate_up_min_rows=None)
     graphdef, abstract = nnx.split(model)
     shardings = _sh.param_shardings(abstract, mesh)
-    per_chip = 0
-
-    def one(v, s):
-        nonlocal per_chip
-        shard = s.shard_shape(tuple(v.shape))
-        per_chip += math.prod(shard) * jnp.dtype(v.dtype).itemsize
-        return v.replace(jax.ShapeDtypeStruct(tuple(v.shape), v.dtype, sharding=s))
-
-    state = jax.tree.map(one, abstract, shardings, is_leaf=lambda x: isinstance(x, nnx.Variable))
-    return graphdef, state, per_chip
+    state = jax.tree.map(lambda v, s: v.replace(jax.ShapeDtypeStruct(tuple(v.shape), v.dtype, sharding=s)),
+                         abstract, shardings, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    return graphdef, state, _sh.bytes_per_device(abstract, mesh)
 
 
 def _cache_sds(cfg: DecoderConfig, batch: int, slots: int, dtype: jnp.dtype, mesh) -> _dec.KVCache:

@@ -24,6 +24,7 @@ XLA's propagation inserts the collectives from the parameter and batch shardings
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Mapping
 
 import jax
@@ -47,6 +48,7 @@ __all__ = [
     "Placement",
     "spans_processes",
     "to_host",
+    "bytes_per_device",
 ]
 
 # The one rules table: logical axis name -> mesh axis (None: replicated).
@@ -166,10 +168,26 @@ def shard_state(
 
 def spans_processes(mesh: Mesh | None) -> bool:
     """Whether ``mesh`` holds devices of other processes (one SPMD program over several hosts)."""
-    if mesh is None:
-        return False
+    return mesh is not None and _spans(mesh)
+
+
+@functools.lru_cache(maxsize=16)
+def _spans(mesh: Mesh) -> bool:
+    # Asked for every array a call places: looked up once per mesh, not per device per call.
     me = jax.process_index()
     return any(d.process_index != me for d in np.asarray(mesh.devices).flat)
+
+
+def bytes_per_device(abstract_state: Any, mesh: Mesh | None = None,
+                     rules: Mapping[str, str | None] = LOGICAL_AXIS_RULES) -> int:
+    """Bytes of a (possibly abstract) parameter state on each device of ``mesh`` under the
+    logical-axis rules (every parameter whole without a mesh)."""
+    leaves = jax.tree.leaves(abstract_state)
+    if mesh is None:
+        return sum(math.prod(x.shape) * jnp.dtype(x.dtype).itemsize for x in leaves)
+    shardings = jax.tree.leaves(param_shardings(abstract_state, mesh, rules))
+    return sum(math.prod(s.shard_shape(tuple(x.shape))) * jnp.dtype(x.dtype).itemsize
+               for x, s in zip(leaves, shardings, strict=True))
 
 
 def to_host(x: Any) -> np.ndarray:
