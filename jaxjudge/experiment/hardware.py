@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -88,18 +87,12 @@ def parameter_bytes_per_device(path: str | Path, dtype: Any, mesh: Any = None) -
     path = Path(path)
     hf = gguf_shape_config(path) if path.is_file() else read_config(resolve_source(path))
     _, state = nnx.split(abstract_model(config_from_hf(hf), dtype))
-    leaves = jax.tree.leaves(state)
-    if mesh is None:
-        return sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in leaves)
-    shardings = jax.tree.leaves(sharding.param_shardings(state, mesh))
-    return sum(math.prod(s.shard_shape(tuple(x.shape))) * np.dtype(x.dtype).itemsize
-               for x, s in zip(leaves, shardings))
+    return sharding.bytes_per_device(state, mesh)
 
 
 def device_memory(device: Any) -> tuple[int | None, str]:
     """A device's memory in bytes and what it is: an accelerator's own memory, or for a CPU
     device the host's RAM (shared by every CPU device of the process)."""
-    stats = None
     try:
         stats = device.memory_stats()
     except Exception:  # some backends have no memory statistics
