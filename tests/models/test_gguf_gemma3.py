@@ -118,10 +118,14 @@ def test_gemma3_logits_match_transformers(gemma3):
 @pytest.mark.large
 def test_gemma3_models_load_bfloat16_bound(gemma3, tmp_path_factory):
     """``models.load(file, dtype=jnp.bfloat16)`` (converted, then restored from the cache):
-    bfloat16 parameters, float32 logits, and the measured distance to transformers' float32."""
+    bfloat16 parameters, float32 logits, and as far from transformers' float32 forward as
+    transformers' own bfloat16 forward of the same file is (the rule the families' bfloat16 test
+    uses): bfloat16's error depends on the prompt, the libraries' versions and the CPU, so a fixed
+    bound measured once does not carry to another machine."""
     torch = pytest.importorskip("torch")
     import jax
     import jax.numpy as jnp
+    import transformers
     from flax import nnx
 
     from jaxjudge import models
@@ -132,7 +136,18 @@ def test_gemma3_models_load_bfloat16_bound(gemma3, tmp_path_factory):
     judge = models.load(path, dtype="bfloat16", cache_dir=cache)  # from the cache
     assert judge.config == first.config and judge.config.model_type == "gemma3_text"
     assert {x.dtype for x in jax.tree.leaves(nnx.state(judge.model, nnx.Param))} == {jnp.dtype(jnp.bfloat16)}
-    worst, rel, agree = 0.0, 0.0, []
+    # transformers' bfloat16 forward of the same (dequantised) tensors: a plain bfloat16 model
+    # built from the reference's config and state, not a second GGUF load (its quantised kernels
+    # are slow in bfloat16).
+    ref16 = transformers.AutoModelForCausalLM.from_config(
+        ref.config, dtype=torch.bfloat16, attn_implementation="eager")
+    ref16.load_state_dict({k: v.to(torch.bfloat16) for k, v in ref.state_dict().items()})
+    ref16.eval()
+
+    def relative(x, exact):  # per read position, |error| over the position's largest logit
+        return float((np.abs(x - exact).max(-1) / np.abs(exact).max(-1)).max())
+
+    rel, rel16, agree, agree16 = [], [], [], []
     for text in PROMPTS:
         ids = judge.encode(text)
         read = sorted(set(range(0, len(ids), 61)) | {len(ids) - 1})
@@ -140,14 +155,19 @@ def test_gemma3_models_load_bfloat16_bound(gemma3, tmp_path_factory):
         ours = np.asarray(judge.forward(tokens, np.ones_like(tokens, bool), np.asarray([read])))[0]
         assert ours.dtype == np.float32
         with torch.no_grad():
-            theirs = ref.lm_head(ref.model(torch.tensor([ids])).last_hidden_state[0, read]).numpy()
-        worst = max(worst, float(np.abs(ours - theirs).max()))
-        rel = max(rel, float((np.abs(ours - theirs).max(-1) / np.abs(theirs).max(-1)).max()))
-        agree.extend(ours.argmax(-1) == theirs.argmax(-1))
-    print(f"\nGemma-3-270M bfloat16 vs transformers float32: max |logit diff| {worst:.3f} "
-          f"({rel:.3f} of the row's largest logit), argmax agreement {np.mean(agree):.3f}")
-    # Measured: 0.40 absolute, 0.019 relative, agreement 1.0 (37 read positions).
-    assert rel <= 0.05 and np.mean(agree) >= 0.95
+            exact = ref.lm_head(ref.model(torch.tensor([ids])).last_hidden_state[0, read]).numpy()
+            theirs = ref16.lm_head(ref16.model(torch.tensor([ids])).last_hidden_state[0, read]).float().numpy()
+        rel.append(relative(ours, exact))
+        rel16.append(relative(theirs, exact))
+        agree.extend(ours.argmax(-1) == exact.argmax(-1))
+        agree16.extend(theirs.argmax(-1) == exact.argmax(-1))
+    print(f"\nGemma-3-270M vs transformers float32, largest error over the row's largest logit, "
+          f"per prompt: ours bfloat16 {np.round(rel, 4).tolist()}, transformers bfloat16 "
+          f"{np.round(rel16, 4).tolist()}; argmax agreement {np.mean(agree):.3f} and {np.mean(agree16):.3f}")
+    # Measured (AMD EPYC, jax 0.10.2, transformers 5.25): ours 0.011-0.067, transformers'
+    # bfloat16 0.013-0.183 (both worst on the 945-token prompt); agreement 1.0 for both.
+    assert max(rel) <= 1.25 * max(rel16), (rel, rel16)
+    assert np.mean(agree) >= min(0.95, np.mean(agree16))
 
 
 def test_gemma3_model_spec_and_experiment_variant():
