@@ -6,6 +6,7 @@ code is unaffected: arrays land on the first device unless told otherwise.
 """
 
 import os
+import socket
 
 os.environ.setdefault("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
@@ -15,5 +16,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", False)
+
+
+@pytest.fixture
+def coordinator() -> str:
+    """A ``HOST:PORT`` on this machine for a ``jax.distributed`` coordinator: a port the system
+    reports free (bound and released here, so another program could still take it first)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -31,12 +30,6 @@ from jaxjudge.experiment import ExperimentConfig, TaskSpec, config_to_dict
 
 REPO = Path(__file__).resolve().parents[2]
 FLOAT32_ATOL = 5e-5
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _experiment(tmp_path: Path, mesh: dict[str, int] | None = None, name: str = "twoproc") -> Path:
@@ -88,7 +81,7 @@ def _arrays(root: Path) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.slow
-def test_two_processes_sweep_equals_one(tmp_path):
+def test_two_processes_sweep_equals_one(tmp_path, coordinator):
     spec = _experiment(tmp_path, {"data": 2, "model": 3}, "spmd")
     one = subprocess.run([sys.executable, "-m", "jaxjudge.cli", "sweep", str(spec), "--quiet",
                           "--stores", str(tmp_path / "one" / "stores"), "--results", str(tmp_path / "one" / "results"),
@@ -97,7 +90,7 @@ def test_two_processes_sweep_equals_one(tmp_path):
     assert one.returncode == 0, one.stderr[-3000:]
     assert "plan: process 0 of 1" in one.stdout
 
-    address = f"127.0.0.1:{_free_port()}"
+    address = coordinator
     procs = [subprocess.Popen([sys.executable, "-m", "jaxjudge.cli", "sweep", str(spec), "--quiet",
                                "--stores", str(tmp_path / "two" / "stores"),
                                "--results", str(tmp_path / "two" / "results"), "--run", "r",

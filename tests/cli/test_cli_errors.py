@@ -4,10 +4,8 @@ any model loads."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from jaxjudge.cli import main

@@ -356,7 +356,7 @@ def test_malformed_rows_name_file_line_and_field(tmp_path, loader):
 
 
 def test_summeval_unknown_doc_and_duplicate_summary(tmp_path):
-    path = _write_summeval(tmp_path, [json.dumps({**GOOD_SUMMARY, "doc_id": "nope"})])
+    _write_summeval(tmp_path, [json.dumps({**GOOD_SUMMARY, "doc_id": "nope"})])
     with pytest.raises(DataError, match="unknown doc_id") as info:
         load_summeval(tmp_path)
     assert (info.value.line, info.value.field) == (1, "doc_id")

@@ -10,7 +10,6 @@ process, and returns the merged arrays, which it saves for the comparison here.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -44,15 +43,9 @@ jax.distributed.shutdown()
 """
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
-def test_two_processes_split_and_merge(tmp_path):
-    address = f"127.0.0.1:{free_port()}"
+def test_two_processes_split_and_merge(tmp_path, coordinator):
+    address = coordinator
     store = tmp_path / "store"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
     procs, results = [], []

@@ -12,7 +12,6 @@ writes the store; both processes return every row.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -69,12 +68,6 @@ if {pid} >= 0:
 """
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _launch(tmp_path: Path, name: str, pid: int, devices: int, shapes, address: str = "") -> tuple:
     script = tmp_path / f"{name}.py"
     result = tmp_path / f"{name}.npz"
@@ -86,9 +79,9 @@ def _launch(tmp_path: Path, name: str, pid: int, devices: int, shapes, address: 
 
 
 @pytest.mark.slow
-def test_mesh_over_two_processes_equals_one_process(tmp_path):
+def test_mesh_over_two_processes_equals_one_process(tmp_path, coordinator):
     shapes = [(2, 3), (1, 6)]
-    address = f"127.0.0.1:{free_port()}"
+    address = coordinator
     runs = [_launch(tmp_path, f"spmd_{pid}", pid, 3, shapes, address) for pid in range(2)]
     runs.append(_launch(tmp_path, "single", -1, 6, shapes))
     runs.append(_launch(tmp_path, "nomesh", -1, 1, [(None, None)]))

@@ -9,7 +9,6 @@ for the round trips.
 
 from __future__ import annotations
 
-import shutil
 import struct
 from pathlib import Path
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -191,14 +190,8 @@ jax.distributed.shutdown()
 """
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
-def test_two_processes_read_only_their_blocks(tmp_path):
+def test_two_processes_read_only_their_blocks(tmp_path, coordinator):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from test_models_parity import make_hf_model  # noqa: PLC0415
@@ -214,7 +207,7 @@ def test_two_processes_read_only_their_blocks(tmp_path):
     reference = tmp_path / "whole.npz"
     np.savez(reference, **{".".join(str(p) for p in path): np.asarray(v.get_value())
                            for path, v in nnx.to_flat_state(nnx.state(whole))})
-    address = f"127.0.0.1:{_free_port()}"
+    address = coordinator
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
            "PYTHONPATH": os.pathsep.join([str(TESTS.parents[1]), os.environ.get("PYTHONPATH", "")])}
     procs, results = [], []
