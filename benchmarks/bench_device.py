@@ -70,8 +70,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxjudge.aot import flops as _flops
 from jaxjudge.aot import compile as _aot
 from jaxjudge.aot.presets import judge_config
+from jaxjudge.engine import primitives as _prim
 from jaxjudge.models import decoder as _dec
-from jaxjudge.models import primitives as _prim
 from jaxjudge.models import sharding as _sh
 from jaxjudge.models.convert import abstract_model
 from jaxjudge.models.layers import as_dtype

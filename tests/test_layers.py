@@ -180,3 +180,41 @@ def test_the_length_check_can_fail(tmp_path):
     (tmp_path / "jaxjudge" / "report").mkdir(parents=True)
     (tmp_path / "jaxjudge" / "report" / "big.py").write_text(f"def f():\n{body}\n")
     assert long_code(tmp_path / "jaxjudge") == [f"jaxjudge.report.big:f {MAX_FUNCTION_LINES + 1}"]
+
+
+# `models` only models (issue: TPU-shaped compute): each of its modules is the network, checkpoint
+# reading and conversion, text, or the `Judge` front; what runs the network (row reads, NLL,
+# decoding) is the engine's.
+MODELS_BY_JOB: dict[str, set[str]] = {
+    "network": {"attention", "config", "config_reader", "decoder", "decoder_config", "kvcache", "layers",
+                "sharding"},
+    "checkpoints": {"cache", "convert", "gguf", "gguf_config", "hf", "loading", "slices", "vision_language"},
+    "text": {"tokenizer"},
+    "front": {"__init__", "judge"},
+}
+
+
+def calls_of(source: str, name: str) -> int:
+    """How many calls in ``source`` are to a function or attribute called ``name``."""
+    return sum(1 for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call) and (
+        getattr(node.func, "attr", None) == name or getattr(node.func, "id", None) == name))
+
+
+def test_models_hold_only_the_network_checkpoints_and_text():
+    modules = {p.stem for p in (PACKAGE / "models").glob("*.py")}
+    listed = set().union(*MODELS_BY_JOB.values())
+    assert modules == listed, (f"unlisted modules in models/: {sorted(modules - listed)}; "
+                               f"listed but gone: {sorted(listed - modules)}")
+    assert not [p for p in (PACKAGE / "models").iterdir() if p.is_dir() and p.name != "__pycache__"]
+
+
+def test_one_decoding_loop():
+    """Greedy, sampled and contrastive replies share one loop: one ``while_loop`` in the package."""
+    loops = {_module_name(p, PACKAGE): n for p in sorted(PACKAGE.rglob("*.py"))
+             if (n := calls_of(p.read_text(encoding="utf-8"), "while_loop"))}
+    assert loops == {"jaxjudge.engine.decode": 1}
+
+
+def test_the_loop_count_can_fail():
+    assert calls_of("import jax\njax.lax.while_loop(c, b, s)\nwhile_loop(c, b, s)\n", "while_loop") == 2
+    assert calls_of("x = 'while_loop'\n", "while_loop") == 0

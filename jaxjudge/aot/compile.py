@@ -7,7 +7,7 @@ program XLA:TPU would run: its per-chip memory, its cost analysis and its HLO. T
 compiles the two steps a sweep spends its time in, with the project's parameter shardings:
 
 - ``score``: the engine's scoring step. One shared prefix is prefilled into a batch-1 KV cache
-  (padded to its length bucket, its cache to the slot bucket, as `Judge.prefill_prefix` does),
+  (padded to its length bucket, its cache to the slot bucket, as `jaxjudge.engine.calls.prefill_prefix` does),
   then every tail continues it and is read at its answer position (`read_rows`: picked
   log-probabilities, the log-normaliser, greedy token and top-k), tails split over ``data``.
 - ``decode``: one step of greedy decoding: one token per row through a per-row KV cache that
@@ -38,8 +38,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxjudge.aot import flops as _flops
 from jaxjudge.aot import hlo as _hlo
 from jaxjudge.aot.chips import Chip, chip_for_topology
+from jaxjudge.engine import primitives as _prim
 from jaxjudge.models import decoder as _dec
-from jaxjudge.models import primitives as _prim
 from jaxjudge.models import sharding as _sh
 from jaxjudge.models.config import config_from_hf
 from jaxjudge.models.convert import abstract_model

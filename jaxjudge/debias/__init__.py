@@ -20,7 +20,7 @@ from jaxjudge.debias.calibration import (
     human_prior,
     rescale_scores,
 )
-from jaxjudge.debias.contrastive import contrastive
+from jaxjudge.debias.contrastive import contrastive, contrastive_scores
 from jaxjudge.debias.prior import (
     PRIOR_FLOOR,
     adjust,
@@ -44,6 +44,7 @@ __all__ = [
     "contextual_prior",
     "contrastive",
     "contrastive_adjust",
+    "contrastive_scores",
     "distribution_calibration",
     "distribution_correction",
     "expected_score",

@@ -26,7 +26,6 @@ from jaxjudge.engine.extraction import Extraction
 from jaxjudge.engine.generate import (
     contrastive_generate,
     contrastive_generate_scores,
-    contrastive_token_scores,
     generate_scores,
     parse_replies,
     parse_score,
@@ -41,7 +40,6 @@ __all__ = [
     "GenerationRoomError",
     "contrastive_generate",
     "contrastive_generate_scores",
-    "contrastive_token_scores",
     "extract",
     "extraction_key",
     "generate_scores",

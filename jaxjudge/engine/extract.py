@@ -12,13 +12,13 @@ How it is fast
   prefix is run once (batch 1) into a KV cache and every suffix of the group attends to it
   (`jaxjudge.models.decoder` broadcasts a batch-1 prefix over the batch without copying it).
 - Suffixes (or whole prompts, without a shared prefix) are sorted by length, left-padded to a
-  length bucket (`jaxjudge.models.primitives.bucket_length`) and run up to ``batch_size`` at a
+  length bucket (`jaxjudge.engine.primitives.bucket_length`) and run up to ``batch_size`` at a
   time, cut into calls that pad least (`jaxjudge.engine.plan.plan_batches`); each (bucket,
   rows) shape compiles once. Long prompts get fewer rows per call (``max_batch_tokens``). The
   walk is the engine's one loop (`jaxjudge.engine.runner`).
 - The output head runs only at the read positions (the answer position, and the positions
   inside a multi-token candidate); the statistics are reduced on the device
-  (`jaxjudge.models.Judge.read_rows`).
+  (`jaxjudge.engine.calls.read_rows`).
 - The candidates are a score scale's labels or any label set: a pairwise verdict is
   ``extract(judge, prompts, ("A", "B"))``.
 - With a ``mesh``, the batch is split over its ``data`` axis (parameters placed by the

@@ -19,12 +19,13 @@ judge keeps its own prefix and per-row KV caches, as in `generate_scores`; the r
 like the vanilla generation's. With ``lam = 0`` it is the main judge's greedy generation.
 
 Both walk the prompts with the engine's one loop (`jaxjudge.engine.runner`); the jitted
-decoding is the judge's (`jaxjudge.models.Judge.generate_tokens`,
-`jaxjudge.models.Judge.contrastive_decode`).
+decoding is the engine's one decoding loop (`jaxjudge.engine.decode`: `generate_tokens`,
+`contrastive_decode`).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Sequence
@@ -32,19 +33,19 @@ from typing import Any
 
 import numpy as np
 
+from jaxjudge.engine import calls
+from jaxjudge.engine.decode import contrastive_decode, generate_tokens
 from jaxjudge.engine.options import EngineOptions
 from jaxjudge.engine.plan import plan_chunks
 from jaxjudge.engine.runner import Progress, batches, pad_rows, prefix_groups
 from jaxjudge.engine.tokens import Tokenised, check_prompts, positive_int, tokenise
 from jaxjudge.models.decoder import pad_batch
 from jaxjudge.models.judge import Judge
-from jaxjudge.models.primitives import contrastive_token_scores
 from jaxjudge.prompts import RenderedPrompt, ScoreScale, as_tokenizer
 
 __all__ = [
     "contrastive_generate",
     "contrastive_generate_scores",
-    "contrastive_token_scores",
     "generate_scores",
     "parse_replies",
     "parse_score",
@@ -117,13 +118,13 @@ def generate_scores(
     tk = tokenise(judge.tokenizer, prompts, limit=ctx - max_new_tokens, overflow=o.overflow)
     replies: dict[int, list[int]] = {}
     with Progress(len(prompts), enabled=progress, desc="generate") as bar:
-        for call in batches(_groups(tk, o.prefix_cache, o.min_prefix_tokens), judge.prefill_prefix,
+        for call in batches(_groups(tk, o.prefix_cache, o.min_prefix_tokens), functools.partial(calls.prefill_prefix, judge),
                             batch_size=o.batch_size, max_batch_tokens=o.max_batch_tokens):
             tokens, mask = pad_batch(pad_rows(call.tails, judge.round_rows(call.batch.rows)), side="left",
                                      length=call.batch.length, pad_id=judge.pad_id)
             room = call.batch.length + max_new_tokens
             logits, cache = judge.extend(tokens, mask, prefix=call.prefix, max_length=room)
-            out, lengths = judge.generate_tokens(logits[:, 0], cache, max_new_tokens=max_new_tokens,
+            out, lengths = generate_tokens(judge, logits[:, 0], cache, max_new_tokens=max_new_tokens,
                                                  prefix=call.prefix)
             for r, j in enumerate(call.members):
                 replies[j] = out[r, : lengths[r]].tolist()
@@ -226,7 +227,7 @@ def contrastive_generate(
     replies: dict[int, list[int]] = {}
 
     def prefill(ids: list[int]):
-        return main.prefill_prefix(ids), assistant.prefill_prefix(ids)
+        return calls.prefill_prefix(main, ids), calls.prefill_prefix(assistant, ids)
 
     with Progress(len(prompts), enabled=progress, desc="contrastive generate") as bar:
         for call in batches(_groups(tk, o.prefix_cache, o.min_prefix_tokens), prefill, batch_size=o.batch_size,
@@ -237,7 +238,7 @@ def contrastive_generate(
             room = call.batch.length + max_new_tokens
             lm, cm = main.extend(tokens, mask, prefix=pm, max_length=room)
             la, ca = assistant.extend(tokens, mask, prefix=pa, max_length=room)
-            out, lengths = main.contrastive_decode(assistant, lm[:, 0], la[:, 0], cm, ca, pm, pa, lam=lam,
+            out, lengths = contrastive_decode(main, assistant, lm[:, 0], la[:, 0], cm, ca, pm, pa, lam=lam,
                                                    t_main=t_main, t_asst=t_asst, alpha=alpha, vocab=vocab,
                                                    max_new_tokens=max_new_tokens)
             for r, j in enumerate(call.members):

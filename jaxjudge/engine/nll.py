@@ -2,16 +2,18 @@
 
 Used to rank the random-number paraphrases by how natural the judge finds them. The texts are
 walked with the engine's one loop (`jaxjudge.engine.runner`, one group without a prefix) and
-summed on the device by `jaxjudge.models.Judge.token_nll`; `jaxjudge.engine.extract` with
+summed on the device by `jaxjudge.engine.calls.token_nll`; `jaxjudge.engine.extract` with
 ``prompt_nll=True`` gives the same means from its own forward passes.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
 
+from jaxjudge.engine import calls
 from jaxjudge.engine.runner import Group, Progress, batches, left_slots, pad_rows
 from jaxjudge.engine.tokens import nll_token_span, positive_int
 from jaxjudge.models.decoder import pad_batch
@@ -79,7 +81,7 @@ def sequence_nll(
     out = np.zeros(len(texts), np.float32)
     group = Group(list(range(len(texts))), dict(enumerate(ids)), [])
     with Progress(len(texts), enabled=progress, desc="nll") as bar:
-        for call in batches([group], judge.prefill_prefix, batch_size=batch_size, max_batch_tokens=max_batch_tokens):
+        for call in batches([group], functools.partial(calls.prefill_prefix, judge), batch_size=batch_size, max_batch_tokens=max_batch_tokens):
             batch, t = call.members, call.batch.length
             rows = pad_rows(call.tails, judge.round_rows(call.batch.rows))
             tokens, mask = pad_batch(rows, side="left", length=t, pad_id=judge.pad_id)
@@ -89,7 +91,7 @@ def sequence_nll(
                 # predicted by the slot before it.
                 span = np.asarray(pad_rows([list(spans[j]) for j in batch], len(rows))) - 1
                 count = left_slots(np.asarray([len(r) for r in rows]), t, span)
-            res = judge.token_nll(tokens, mask, count)
+            res = calls.token_nll(judge, tokens, mask, count)
             sums, counts = to_host(res.sums_b).astype(np.float64), to_host(res.counts_b)
             with np.errstate(invalid="ignore", divide="ignore"):
                 out[batch] = np.where(counts[: len(batch)] > 0, sums[: len(batch)] / counts[: len(batch)],

@@ -2,7 +2,7 @@
 
 Nothing here touches a device. The runner (`jaxjudge.engine.runner`) turns the plan into
 calls of the judge's primitives. Lengths are padded to the one bucket policy of
-`jaxjudge.models.primitives.bucket_length` (a shared prefix's key/value slots to
+`jaxjudge.engine.primitives.bucket_length` (a shared prefix's key/value slots to
 `slot_bucket`), so each (rows, bucket) shape compiles once.
 
 Batches
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxjudge.models.primitives import bucket_length, slot_bucket
+from jaxjudge.engine.primitives import bucket_length, slot_bucket
 from jaxjudge.prompts import ScoreCandidates, ScoreScale, common_prefix_length, score_candidates
 
 __all__ = [

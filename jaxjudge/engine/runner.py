@@ -94,7 +94,7 @@ def batches(groups: Iterable[Group], prefill: Callable[[list[int]], Any], *, bat
 
     Args:
         groups: from `prefix_groups`.
-        prefill: makes a group's prefix (e.g. ``judge.prefill_prefix``); called once per group
+        prefill: makes a group's prefix (e.g. `jaxjudge.engine.calls.prefill_prefix` of a judge); called once per group
             with a prefix, and the result dropped after the group's last call.
         batch_size: most examples per call.
         max_batch_tokens: most rows x padded length per call.

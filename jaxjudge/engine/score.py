@@ -5,15 +5,17 @@ the prompt and the candidates' shared ``prompt_extension``) and, for multi-token
 inside each teacher-forced continuation (`jaxjudge.engine.plan.CandidatePlan`); the output
 head runs only at those reads and the statistics are reduced on the device. With a prompt
 NLL the head also runs at every prompt position: a shared prefix's part once per group
-(`Judge.prefix_nll`), each tail's part in the same call as its reads.
+(`jaxjudge.engine.calls.prefix_nll`), each tail's part in the same call as its reads.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
 
+from jaxjudge.engine import calls
 from jaxjudge.engine.plan import CandidatePlan, Chunk
 from jaxjudge.engine.runner import Call, Progress, batches, left_slots, pad_rows, prefix_groups
 from jaxjudge.engine.tokens import Tokenised
@@ -86,7 +88,7 @@ class ChunkReader:
         if nll_slots is not None:
             # Slots whose next token is a counted prompt token of the row (never a candidate's).
             nll_use = left_slots(lengths, t, np.asarray(pad_rows(slot_ranges, b)))
-        out = self.judge.read_rows(tokens, mask, read_br, np.asarray(pad_rows(picks_r, b), np.int32),
+        out = calls.read_rows(self.judge, tokens, mask, read_br, np.asarray(pad_rows(picks_r, b), np.int32),
                                    np.asarray(pad_rows(picks_t, b), np.int32), answer_read=cp.n_ext, topk=self.topk,
                                    prefix=prefix, nll_use_bt=nll_use, generate_tokens=self.generate_tokens)
         picked = to_host(out.picked_bm)[:n].reshape(len(tails), n_var, -1)
@@ -120,7 +122,7 @@ class ChunkReader:
         """The counted prefix tokens' NLL of each member of the call's group, and the
         prediction of its first tail token (prompt token p), from the prefix alone."""
         p = len(call.group.prefix_ids)
-        pre = self.judge.prefix_nll(call.group.prefix_ids)
+        pre = calls.prefix_nll(self.judge, call.group.prefix_ids)
         pre_tok, pre_lp = to_host(pre.nll_t).astype(np.float64), to_host(pre.next_logprobs_v).astype(np.float64)
         out = {}
         for i in call.group.members:
@@ -150,7 +152,7 @@ class ChunkReader:
         groups = prefix_groups(tk.ids, chunk.pieces, prefix_cache=self.prefix_cache,
                                min_prefix_tokens=self.min_prefix_tokens)
         extra = self.cplan.n_ext + max(len(p) for p in self.cplan.paths)
-        for call in batches(groups, self.judge.prefill_prefix, batch_size=self.batch_size,
+        for call in batches(groups, functools.partial(calls.prefill_prefix, self.judge), batch_size=self.batch_size,
                             max_batch_tokens=self.max_batch_tokens, extra_tokens=extra,
                             rows_per_example=self.cplan.n_variants):
             if nll and call.first and call.prefix is not None:

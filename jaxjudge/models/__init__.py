@@ -3,9 +3,9 @@ folders.
 
 The entry point is :func:`~jaxjudge.models.loading.load`::
 
-    from jaxjudge import models
+    from jaxjudge import engine, models
     judge = models.load(models.default_model_path())      # SmolLM2-135M-Instruct (GGUF)
-    logits_bv = judge.next_token_logits(["The capital of France is"])
+    logits_bv = engine.calls.next_token_logits(judge, ["The capital of France is"])
 
 A source is a ``.gguf`` file, a Hugging Face folder (``config.json`` + safetensors +
 ``tokenizer.json``) or a Hub repo id (fetched only when online). The first load converts the

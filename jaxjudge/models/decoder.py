@@ -24,9 +24,9 @@ Dimension letters used in shapes and einsum strings:
 
 The building blocks live beside this module: :mod:`~jaxjudge.models.layers` (projections, norms,
 MLP), :mod:`~jaxjudge.models.attention` (the segmented softmax over key blocks),
-:mod:`~jaxjudge.models.kvcache` (the cache and batch padding), and the jitted paths that run the
-decoder, :mod:`~jaxjudge.models.generation` and :mod:`~jaxjudge.models.nll`; their public names
-are re-exported here.
+:mod:`~jaxjudge.models.kvcache` (the cache and batch padding; its public names are re-exported
+here). What runs the decoder (row reads, token NLL, the decoding loop) is the engine's:
+:mod:`jaxjudge.engine.primitives` and :mod:`jaxjudge.engine.decode`.
 
 The computation follows transformers' eager float32 path operation by operation (RMSNorm in
 float32, rotary tables in float32 cast to the compute dtype, softmax in float32), which is what
@@ -61,12 +61,10 @@ from flax import nnx
 
 from jaxjudge.models.attention import Attention, KeyBlock
 from jaxjudge.models.decoder_config import DecoderConfig, rope_inverse_frequencies
-from jaxjudge.models.generation import generate, sample_key
 from jaxjudge.models.kvcache import KVCache, default_positions, init_cache, pad_batch
 from jaxjudge.models.layers import (
     DTYPES, FUSED_GATE_UP_MIN_ROWS, MLP, Embedding, Projection, RMSNorm, as_dtype, softcap,
 )
-from jaxjudge.models.nll import next_token_nll, next_token_targets
 
 __all__ = [
     "Decoder",
@@ -76,10 +74,6 @@ __all__ = [
     "default_positions",
     "pad_batch",
     "forward",
-    "generate",
-    "sample_key",
-    "next_token_targets",
-    "next_token_nll",
     "DTYPES",
     "as_dtype",
 ]

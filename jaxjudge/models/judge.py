@@ -1,17 +1,19 @@
 """The :class:`Judge`: a converted decoder with its tokenizer, chat template and provenance.
 
-Two levels of use:
+A judge only models: it runs its network on token arrays placed on its mesh and turns text
+into tokens and back.
 
-- the simple path, for notebooks and checks: ``judge.next_token_logits(prompts) -> [B, V]``
-  (raw strings, no chat template), ``judge.generate_text(prompts, max_new_tokens=...)``,
-  ``judge.text_nll(texts)``, ``judge.apply_chat_template(messages)``;
-- the fast path, for the engine (arrays in, arrays out, one jit compilation per shape):
-  ``forward`` (logits at chosen positions only), ``prefill`` / ``extend`` (KV cache and shared
-  prefix), ``generate_tokens`` (decoding with the cache), and the typed primitives the engine
-  composes: ``prefill_prefix`` (a shared prefix into a batch-1 cache), ``read_rows`` (batched
-  continuations read at chosen positions, reduced on the device), ``contrastive_decode``,
-  ``prefix_nll`` / ``token_nll`` (negative log-likelihoods). The jitted code is in :mod:`jaxjudge.models.primitives`; shapes and the
-  padding convention are those of :mod:`jaxjudge.models.decoder`.
+- the network: ``forward`` (logits at chosen positions only, no cache), ``prefill`` /
+  ``extend`` (KV cache and shared prefix), ``new_cache``; shapes and the padding convention
+  are those of :mod:`jaxjudge.models.decoder`;
+- placement: ``shard`` (parameters onto a mesh), ``put_rows`` / ``round_rows`` (batches with
+  their rows over the ``data`` axis), ``put_replicated``;
+- text: ``encode`` / ``decode``, ``apply_chat_template``.
+
+Everything built from those calls lives in the engine: the scoring primitives (row reads,
+prefix and token NLL: `jaxjudge.engine.calls`), the one decoding loop for greedy, sampled and
+contrastive replies (`jaxjudge.engine.decode`), and the simple path for notebooks
+(`jaxjudge.engine.calls.next_token_logits`, ``generate_text``, ``text_nll``).
 """
 
 from __future__ import annotations
@@ -24,12 +26,10 @@ import numpy as np
 from flax import nnx
 
 from jaxjudge.models import decoder as _dec
-from jaxjudge.models import primitives as _prim
 from jaxjudge.models import sharding
 from jaxjudge.models.config import DecoderConfig, config_from_hf
 from jaxjudge.models.convert import build_model
-from jaxjudge.models.decoder import KVCache, pad_batch
-from jaxjudge.models.primitives import PrefixNLL, RowReads, TokenNLL, bucket_length, slot_bucket
+from jaxjudge.models.decoder import KVCache
 from jaxjudge.prompts.chat import render_chat_template
 
 __all__ = ["Judge", "render_chat_template"]
@@ -257,48 +257,7 @@ class Judge:
         return _dec.forward(self.graphdef, self.state, self.put_rows(tokens_bt),
                             self.put_rows(mask_bt), self.put_rows(read_idx_br), pos, cache, prefix)
 
-    def generate_tokens(
-        self,
-        logits_bv: jax.Array,
-        cache: KVCache,
-        *,
-        max_new_tokens: int,
-        temperature: float = 0.0,
-        seed: int = 0,
-        top_k: int | None = None,
-        prefix: KVCache | None = None,
-        stop_at_eos: bool = True,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Decodes from a prompt's cache (see :func:`jaxjudge.models.decoder.generate`).
-
-        Args:
-            logits_bv: logits after each row's last prompt token [B, V].
-            cache: the prompt cache with ``max_new_tokens - 1`` free slots (DONATED).
-            max_new_tokens: G.
-            temperature: 0 for greedy.
-            seed: sampling seed (row b, step g uses ``sample_key(key(seed), g, b)``).
-            top_k: optional top-k restriction.
-            prefix: the prefix the cache continues, if any.
-            stop_at_eos: report tokens after the first EOS as padding.
-
-        Returns:
-            (tokens [B, G] int32 numpy, lengths [B]: tokens up to and including EOS).
-        """
-        if max_new_tokens < 1:
-            raise ValueError("max_new_tokens must be >= 1")
-        if temperature < 0:
-            raise ValueError("temperature must be >= 0")
-        free = cache.max_length - int(cache.length)
-        if free < max_new_tokens - 1:
-            raise ValueError(f"cache has {free} free slots; generating {max_new_tokens} tokens "
-                             f"needs {max_new_tokens - 1}")
-        tokens, lengths, _ = _dec.generate(
-            self.graphdef, self.state, jnp.asarray(logits_bv), cache, jax.random.key(seed), prefix,
-            max_new_tokens=max_new_tokens, temperature=float(temperature), top_k=top_k,
-            eos_ids=tuple(self.config.eos_token_ids) if stop_at_eos else (), pad_id=self.pad_id)
-        return sharding.to_host(tokens), sharding.to_host(lengths)
-
-    # ------------------------------------------------------------------ engine primitives
+    # ------------------------------------------------------------------ placement
 
     def round_rows(self, n: int) -> int:
         """``n`` rounded up to a multiple of the mesh's ``data`` axis (the rows of a batch)."""
@@ -316,166 +275,7 @@ class Judge:
         """A pytree copied to every device of the mesh (or to the one device)."""
         return sharding.Placement(self.mesh).replicated(tree)
 
-    def _right_padded(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """One row right-padded to its `bucket_length`: ``(tokens [1, T], mask [1, T])``."""
-        p = len(ids)
-        tokens = np.full((1, bucket_length(p)), self.pad_id, np.int32)
-        tokens[0, :p] = ids
-        mask = np.zeros(tokens.shape, bool)
-        mask[0, :p] = True
-        return tokens, mask
-
-    def prefill_prefix(self, ids: Sequence[int]) -> KVCache:
-        """The batch-1 KV cache of a shared prefix, replicated over the mesh.
-
-        The tokens are right-padded to `bucket_length` (the prefill's compute) inside a cache
-        of `slot_bucket` slots (what later calls attend to), so few shapes compile. The result
-        is the ``prefix`` of `read_rows` and :meth:`extend`.
-        """
-        tokens, mask = self._right_padded(ids)
-        cache = sharding.new_cache(self.config, 1, slot_bucket(tokens.shape[1]), self.dtype, self.mesh)
-        tokens, mask, read = self.put_replicated((tokens, mask, np.zeros((1, 1), np.int32)))
-        _, cache = _dec.forward(self.graphdef, self.state, tokens, mask, read, None, cache, None)
-        return cache
-
-    def read_rows(self, tokens_bt: np.ndarray, mask_bt: np.ndarray, read_br: np.ndarray, pick_read_bm: np.ndarray,
-                  pick_token_bm: np.ndarray, *, answer_read: int, topk: int, prefix: KVCache | None = None,
-                  nll_use_bt: np.ndarray | None = None, generate_tokens: int = 0) -> RowReads:
-        """Batched continuations read at chosen positions, reduced on the device (see
-        `jaxjudge.models.primitives.read_rows` for the arguments, as numpy arrays here).
-
-        ``tokens_bt`` is left-padded with B from `round_rows`; ``prefix`` comes from
-        `prefill_prefix`; ``generate_tokens`` G > 0 also decodes a greedy reply of G tokens
-        from the same prefill (the answer read must be each row's last token).
-        """
-        put = self.put_rows
-        args = (put(tokens_bt), put(mask_bt), put(np.asarray(read_br, np.int32)), put(pick_read_bm),
-                put(pick_token_bm))
-        if generate_tokens:
-            cache = self.new_cache(tokens_bt.shape[0], tokens_bt.shape[1] + generate_tokens)
-            return _prim.read_rows_and_generate(
-                self.graphdef, self.state, *args, cache, prefix, answer_read=answer_read, topk=topk,
-                max_new_tokens=generate_tokens, eos_ids=tuple(int(e) for e in self.config.eos_token_ids),
-                pad_id=self.pad_id)
-        nll_use = None if nll_use_bt is None else put(nll_use_bt)
-        return _prim.read_rows(self.graphdef, self.state, *args, prefix, nll_use, answer_read=answer_read, topk=topk)
-
-    def prefix_nll(self, ids: Sequence[int]) -> PrefixNLL:
-        """Each token's NLL in a shared prefix, and the next token's log-probabilities."""
-        return _prim.prefix_nll(self.graphdef, self.state, *self.put_replicated(self._right_padded(ids)))
-
-    def token_nll(self, tokens_bt: np.ndarray, mask_bt: np.ndarray, count_bt: np.ndarray | None = None, *,
-                  chunk: int = 128) -> TokenNLL:
-        """Summed NLL of each row's tokens after its first (or of the slots ``count_bt`` marks:
-        slot j predicts the token at j + 1), and how many tokens were summed."""
-        put = self.put_rows
-        return _prim.token_nll(self.graphdef, self.state, put(tokens_bt), put(mask_bt),
-                               None if count_bt is None else put(count_bt), chunk=chunk)
-
-    def contrastive_decode(self, assistant: "Judge", logits_main: jax.Array, logits_asst: jax.Array,
-                           cache_main: KVCache, cache_asst: KVCache, prefix_main: KVCache | None,
-                           prefix_asst: KVCache | None, *, lam: float, t_main: float, t_asst: float, alpha: float,
-                           vocab: int, max_new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
-        """Greedy contrastive decoding against ``assistant`` from both judges' prompt caches (from
-        :meth:`extend`; DONATED), by `jaxjudge.models.primitives.contrastive_decode`.
-
-        Returns:
-            (tokens [B, G] int32, lengths [B] int32 up to and including the first EOS).
-        """
-        params = tuple(np.float32(x) for x in (lam, t_main, t_asst, alpha))
-        out = _prim.contrastive_decode(
-            self.graphdef, self.state, assistant.graphdef, assistant.state, logits_main, logits_asst, cache_main,
-            cache_asst, prefix_main, prefix_asst, *params, vocab=vocab, max_new_tokens=max_new_tokens,
-            eos_ids=tuple(int(e) for e in self.config.eos_token_ids), pad_id=self.pad_id)
-        return sharding.to_host(out.tokens_bg), sharding.to_host(out.lengths_b)
-
-    # ------------------------------------------------------------------ simple path
-
-    def _encode_batch(self, prompts: Sequence[str] | Sequence[Sequence[int]]) -> list[list[int]]:
-        if isinstance(prompts, str):
-            raise TypeError("prompts must be a list of strings, not one string")
-        out = []
-        for i, p in enumerate(prompts):
-            ids = self.encode(p) if isinstance(p, str) else [int(x) for x in p]
-            if not ids:
-                raise ValueError(f"prompt {i} encodes to no tokens")
-            out.append(ids)
-        return out
-
-    def next_token_logits(self, prompts: Sequence[str], *, batch_size: int = 8) -> np.ndarray:
-        """Next-token logits after each raw prompt (no chat template applied).
-
-        Prompts are tokenised, left-padded to a length bucket and run ``batch_size`` at a time.
-
-        Args:
-            prompts: B strings (or token-id lists).
-            batch_size: rows per forward call.
-
-        Returns:
-            logits [B, V] float32 numpy.
-        """
-        seqs = self._encode_batch(prompts)
-        out = []
-        for start in range(0, len(seqs), batch_size):
-            chunk = seqs[start:start + batch_size]
-            rows = len(chunk)
-            # Pad the row count too, so the last partial chunk reuses the compiled shape.
-            chunk = chunk + [chunk[-1]] * (min(batch_size, len(seqs)) - rows)
-            tokens, mask = pad_batch(chunk, length=bucket_length(max(map(len, chunk))),
-                                     pad_id=self.pad_id)
-            read = np.full((len(chunk), 1), tokens.shape[1] - 1, np.int32)
-            out.append(np.asarray(self.forward(tokens, mask, read))[:rows, 0])
-        return np.concatenate(out, axis=0)
-
-    def generate(
-        self,
-        prompts: Sequence[str] | Sequence[Sequence[int]],
-        *,
-        max_new_tokens: int,
-        temperature: float = 0.0,
-        seed: int = 0,
-        top_k: int | None = None,
-        stop_at_eos: bool = True,
-    ) -> list[list[int]]:
-        """Generates after each raw prompt with the KV cache.
-
-        Returns:
-            B lists of generated token ids (up to and including the first EOS).
-        """
-        seqs = self._encode_batch(prompts)
-        tokens, mask = pad_batch(seqs, length=bucket_length(max(map(len, seqs))), pad_id=self.pad_id)
-        t = tokens.shape[1]
-        logits, cache = self.prefill(tokens, mask, max_length=t + max_new_tokens)
-        out, lengths = self.generate_tokens(logits[:, 0], cache, max_new_tokens=max_new_tokens,
-                                            temperature=temperature, seed=seed, top_k=top_k,
-                                            stop_at_eos=stop_at_eos)
-        return [row[:n].tolist() for row, n in zip(out, lengths)]
-
-    def generate_text(self, prompts: Sequence[str], **kwargs: Any) -> list[str]:
-        """:meth:`generate`, decoded to strings (special tokens dropped)."""
-        return [self.decode(ids) for ids in self.generate(prompts, **kwargs)]
-
-    def text_nll(self, texts: Sequence[str] | Sequence[Sequence[int]], *, chunk: int = 128,
-                 batch_size: int = 8) -> tuple[np.ndarray, np.ndarray]:
-        """Summed token negative log-likelihood of each text (for prompt perplexity).
-
-        Every token after the first is scored given the ones before it (the BOS, when the
-        tokenizer adds one, is context only). The engine's `jaxjudge.engine.sequence_nll` is
-        the batched, bucketed mean of the same sums.
-
-        Returns:
-            (summed NLL in nats [B] float64, number of scored tokens [B] int); the
-            perplexity is ``exp(sum / count)``.
-        """
-        seqs = self._encode_batch(texts)
-        outs = []
-        for start in range(0, len(seqs), batch_size):
-            chunk_seqs = seqs[start:start + batch_size]
-            tokens, mask = pad_batch(chunk_seqs, length=bucket_length(max(map(len, chunk_seqs))),
-                                     pad_id=self.pad_id)
-            outs.append(self.token_nll(tokens, mask, chunk=chunk))
-        return (np.concatenate([np.asarray(o.sums_b, np.float64) for o in outs]),
-                np.concatenate([np.asarray(o.counts_b) for o in outs]))
+    # ------------------------------------------------------------------ text
 
     def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], *,
                             add_generation_prompt: bool = True, **variables: Any) -> str:

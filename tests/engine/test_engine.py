@@ -27,6 +27,7 @@ from scipy.special import log_softmax, logsumexp
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from jaxjudge import engine
+from jaxjudge.engine import calls
 from jaxjudge.models.config import LlamaConfig
 from jaxjudge.models.decoder import Decoder
 from jaxjudge.models.judge import Judge
@@ -333,6 +334,7 @@ sys.path.insert(0, {tests!r})
 import numpy as np
 from test_engine import tiny_judge, make_prompts
 from jaxjudge import engine
+from jaxjudge.engine import calls
 from jaxjudge.prompts import ScoreScale
 
 log = open({log!r}, "a")
@@ -539,7 +541,7 @@ def test_generate_scores_matches_plain_greedy_generation(judge, prefix_cache):
     prompts = make_prompts(n_groups=2, per_group=3)
     texts, parsed, n_fail = engine.generate_scores(judge, prompts, ScoreScale(1, 5), 6, batch_size=2,
                                                    progress=False, prefix_cache=prefix_cache, min_prefix_tokens=4)
-    expected = [judge.decode(judge.generate([judge.encode(p.text)], max_new_tokens=6)[0]) for p in prompts]
+    expected = [judge.decode(calls.generate_ids(judge, [judge.encode(p.text)], max_new_tokens=6)[0]) for p in prompts]
     assert texts == expected
     want = np.asarray([engine.parse_score(t, ScoreScale(1, 5)) for t in expected])
     np.testing.assert_array_equal(parsed, want)
@@ -555,7 +557,7 @@ def test_extract_with_generate_tokens_scores_and_replies_from_one_prefill(judge,
     check_against_reference(judge, prompts, out)
     # ... and the replies those of plain greedy generation, one prompt at a time.
     assert out.generated_ids.shape == (len(prompts), 6) and out.generated_ids.dtype == np.int32
-    expected = [judge.generate([judge.encode(p.text)], max_new_tokens=6)[0] for p in prompts]
+    expected = [calls.generate_ids(judge, [judge.encode(p.text)], max_new_tokens=6)[0] for p in prompts]
     for i, want in enumerate(expected):
         n = int(out.generated_lengths[i])
         assert list(out.generated_ids[i, :n]) == list(want), prompts[i].example_id
@@ -752,7 +754,7 @@ def test_contrastive_generation_with_lambda_zero_is_greedy_generation(judge, ass
     prompts = make_prompts(n_groups=2, per_group=3)
     kw = dict(batch_size=2, progress=False, prefix_cache=prefix_cache, min_prefix_tokens=4)
     got = engine.contrastive_generate(judge, assistant, prompts, 6, lam=0.0, alpha=0.1, **kw)
-    expected = [judge.generate([judge.encode(p.text)], max_new_tokens=6)[0] for p in prompts]
+    expected = [calls.generate_ids(judge, [judge.encode(p.text)], max_new_tokens=6)[0] for p in prompts]
     assert got == expected
     texts, parsed, n_fail = engine.contrastive_generate_scores(judge, assistant, prompts, ScoreScale(1, 5), 6,
                                                                lam=0.0, **kw)
@@ -808,21 +810,26 @@ def test_contrastive_generation_steps_are_the_masked_contrastive_argmax(judge, a
     assert masked_away > 0 if alpha > 0 else masked_away == 0  # the constraint is exercised
 
 
-def test_contrastive_token_scores_match_the_candidate_formula_over_the_vocabulary():
-    from jaxjudge.debias import contrastive
+def test_contrastive_scores_match_a_numpy_reference_and_the_candidate_path_renormalises_them():
+    from jaxjudge.debias import contrastive, contrastive_scores
 
     rng = np.random.default_rng(0)
     lm, la = rng.normal(0, 3, (2, 40)).astype(np.float32), rng.normal(0, 3, (2, 40)).astype(np.float32)
     for alpha in (0.0, 0.1):
-        steps = np.asarray(engine.contrastive_token_scores(lm, la, 0.7, 1.5, 0.8, alpha))
+        main = log_softmax(lm.astype(np.float64) / 1.5, axis=-1)
+        want = main - 0.7 * log_softmax(la.astype(np.float64) / 0.8, axis=-1)
+        want[main < np.log(alpha) + main.max(-1, keepdims=True)] = -np.inf
+        got = np.asarray(contrastive_scores(lm, la, 0.7, 1.5, 0.8, alpha))
+        np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want))
+        np.testing.assert_allclose(got[np.isfinite(got)], want[np.isfinite(want)], atol=2e-5, rtol=0)
+        # The candidate path is the same scores renormalised over the last axis.
         cands = np.asarray(contrastive(lm, la, 0.7, 1.5, 0.8, alpha))
-        np.testing.assert_array_equal(np.isfinite(steps), np.isfinite(cands))
-        np.testing.assert_array_equal(steps.argmax(-1), cands.argmax(-1))
-        for r in range(2):  # the kept entries differ by one constant per row (the renormalisation)
-            kept = np.isfinite(steps[r])
-            d = steps[r][kept] - cands[r][kept]
-            np.testing.assert_allclose(d, d[0], atol=1e-4)
-    assert not np.isfinite(np.asarray(engine.contrastive_token_scores(lm, la, 0.7, 1.5, 0.8, 0.1))).all()
+        want_c = np.where(np.isfinite(want), want - np.logaddexp.reduce(want, axis=-1, keepdims=True), -np.inf)
+        np.testing.assert_allclose(cands[np.isfinite(cands)], want_c[np.isfinite(want_c)], atol=2e-5, rtol=0)
+    # alpha 0.1 excludes some of the 40 tokens; the main judge's best is always kept.
+    got = np.asarray(contrastive_scores(lm, la, 0.7, 1.5, 0.8, 0.1))
+    assert not np.isfinite(got).all()
+    assert np.isfinite(got[np.arange(2), lm.argmax(-1)]).all()
 
 
 def test_contrastive_generation_refuses_judges_without_a_shared_tokenizer(judge, judge_unmerged):
@@ -864,7 +871,7 @@ def test_smollm2_summeval_parity(smollm2):
     out = engine.extract(smollm2, rendered, scale, batch_size=16, progress=False)
     cands = out.candidates
     ids = [smollm2.encode(p.text) + list(cands.prompt_extension) for p in rendered]
-    ref_logits = smollm2.next_token_logits(ids, batch_size=1)  # [N, V], one example per call
+    ref_logits = calls.next_token_logits(smollm2, ids, batch_size=1)  # [N, V], one example per call
     ref = log_softmax(ref_logits.astype(np.float64), axis=-1)
     diff = np.abs(out.cand_logprobs - ref[:, cands.first_token_ids]).max()
     assert diff < 1e-4, diff

@@ -37,6 +37,7 @@ from jaxjudge.diagnostics import (
     run_position_bias,
     write_position_bias,
 )
+from jaxjudge.engine import calls
 from jaxjudge.models.config import LlamaConfig
 from jaxjudge.models.decoder import Decoder
 from jaxjudge.models.judge import Judge
@@ -119,7 +120,7 @@ def reference_logprobs(judge: Judge, template: PairwiseTemplate, pairs: Pairs, e
             text = judge.apply_chat_template([{"role": "system", "content": template.system},
                                               {"role": "user", "content": user}])
             seqs.append(judge.encode(text, add_special_tokens=False))
-        lp = log_softmax(judge.next_token_logits(seqs, batch_size=4).astype(np.float64), axis=-1)  # [P, V]
+        lp = log_softmax(calls.next_token_logits(judge, seqs, batch_size=4).astype(np.float64), axis=-1)  # [P, V]
         out.append(lp[:, [a_id[0], b_id[0]]])
     return out
 

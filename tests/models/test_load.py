@@ -20,6 +20,7 @@ import pytest
 from flax import nnx
 from tokenizers import Tokenizer, models as tok_models, pre_tokenizers
 
+from jaxjudge.engine import calls
 import jaxjudge.models as jm
 from jaxjudge.models import cache as jc
 from jaxjudge.models import gguf as jg
@@ -48,7 +49,7 @@ def _torch_last_logits(model, ids_list):
 
 
 def _check_parity(judge, ref_model, prompts, atol):
-    ours = judge.next_token_logits(prompts)
+    ours = calls.next_token_logits(judge, prompts)
     ids = [judge.encode(p) for p in prompts]
     ref = _torch_last_logits(ref_model, ids)
     assert ours.shape == ref.shape == (len(prompts), judge.config.vocab_size)
@@ -109,8 +110,8 @@ def test_smollm2_cached_load_is_identical(smollm2):
     a = jax.tree.leaves(nnx.to_pure_dict(first.state))
     b = jax.tree.leaves(nnx.to_pure_dict(second.state))
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
-    np.testing.assert_array_equal(second.next_token_logits(PROMPTS[:2]),
-                                  first.next_token_logits(PROMPTS[:2]))
+    np.testing.assert_array_equal(calls.next_token_logits(second, PROMPTS[:2]),
+                                  calls.next_token_logits(first, PROMPTS[:2]))
 
 
 @pytest.mark.slow

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from jaxjudge.engine import calls
+from jaxjudge.engine.decode import generate_tokens, sample_key
 from jaxjudge.models import config as C
 from jaxjudge.models import decoder as D
 from jaxjudge.models.judge import Judge
@@ -123,7 +125,7 @@ def reference_generation(judge, prompt, steps, temperature=0.0, seed=0, top_k=No
             scaled = logits / temperature
             if top_k is not None:
                 scaled = np.where(scaled < np.sort(scaled)[-top_k], -np.inf, scaled)
-            tok = int(jax.random.categorical(D.sample_key(key, g, row), scaled))
+            tok = int(jax.random.categorical(sample_key(key, g, row), scaled))
         out.append(tok)
         seq.append(tok)
     return out
@@ -133,12 +135,12 @@ def reference_generation(judge, prompt, steps, temperature=0.0, seed=0, top_k=No
 def test_generation_matches_step_by_step_full_forwards(judge, temperature, top_k):
     rng = np.random.default_rng(3)
     prompts = [rng.integers(0, 37, n).tolist() for n in (4, 7, 2)]
-    ours = judge.generate(prompts, max_new_tokens=6, temperature=temperature, seed=11, top_k=top_k,
+    ours = calls.generate_ids(judge, prompts, max_new_tokens=6, temperature=temperature, seed=11, top_k=top_k,
                           stop_at_eos=False)
     for row, (prompt, got) in enumerate(zip(prompts, ours)):
         assert got == reference_generation(judge, prompt, 6, temperature, 11, top_k, row)
     if temperature:
-        other = judge.generate(prompts, max_new_tokens=6, temperature=temperature, seed=12,
+        other = calls.generate_ids(judge, prompts, max_new_tokens=6, temperature=temperature, seed=12,
                                top_k=top_k, stop_at_eos=False)
         assert other != ours  # the seed matters (18 draws from >= 5 tokens)
 
@@ -150,7 +152,7 @@ def test_generation_from_prefix_matches_full_forwards(judge):
     _, pre = judge.prefill(np.asarray([prefix]))
     tokens, mask = D.pad_batch(conts)
     logits, cache = judge.extend(tokens, mask, prefix=pre, max_length=3 + 4)
-    out, lengths = judge.generate_tokens(logits[:, 0], cache, max_new_tokens=5, prefix=pre,
+    out, lengths = generate_tokens(judge, logits[:, 0], cache, max_new_tokens=5, prefix=pre,
                                          stop_at_eos=False)
     assert out.shape == (2, 5) and lengths.tolist() == [5, 5]
     for b, cont in enumerate(conts):
@@ -164,9 +166,9 @@ def test_generation_stops_at_eos():
     eos = free[2]
     first = free.index(eos)
     judge = make_judge(C.LlamaConfig.tiny(eos_token_ids=(eos,), pad_token_id=36))
-    got = judge.generate([prompt], max_new_tokens=6)[0]
+    got = calls.generate_ids(judge, [prompt], max_new_tokens=6)[0]
     assert got == free[: first + 1]
-    tokens, lengths = judge.generate_tokens(
+    tokens, lengths = generate_tokens(judge, 
         *_prompt_logits_and_cache(judge, prompt, 6), max_new_tokens=6)
     assert lengths[0] == first + 1
     assert tokens[0, : first + 1].tolist() == free[: first + 1]
@@ -181,7 +183,7 @@ def _prompt_logits_and_cache(judge, prompt, new):
 def test_sequence_nll_matches_forward_log_softmax(judge):
     rng = np.random.default_rng(5)
     seqs = [rng.integers(0, 37, n).tolist() for n in (9, 2, 5)]
-    sums, counts = judge.text_nll(seqs, chunk=3)
+    sums, counts = calls.text_nll(judge, seqs, chunk=3)
     for seq, s, c in zip(seqs, sums, counts):
         logits = full_logits(judge, seq).astype(np.float64)
         logz = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
@@ -190,7 +192,7 @@ def test_sequence_nll_matches_forward_log_softmax(judge):
         assert s == pytest.approx(ref, abs=1e-4)
     # Padding side and chunking do not matter.
     tokens, mask = D.pad_batch(seqs, side="right")
-    out = judge.token_nll(tokens, mask, chunk=4)
+    out = calls.token_nll(judge, tokens, mask, chunk=4)
     np.testing.assert_allclose(np.asarray(out.sums_b), sums, atol=1e-4)
     np.testing.assert_array_equal(np.asarray(out.counts_b), counts)
 
@@ -218,7 +220,7 @@ def test_argument_errors():
     with pytest.raises(ValueError, match="all False"):
         judge.extend(np.zeros((1, 2), np.int32), np.zeros((1, 2), bool))
     with pytest.raises(ValueError, match="free slots"):
-        judge.generate_tokens(*_prompt_logits_and_cache(judge, [1, 2], 1), max_new_tokens=4)
+        generate_tokens(judge, *_prompt_logits_and_cache(judge, [1, 2], 1), max_new_tokens=4)
     with pytest.raises(ValueError, match="side"):
         D.pad_batch([[1]], side="middle")
     with pytest.raises(ValueError, match="dtype"):

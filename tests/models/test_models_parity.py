@@ -17,6 +17,7 @@ from flax import nnx
 torch = pytest.importorskip("torch")
 tf = pytest.importorskip("transformers")
 
+from jaxjudge.engine import calls  # noqa: E402
 from jaxjudge.models import config as C  # noqa: E402
 from jaxjudge.models import convert, hf  # noqa: E402
 from jaxjudge.models.decoder import pad_batch  # noqa: E402
@@ -195,7 +196,7 @@ def test_next_token_logits_from_strings(case):
     _, model, judge = case
     prompts = ["w1 w2 w3", "w30 w4", "w7 w7 w7 w7 w9 w11"]
     fast = tf.PreTrainedTokenizerFast(tokenizer_file=str(Path(judge.source) / "tokenizer.json"))
-    ours = judge.next_token_logits(prompts, batch_size=2)
+    ours = calls.next_token_logits(judge, prompts, batch_size=2)
     assert ours.shape == (3, VOCAB) and ours.dtype == np.float32
     for p, row in zip(prompts, ours):
         ids = fast(p)["input_ids"]
@@ -207,7 +208,7 @@ def test_next_token_logits_from_strings(case):
 def test_sequence_nll_matches_torch_loss(subset_case):
     name, model, judge = subset_case
     texts = ["w1 w2 w3 w4 w5 w6", "w9 w8", "w20 w21 w22 w23 w24 w25 w26 w27 w28 w29 w30"]
-    sums, counts = judge.text_nll(texts, chunk=4, batch_size=2)
+    sums, counts = calls.text_nll(judge, texts, chunk=4, batch_size=2)
     for text, s, c in zip(texts, sums, counts):
         ids = torch.tensor([judge.encode(text)])
         with torch.no_grad():

@@ -6,6 +6,7 @@ import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
+from jaxjudge.engine.decode import generate_tokens
 from jaxjudge.models import config as C
 from jaxjudge.models import convert
 from jaxjudge.models import decoder as D
@@ -72,7 +73,7 @@ def test_sharded_judge_prefix_path_matches_single_device():
     def run(judge):
         _, pre = judge.prefill(prefix)
         logits, cache = judge.extend(tokens, mask, read_idx_br=read, prefix=pre, max_length=4 + 3)
-        out, _ = judge.generate_tokens(logits[:, -1], cache, max_new_tokens=4, prefix=pre,
+        out, _ = generate_tokens(judge, logits[:, -1], cache, max_new_tokens=4, prefix=pre,
                                        stop_at_eos=False)
         return np.asarray(logits), out
 

@@ -2,10 +2,10 @@
 
 Everything here takes ``nnx.split`` halves of a `jaxjudge.models.decoder.Decoder` and
 device arrays, and returns a `flax.struct.dataclass` (a pytree with named fields), never a
-positional tuple whose meaning depends on the arguments. `jaxjudge.models.Judge` wraps these
-functions in typed methods that place the arrays (`Judge.read_rows`, `Judge.prefill_prefix`,
-`Judge.prefix_nll`, `Judge.token_nll`, `Judge.contrastive_decode`); the engine calls only
-those methods.
+positional tuple whose meaning depends on the arguments. `jaxjudge.engine.calls` wraps these
+functions in typed calls on a `jaxjudge.models.Judge` that place the arrays on its mesh
+(`calls.read_rows`, `calls.prefill_prefix`, `calls.prefix_nll`, `calls.token_nll`); decoding is
+`jaxjudge.engine.decode`. The rest of the engine calls only those.
 
 Length buckets
 --------------
@@ -28,16 +28,17 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxjudge.engine.decode import Greedy, decode
 from jaxjudge.models import decoder as _dec
+from jaxjudge.models.kvcache import KVCache
 
 __all__ = [
-    "ContrastiveState",
     "PrefixNLL",
     "RowReads",
     "TokenNLL",
     "bucket_length",
-    "contrastive_decode",
-    "contrastive_token_scores",
+    "next_token_nll",
+    "next_token_targets",
     "prefix_nll",
     "read_rows",
     "read_rows_and_generate",
@@ -121,7 +122,7 @@ def read_rows(
     read_br: jax.Array,
     pick_read_bm: jax.Array,
     pick_token_bm: jax.Array,
-    prefix: _dec.KVCache | None = None,
+    prefix: KVCache | None = None,
     nll_use_bt: jax.Array | None = None,
     *,
     answer_read: int,
@@ -152,8 +153,8 @@ def read_rows(
         return _reduce_reads(logits_brv, pick_read_bm, pick_token_bm, answer_read, topk)
     h_btd, _ = model.trunk(tokens_bt, positions_bt, mask_bt, None, prefix)
     logits_brv = model.head(jnp.take_along_axis(h_btd, read_br.astype(jnp.int32)[..., None], axis=1))
-    target_bt, _ = _dec.next_token_targets(tokens_bt, mask_bt)
-    nll_b = _dec.next_token_nll(model, h_btd, target_bt, nll_use_bt.astype(bool))
+    target_bt, _ = next_token_targets(tokens_bt, mask_bt)
+    nll_b = next_token_nll(model, h_btd, target_bt, nll_use_bt.astype(bool))
     return _reduce_reads(logits_brv, pick_read_bm, pick_token_bm, answer_read, topk).replace(nll_b=nll_b)
 
 
@@ -167,8 +168,8 @@ def read_rows_and_generate(
     read_br: jax.Array,
     pick_read_bm: jax.Array,
     pick_token_bm: jax.Array,
-    cache: _dec.KVCache,
-    prefix: _dec.KVCache | None = None,
+    cache: KVCache,
+    prefix: KVCache | None = None,
     *,
     answer_read: int,
     topk: int,
@@ -179,8 +180,8 @@ def read_rows_and_generate(
     """`read_rows` (same reads and picks) plus the greedy reply, from one prefill.
 
     The prefill fills ``cache`` (empty, ``T + max_new_tokens`` slots); the logits at the answer
-    read give the statistics and the first generated token, and decoding continues from the
-    cache (`jaxjudge.models.decoder.generate`). The answer read must be each row's last token.
+    read give the statistics and the first generated token, and greedy decoding continues from
+    the cache (`jaxjudge.engine.decode.decode`). The answer read must be each row's last token.
 
     Returns:
         `RowReads` with ``generated_bg`` and ``lengths_b`` set.
@@ -189,13 +190,62 @@ def read_rows_and_generate(
     positions_bt = _dec.default_positions(mask_bt, cache, prefix)
     logits_brv, cache = model(tokens_bt, positions_bt, mask_bt, read_br, cache, prefix)
     out = _reduce_reads(logits_brv, pick_read_bm, pick_token_bm, answer_read, topk)
-    gen_bg, lengths_b, _ = _dec.generate(graphdef, state, logits_brv[:, answer_read], cache, jax.random.key(0), prefix,
-                                         max_new_tokens=max_new_tokens, temperature=0.0, top_k=None,
-                                         eos_ids=eos_ids, pad_id=pad_id)
-    return out.replace(generated_bg=gen_bg, lengths_b=lengths_b)
+    reply = decode((graphdef,), (state,), (logits_brv[:, answer_read],), (cache,), (prefix,), None, choice=Greedy(),
+                   max_new_tokens=max_new_tokens, eos_ids=eos_ids, pad_id=pad_id)
+    return out.replace(generated_bg=reply.tokens_bg, lengths_b=reply.lengths_b)
 
 
 # ------------------------------------------------------------------------------ NLL
+
+
+def next_token_targets(tokens_bt: jax.Array, mask_bt: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """What each slot predicts: ``(target [B, T], use [B, T])``.
+
+    Slot j predicts the next real token after it; with padding only on the sides and contiguous
+    real tokens, that is slot j + 1 whenever both are real (``use``).
+    """
+    mask_bt = mask_bt.astype(bool)
+    target_bt = jnp.concatenate([tokens_bt[:, 1:], jnp.zeros_like(tokens_bt[:, :1])], axis=1)
+    use_bt = mask_bt & jnp.concatenate([mask_bt[:, 1:], jnp.zeros_like(mask_bt[:, :1])], axis=1)
+    return target_bt, use_bt
+
+
+def next_token_nll(model: _dec.Decoder, h_btd: jax.Array, target_bt: jax.Array, use_bt: jax.Array, *,
+                   chunk: int = 128, per_slot: bool = False) -> jax.Array:
+    """Summed ``-log p(target | slot)`` over the slots where ``use_bt`` is True [B] float32.
+
+    The output head runs over ``chunk`` slots at a time, so at most a [B, chunk, V] block of
+    logits exists at once (traceable; call it inside a jitted function).
+
+    Args:
+        model: the decoder (for its head).
+        h_btd: final-normed hidden states [B, T, D].
+        target_bt: the token each slot predicts [B, T] int.
+        use_bt: which slots count [B, T] bool.
+        chunk: slots per head evaluation.
+        per_slot: return each slot's NLL [B, T] (0 where ``use_bt`` is False) instead of the
+            sum, so that a caller can add up any span of it.
+    """
+    b, t, d = h_btd.shape
+    chunk = min(chunk, t)  # a short call is one chunk of its own length, not padded up to `chunk`
+    n_chunks = -(-t // chunk)
+    pad = n_chunks * chunk - t
+    h_cbkd = jnp.pad(h_btd, ((0, 0), (0, pad), (0, 0))).reshape(b, n_chunks, chunk, d).swapaxes(0, 1)
+    tgt_cbk = jnp.pad(target_bt, ((0, 0), (0, pad))).reshape(b, n_chunks, chunk).swapaxes(0, 1)
+    use_cbk = jnp.pad(use_bt, ((0, 0), (0, pad))).reshape(b, n_chunks, chunk).swapaxes(0, 1)
+
+    def chunk_nll(args):
+        h_bkd, tgt_bk, use_bk = args
+        logits_bkv = model.head(h_bkd)
+        logz_bk = jax.nn.logsumexp(logits_bkv, axis=-1)
+        picked_bk = jnp.take_along_axis(logits_bkv, tgt_bk[..., None], axis=-1)[..., 0]
+        nll_bk = jnp.where(use_bk, logz_bk - picked_bk, 0.0)
+        return nll_bk if per_slot else jnp.sum(nll_bk, axis=1)
+
+    out = jax.lax.map(chunk_nll, (h_cbkd, tgt_cbk, use_cbk))  # [C, B, chunk] or [C, B]
+    if per_slot:
+        return out.swapaxes(0, 1).reshape(b, n_chunks * chunk)[:, :t]
+    return jnp.sum(out, axis=0)
 
 
 @flax.struct.dataclass
@@ -217,10 +267,10 @@ def prefix_nll(graphdef: nnx.GraphDef, state: nnx.State, tokens_bt: jax.Array, m
     model = nnx.merge(graphdef, state)
     mask_bt = mask_bt.astype(bool)
     h_btd, _ = model.trunk(tokens_bt, _dec.default_positions(mask_bt), mask_bt)
-    target_bt, use_bt = _dec.next_token_targets(tokens_bt, mask_bt)
+    target_bt, use_bt = next_token_targets(tokens_bt, mask_bt)
     last = jnp.sum(mask_bt[0]) - 1
     logits_v = model.head(h_btd[:, last][:, None])[0, 0]
-    return PrefixNLL(_dec.next_token_nll(model, h_btd, target_bt, use_bt, per_slot=True)[0],
+    return PrefixNLL(next_token_nll(model, h_btd, target_bt, use_bt, per_slot=True)[0],
                      jax.nn.log_softmax(logits_v))
 
 
@@ -254,155 +304,8 @@ def token_nll(graphdef: nnx.GraphDef, state: nnx.State, tokens_bt: jax.Array, ma
     model = nnx.merge(graphdef, state)
     mask_bt = mask_bt.astype(bool)
     h_btd, _ = model.trunk(tokens_bt, _dec.default_positions(mask_bt), mask_bt)
-    target_bt, use_bt = _dec.next_token_targets(tokens_bt, mask_bt)
+    target_bt, use_bt = next_token_targets(tokens_bt, mask_bt)
     if count_bt is not None:
         use_bt = use_bt & count_bt.astype(bool)
-    return TokenNLL(_dec.next_token_nll(model, h_btd, target_bt, use_bt, chunk=chunk),
+    return TokenNLL(next_token_nll(model, h_btd, target_bt, use_bt, chunk=chunk),
                     jnp.sum(use_bt, axis=1).astype(jnp.int32))
-
-
-# ------------------------------------------------------------------------------ contrastive decoding
-
-
-def contrastive_token_scores(
-    main_logits: jax.Array,
-    asst_logits: jax.Array,
-    lam: float | jax.Array,
-    t_main: float | jax.Array = 1.0,
-    t_asst: float | jax.Array = 1.0,
-    alpha: float | jax.Array = 0.1,
-) -> jax.Array:
-    """One step's contrastive scores over the vocabulary, implausible tokens at ``-inf``.
-
-    ``log_softmax(main / t_main) - lam * log_softmax(asst / t_asst)`` where the main model's
-    (tempered) probability is at least ``alpha`` times its largest, ``-inf`` elsewhere: the
-    score `jaxjudge.debias.contrastive` renormalises over the candidates, here over every
-    token. The most likely main-model token is always plausible, so ``lam = 0`` decodes the
-    main model's greedy token. Traceable; the arguments may be traced.
-
-    Args:
-        main_logits: ``[..., V]`` main (expert) model logits.
-        asst_logits: ``[..., V]`` assistant (amateur) model logits, same vocabulary.
-        lam: weight of the assistant (0: the main model alone).
-        t_main, t_asst: positive temperatures dividing each model's logits.
-        alpha: plausibility threshold in [0, 1] (0: no constraint).
-
-    Returns:
-        ``[..., V]`` float32 scores; their argmax is the decoded token.
-    """
-    main = jax.nn.log_softmax(main_logits.astype(jnp.float32) / t_main, axis=-1)
-    asst = jax.nn.log_softmax(asst_logits.astype(jnp.float32) / t_asst, axis=-1)
-    keep = main >= jnp.log(alpha) + jnp.max(main, axis=-1, keepdims=True)
-    return jnp.where(keep, main - lam * asst, -jnp.inf)
-
-
-@flax.struct.dataclass
-class ContrastiveState:
-    """The loop carry of `contrastive_decode` (and, after the loop, its result).
-
-    Attributes:
-        step: generation step g (scalar int32).
-        main_logits_bv, asst_logits_bv: each model's logits for the next token.
-        main_cache, asst_cache: each model's per-row KV cache.
-        done_b: rows that have emitted an EOS.
-        lengths_b: tokens up to and including the first EOS.
-        tokens_bg: the decoded tokens so far (``pad_id`` after a row's end).
-    """
-
-    step: jax.Array
-    main_logits_bv: jax.Array
-    asst_logits_bv: jax.Array
-    main_cache: _dec.KVCache
-    asst_cache: _dec.KVCache
-    done_b: jax.Array
-    lengths_b: jax.Array
-    tokens_bg: jax.Array
-
-
-@functools.partial(
-    jax.jit,
-    static_argnames=("graph_main", "graph_asst", "vocab", "max_new_tokens", "eos_ids", "pad_id"),
-    donate_argnames=("cache_main", "cache_asst"),
-)
-def contrastive_decode(
-    graph_main: nnx.GraphDef,
-    state_main: nnx.State,
-    graph_asst: nnx.GraphDef,
-    state_asst: nnx.State,
-    logits_main: jax.Array,
-    logits_asst: jax.Array,
-    cache_main: _dec.KVCache,
-    cache_asst: _dec.KVCache,
-    prefix_main: _dec.KVCache | None = None,
-    prefix_asst: _dec.KVCache | None = None,
-    lam: float | jax.Array = 0.5,
-    t_main: float | jax.Array = 1.0,
-    t_asst: float | jax.Array = 1.0,
-    alpha: float | jax.Array = 0.1,
-    *,
-    vocab: int,
-    max_new_tokens: int,
-    eos_ids: tuple[int, ...] = (),
-    pad_id: int = 0,
-) -> ContrastiveState:
-    """Greedy contrastive decoding of two models through their KV caches (one compiled loop).
-
-    The two-model counterpart of `jaxjudge.models.decoder.generate` with ``temperature=0``:
-    step g takes the argmax of `contrastive_token_scores` of the two models' current logits,
-    then feeds that token through both caches at the next position of its row; a row's tokens
-    after its first EOS are reported as ``pad_id``, and the loop stops when every row ended.
-
-    Args:
-        graph_main, state_main, graph_asst, state_asst: ``nnx.split`` of the two decoders.
-        logits_main, logits_asst: ``[B, V_m]``, ``[B, V_a]`` logits after each row's prompt.
-        cache_main, cache_asst: each model's prompt cache (DONATED), with at least
-            ``max_new_tokens - 1`` free slots.
-        prefix_main, prefix_asst: optional batch-1 prefixes the caches continue.
-        lam, t_main, t_asst, alpha: as in `contrastive_token_scores` (traced).
-        vocab: V, the shared vocabulary: the first V logits of each model are compared
-            (static).
-        max_new_tokens: G (static).
-        eos_ids: tokens that end a row (static).
-        pad_id: token reported after a row has ended (static).
-
-    Returns:
-        The final `ContrastiveState`: ``tokens_bg`` [B, G] int32 and ``lengths_b`` [B] int32.
-    """
-    main = nnx.merge(graph_main, state_main)
-    asst = nnx.merge(graph_asst, state_asst)
-    b = logits_main.shape[0]
-    eos = jnp.asarray(eos_ids if eos_ids else (-1,), jnp.int32)
-
-    def pick(s: ContrastiveState) -> tuple[jax.Array, ContrastiveState]:
-        scores_bv = contrastive_token_scores(s.main_logits_bv[:, :vocab], s.asst_logits_bv[:, :vocab], lam, t_main,
-                                             t_asst, alpha)
-        tok_b = jnp.argmax(scores_bv, axis=-1).astype(jnp.int32)
-        out_b = jnp.where(s.done_b, pad_id, tok_b)
-        tokens_bg = jax.lax.dynamic_update_slice(s.tokens_bg, out_b[:, None], (0, s.step))
-        return tok_b, s.replace(lengths_b=s.lengths_b + (~s.done_b).astype(jnp.int32),
-                                done_b=s.done_b | jnp.isin(tok_b, eos), tokens_bg=tokens_bg)
-
-    def feed(model, tok_b, cache, prefix):
-        mask_b1 = jnp.ones((b, 1), bool)
-        pos_b1 = _dec.default_positions(mask_b1, cache, prefix)
-        logits_b1v, cache = model(tok_b[:, None], pos_b1, mask_b1, jnp.zeros((b, 1), jnp.int32), cache, prefix)
-        return logits_b1v[:, 0].astype(jnp.float32), cache
-
-    def body(s: ContrastiveState) -> ContrastiveState:
-        tok_b, s = pick(s)
-        lm_bv, cm = feed(main, tok_b, s.main_cache, prefix_main)
-        la_bv, ca = feed(asst, tok_b, s.asst_cache, prefix_asst)
-        return s.replace(step=s.step + 1, main_logits_bv=lm_bv, asst_logits_bv=la_bv, main_cache=cm, asst_cache=ca)
-
-    def more(s: ContrastiveState) -> jax.Array:
-        return (s.step < max_new_tokens - 1) & ~jnp.all(s.done_b)
-
-    state = ContrastiveState(
-        step=jnp.asarray(0, jnp.int32), main_logits_bv=logits_main.astype(jnp.float32),
-        asst_logits_bv=logits_asst.astype(jnp.float32), main_cache=cache_main, asst_cache=cache_asst,
-        done_b=jnp.zeros((b,), bool), lengths_b=jnp.zeros((b,), jnp.int32),
-        tokens_bg=jnp.full((b, max_new_tokens), pad_id, jnp.int32))
-    state = jax.lax.while_loop(more, body, state)
-    # The last token needs no forward pass; after an early stop it is padding only.
-    _, state = pick(state)
-    return state

@@ -1,0 +1,195 @@
+"""Typed calls of the engine's jitted primitives on a `jaxjudge.models.Judge`.
+
+Each function takes host arrays (or token lists), places them on the judge's mesh (rows over
+``data``, a batch-1 prefix replicated) and runs one primitive of `jaxjudge.engine.primitives`:
+
+- the engine's calls: `prefill_prefix` (a shared prefix into a batch-1 cache), `read_rows`
+  (batched continuations read at chosen positions, reduced on the device), `prefix_nll` and
+  `token_nll` (negative log-likelihoods);
+- the simple path, for notebooks and checks, on raw strings (no chat template):
+  `next_token_logits`, `generate_ids`, `generate_text`, `text_nll`.
+
+Decoding is `jaxjudge.engine.decode`; the network itself, its KV cache and placement are the
+judge's (``judge.extend``, ``judge.new_cache``, ``judge.put_rows``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from jaxjudge.engine import primitives as _prim
+from jaxjudge.engine.decode import generate_tokens
+from jaxjudge.engine.primitives import PrefixNLL, RowReads, TokenNLL, bucket_length, slot_bucket
+from jaxjudge.models import decoder as _dec
+from jaxjudge.models import sharding
+from jaxjudge.models.judge import Judge
+from jaxjudge.models.kvcache import KVCache, pad_batch
+
+__all__ = [
+    "generate_ids",
+    "generate_text",
+    "next_token_logits",
+    "prefill_prefix",
+    "prefix_nll",
+    "read_rows",
+    "text_nll",
+    "token_nll",
+]
+
+
+def _right_padded(judge: Judge, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """One row right-padded to its `bucket_length`: ``(tokens [1, T], mask [1, T])``."""
+    p = len(ids)
+    tokens = np.full((1, bucket_length(p)), judge.pad_id, np.int32)
+    tokens[0, :p] = ids
+    mask = np.zeros(tokens.shape, bool)
+    mask[0, :p] = True
+    return tokens, mask
+
+
+def prefill_prefix(judge: Judge, ids: Sequence[int]) -> KVCache:
+    """The batch-1 KV cache of a shared prefix, replicated over the judge's mesh.
+
+    The tokens are right-padded to `bucket_length` (the prefill's compute) inside a cache of
+    `slot_bucket` slots (what later calls attend to), so few shapes compile. The result is the
+    ``prefix`` of `read_rows` and ``judge.extend``.
+    """
+    tokens, mask = _right_padded(judge, ids)
+    cache = sharding.new_cache(judge.config, 1, slot_bucket(tokens.shape[1]), judge.dtype, judge.mesh)
+    tokens, mask, read = judge.put_replicated((tokens, mask, np.zeros((1, 1), np.int32)))
+    _, cache = _dec.forward(judge.graphdef, judge.state, tokens, mask, read, None, cache, None)
+    return cache
+
+
+def read_rows(judge: Judge, tokens_bt: np.ndarray, mask_bt: np.ndarray, read_br: np.ndarray,
+              pick_read_bm: np.ndarray, pick_token_bm: np.ndarray, *, answer_read: int, topk: int,
+              prefix: KVCache | None = None, nll_use_bt: np.ndarray | None = None,
+              generate_tokens: int = 0) -> RowReads:
+    """Batched continuations read at chosen positions, reduced on the device (see
+    `jaxjudge.engine.primitives.read_rows` for the arguments, as numpy arrays here).
+
+    ``tokens_bt`` is left-padded with B from ``judge.round_rows``; ``prefix`` comes from
+    `prefill_prefix`; ``generate_tokens`` G > 0 also decodes a greedy reply of G tokens from
+    the same prefill (the answer read must be each row's last token).
+    """
+    put = judge.put_rows
+    args = (put(tokens_bt), put(mask_bt), put(np.asarray(read_br, np.int32)), put(pick_read_bm),
+            put(pick_token_bm))
+    if generate_tokens:
+        cache = judge.new_cache(tokens_bt.shape[0], tokens_bt.shape[1] + generate_tokens)
+        return _prim.read_rows_and_generate(
+            judge.graphdef, judge.state, *args, cache, prefix, answer_read=answer_read, topk=topk,
+            max_new_tokens=generate_tokens, eos_ids=tuple(int(e) for e in judge.config.eos_token_ids),
+            pad_id=judge.pad_id)
+    nll_use = None if nll_use_bt is None else put(nll_use_bt)
+    return _prim.read_rows(judge.graphdef, judge.state, *args, prefix, nll_use, answer_read=answer_read, topk=topk)
+
+
+def prefix_nll(judge: Judge, ids: Sequence[int]) -> PrefixNLL:
+    """Each token's NLL in a shared prefix, and the next token's log-probabilities."""
+    return _prim.prefix_nll(judge.graphdef, judge.state, *judge.put_replicated(_right_padded(judge, ids)))
+
+
+def token_nll(judge: Judge, tokens_bt: np.ndarray, mask_bt: np.ndarray, count_bt: np.ndarray | None = None, *,
+              chunk: int = 128) -> TokenNLL:
+    """Summed NLL of each row's tokens after its first (or of the slots ``count_bt`` marks:
+    slot j predicts the token at j + 1), and how many tokens were summed."""
+    put = judge.put_rows
+    return _prim.token_nll(judge.graphdef, judge.state, put(tokens_bt), put(mask_bt),
+                           None if count_bt is None else put(count_bt), chunk=chunk)
+
+
+# ------------------------------------------------------------------------------ simple path
+
+
+def _encode_batch(judge: Judge, prompts: Sequence[str] | Sequence[Sequence[int]]) -> list[list[int]]:
+    if isinstance(prompts, str):
+        raise TypeError("prompts must be a list of strings, not one string")
+    out = []
+    for i, p in enumerate(prompts):
+        ids = judge.encode(p) if isinstance(p, str) else [int(x) for x in p]
+        if not ids:
+            raise ValueError(f"prompt {i} encodes to no tokens")
+        out.append(ids)
+    return out
+
+
+def next_token_logits(judge: Judge, prompts: Sequence[str] | Sequence[Sequence[int]], *,
+                      batch_size: int = 8) -> np.ndarray:
+    """Next-token logits after each raw prompt (no chat template applied).
+
+    Prompts are tokenised, left-padded to a length bucket and run ``batch_size`` at a time.
+
+    Args:
+        judge: the judge.
+        prompts: B strings (or token-id lists).
+        batch_size: rows per forward call.
+
+    Returns:
+        logits ``[B, V]`` float32 numpy.
+    """
+    seqs = _encode_batch(judge, prompts)
+    out = []
+    for start in range(0, len(seqs), batch_size):
+        chunk = seqs[start:start + batch_size]
+        rows = len(chunk)
+        # Pad the row count too, so the last partial chunk reuses the compiled shape.
+        chunk = chunk + [chunk[-1]] * (min(batch_size, len(seqs)) - rows)
+        tokens, mask = pad_batch(chunk, length=bucket_length(max(map(len, chunk))), pad_id=judge.pad_id)
+        read = np.full((len(chunk), 1), tokens.shape[1] - 1, np.int32)
+        out.append(np.asarray(judge.forward(tokens, mask, read))[:rows, 0])
+    return np.concatenate(out, axis=0)
+
+
+def generate_ids(
+    judge: Judge,
+    prompts: Sequence[str] | Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    seed: int = 0,
+    top_k: int | None = None,
+    stop_at_eos: bool = True,
+) -> list[list[int]]:
+    """Generates after each raw prompt with the KV cache (`jaxjudge.engine.decode`).
+
+    Returns:
+        B lists of generated token ids (up to and including the first EOS).
+    """
+    seqs = _encode_batch(judge, prompts)
+    tokens, mask = pad_batch(seqs, length=bucket_length(max(map(len, seqs))), pad_id=judge.pad_id)
+    t = tokens.shape[1]
+    logits, cache = judge.prefill(tokens, mask, max_length=t + max_new_tokens)
+    out, lengths = generate_tokens(judge, logits[:, 0], cache, max_new_tokens=max_new_tokens,
+                                   temperature=temperature, seed=seed, top_k=top_k, stop_at_eos=stop_at_eos)
+    return [row[:n].tolist() for row, n in zip(out, lengths)]
+
+
+def generate_text(judge: Judge, prompts: Sequence[str], **kwargs: Any) -> list[str]:
+    """`generate_ids`, decoded to strings (special tokens dropped)."""
+    return [judge.decode(ids) for ids in generate_ids(judge, prompts, **kwargs)]
+
+
+def text_nll(judge: Judge, texts: Sequence[str] | Sequence[Sequence[int]], *, chunk: int = 128,
+             batch_size: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """Summed token negative log-likelihood of each text (for prompt perplexity).
+
+    Every token after the first is scored given the ones before it (the BOS, when the
+    tokenizer adds one, is context only). `jaxjudge.engine.sequence_nll` is the batched,
+    bucketed mean of the same sums.
+
+    Returns:
+        (summed NLL in nats ``[B]`` float64, number of scored tokens ``[B]`` int); the
+        perplexity is ``exp(sum / count)``.
+    """
+    seqs = _encode_batch(judge, texts)
+    outs = []
+    for start in range(0, len(seqs), batch_size):
+        chunk_seqs = seqs[start:start + batch_size]
+        tokens, mask = pad_batch(chunk_seqs, length=bucket_length(max(map(len, chunk_seqs))), pad_id=judge.pad_id)
+        outs.append(token_nll(judge, tokens, mask, chunk=chunk))
+    return (np.concatenate([np.asarray(o.sums_b, np.float64) for o in outs]),
+            np.concatenate([np.asarray(o.counts_b) for o in outs]))
