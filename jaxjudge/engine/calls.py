@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxjudge.engine import decode as _decode
 from jaxjudge.engine import primitives as _prim
-from jaxjudge.engine.decode import generate_tokens
 from jaxjudge.engine.primitives import PrefixNLL, RowReads, TokenNLL, bucket_length, slot_bucket
 from jaxjudge.models import decoder as _dec
 from jaxjudge.models import sharding
@@ -163,7 +163,7 @@ def generate_ids(
     tokens, mask = pad_batch(seqs, length=bucket_length(max(map(len, seqs))), pad_id=judge.pad_id)
     t = tokens.shape[1]
     logits, cache = judge.prefill(tokens, mask, max_length=t + max_new_tokens)
-    out, lengths = generate_tokens(judge, logits[:, 0], cache, max_new_tokens=max_new_tokens,
+    out, lengths = _decode.generate_tokens(judge, logits[:, 0], cache, max_new_tokens=max_new_tokens,
                                    temperature=temperature, seed=seed, top_k=top_k, stop_at_eos=stop_at_eos)
     return [row[:n].tolist() for row, n in zip(out, lengths)]
 
