@@ -31,7 +31,7 @@ import numpy as np
 import optax
 from jax.scipy.special import betainc, betaln
 
-from jaxjudge.debias.prior import PRIOR_FLOOR, prior_correction, rectify
+from jaxjudge.debias.prior import prior_correction, rectify
 from jaxjudge.metrics._checks import is_traced
 
 Array = jax.Array
