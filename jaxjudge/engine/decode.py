@@ -259,13 +259,14 @@ def contrastive_decode(
     max_new_tokens: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Greedy contrastive decoding of ``main`` against ``assistant`` (`Contrastive`) from both
-    judges' prompt caches (DONATED); a row ends at the main judge's EOS.
+    judges' prompt caches (DONATED, each with at least ``max_new_tokens - 1`` free slots, as
+    `jaxjudge.engine.contrastive_generate` allocates them; not checked here, since reading a
+    cache's fill level would wait for the prefill on the hot path); a row ends at the main
+    judge's EOS.
 
     Returns:
         (tokens ``[B, G]`` int32, lengths ``[B]`` int32 up to and including the first EOS).
     """
-    _check_room(cache_main, max_new_tokens)
-    _check_room(cache_asst, max_new_tokens)
     params = tuple(np.float32(x) for x in (lam, t_main, t_asst, alpha))
     out = decode((main.graphdef, assistant.graphdef), (main.state, assistant.state), (logits_main, logits_asst),
                  (cache_main, cache_asst), (prefix_main, prefix_asst), params, choice=Contrastive(int(vocab)),
