@@ -1,9 +1,9 @@
 """Typed calls of the engine's jitted primitives on a `jaxjudge.models.Judge`.
 
 Each function takes host arrays (or token lists), places them on the judge's mesh (rows over
-``data``, a batch-1 prefix replicated) and runs one primitive of `jaxjudge.engine.primitives`:
+``data``, one prefix replicated) and runs one primitive of `jaxjudge.engine.primitives`:
 
-- the engine's calls: `prefill_prefix` (a shared prefix into a batch-1 cache), `read_rows`
+- the engine's calls: `prefill_prefixes` (shared prefixes into a cache, one per group of rows), `read_rows`
   (batched continuations read at chosen positions, reduced on the device), `prefix_nll` and
   `token_nll` (negative log-likelihoods);
 - the simple path, for notebooks and checks, on raw strings (no chat template):
@@ -32,7 +32,7 @@ __all__ = [
     "generate_ids",
     "generate_text",
     "next_token_logits",
-    "prefill_prefix",
+    "prefill_prefixes",
     "prefix_nll",
     "read_rows",
     "text_nll",
@@ -40,26 +40,34 @@ __all__ = [
 ]
 
 
-def _right_padded(judge: Judge, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    """One row right-padded to its `bucket_length`: ``(tokens [1, T], mask [1, T])``."""
-    p = len(ids)
-    tokens = np.full((1, bucket_length(p)), judge.pad_id, np.int32)
-    tokens[0, :p] = ids
+def _right_padded(judge: Judge, prefixes: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Rows right-padded to the longest one's `bucket_length`: ``(tokens [P, T], mask [P, T])``."""
+    tokens = np.full((len(prefixes), bucket_length(max(len(ids) for ids in prefixes))), judge.pad_id, np.int32)
     mask = np.zeros(tokens.shape, bool)
-    mask[0, :p] = True
+    for p, ids in enumerate(prefixes):
+        tokens[p, :len(ids)] = ids
+        mask[p, :len(ids)] = True
     return tokens, mask
 
 
-def prefill_prefix(judge: Judge, ids: Sequence[int]) -> KVCache:
-    """The batch-1 KV cache of a shared prefix, replicated over the judge's mesh.
+def prefill_prefixes(judge: Judge, prefixes: Sequence[Sequence[int]]) -> KVCache:
+    """The KV cache of P shared prefixes (one per group of rows), for `read_rows`.
 
-    The tokens are right-padded to `bucket_length` (the prefill's compute) inside a cache of
-    `slot_bucket` slots (what later calls attend to), so few shapes compile. The result is the
-    ``prefix`` of `read_rows` and ``judge.extend``.
+    The tokens are right-padded to the longest prefix's `bucket_length` (the prefill's compute)
+    inside a cache of `slot_bucket` slots (what later calls attend to), so few shapes compile.
+    One prefix is replicated over the judge's mesh; P prefixes are split over its ``data`` axis
+    when it divides P (each data shard prefills and keeps only its own groups' prefixes), else
+    replicated. The result is the ``prefix`` of `read_rows` and ``judge.extend``: row b of
+    a B-row call continues prefix b // (B / P).
     """
-    tokens, mask = _right_padded(judge, ids)
-    cache = sharding.new_cache(judge.config, 1, slot_bucket(tokens.shape[1]), judge.dtype, judge.mesh)
-    tokens, mask, read = judge.put_replicated((tokens, mask, np.zeros((1, 1), np.int32)))
+    tokens, mask = _right_padded(judge, prefixes)
+    p = tokens.shape[0]
+    cache = sharding.new_cache(judge.config, p, slot_bucket(tokens.shape[1]), judge.dtype, judge.mesh)
+    read = np.zeros((p, 1), np.int32)
+    if p == 1:
+        tokens, mask, read = judge.put_replicated((tokens, mask, read))
+    else:
+        tokens, mask, read = (judge.put_rows(x) for x in (tokens, mask, read))
     _, cache = _dec.forward(judge.graphdef, judge.state, tokens, mask, read, None, cache, None)
     return cache
 
@@ -72,7 +80,7 @@ def read_rows(judge: Judge, tokens_bt: np.ndarray, mask_bt: np.ndarray, read_br:
     `jaxjudge.engine.primitives.read_rows` for the arguments, as numpy arrays here).
 
     ``tokens_bt`` is left-padded with B from ``judge.round_rows``; ``prefix`` comes from
-    `prefill_prefix`; ``generate_tokens`` G > 0 also decodes a greedy reply of G tokens from
+    `prefill_prefixes` (P prefixes: row b continues prefix b // (B / P)); ``generate_tokens`` G > 0 also decodes a greedy reply of G tokens from
     the same prefill (the answer read must be each row's last token).
     """
     put = judge.put_rows
@@ -90,7 +98,7 @@ def read_rows(judge: Judge, tokens_bt: np.ndarray, mask_bt: np.ndarray, read_br:
 
 def prefix_nll(judge: Judge, ids: Sequence[int]) -> PrefixNLL:
     """Each token's NLL in a shared prefix, and the next token's log-probabilities."""
-    return _prim.prefix_nll(judge.graphdef, judge.state, *judge.put_replicated(_right_padded(judge, ids)))
+    return _prim.prefix_nll(judge.graphdef, judge.state, *judge.put_replicated(_right_padded(judge, [ids])))
 
 
 def token_nll(judge: Judge, tokens_bt: np.ndarray, mask_bt: np.ndarray, count_bt: np.ndarray | None = None, *,

@@ -118,7 +118,7 @@ def generate_scores(
     tk = tokenise(judge.tokenizer, prompts, limit=ctx - max_new_tokens, overflow=o.overflow)
     replies: dict[int, list[int]] = {}
     with Progress(len(prompts), enabled=progress, desc="generate") as bar:
-        for call in batches(_groups(tk, o.prefix_cache, o.min_prefix_tokens), functools.partial(calls.prefill_prefix, judge),
+        for call in batches(_groups(tk, o.prefix_cache, o.min_prefix_tokens), functools.partial(calls.prefill_prefixes, judge),
                             batch_size=o.batch_size, max_batch_tokens=o.max_batch_tokens):
             tokens, mask = pad_batch(pad_rows(call.tails, judge.round_rows(call.batch.rows)), side="left",
                                      length=call.batch.length, pad_id=judge.pad_id)
@@ -226,8 +226,8 @@ def contrastive_generate(
     vocab = _shared_vocabulary(main, assistant, tk)
     replies: dict[int, list[int]] = {}
 
-    def prefill(ids: list[int]):
-        return calls.prefill_prefix(main, ids), calls.prefill_prefix(assistant, ids)
+    def prefill(prefixes: list[list[int]]):
+        return calls.prefill_prefixes(main, prefixes), calls.prefill_prefixes(assistant, prefixes)
 
     with Progress(len(prompts), enabled=progress, desc="contrastive generate") as bar:
         for call in batches(_groups(tk, o.prefix_cache, o.min_prefix_tokens), prefill, batch_size=o.batch_size,

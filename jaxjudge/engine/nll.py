@@ -81,7 +81,7 @@ def sequence_nll(
     out = np.zeros(len(texts), np.float32)
     group = Group(list(range(len(texts))), dict(enumerate(ids)), [])
     with Progress(len(texts), enabled=progress, desc="nll") as bar:
-        for call in batches([group], functools.partial(calls.prefill_prefix, judge), batch_size=batch_size, max_batch_tokens=max_batch_tokens):
+        for call in batches([group], functools.partial(calls.prefill_prefixes, judge), batch_size=batch_size, max_batch_tokens=max_batch_tokens):
             batch, t = call.members, call.batch.length
             rows = pad_rows(call.tails, judge.round_rows(call.batch.rows))
             tokens, mask = pad_batch(rows, side="left", length=t, pad_id=judge.pad_id)

@@ -42,6 +42,10 @@ class EngineOptions:
         for contrastive generation the smaller of the two judges').
       max_batch_tokens: cap on rows x padded length per call (long prompts get smaller batches).
       min_prefix_tokens: shorter shared prefixes are not worth a separate prefill.
+      groups_per_call: `extract` reads this many prefix groups in one call when each fits one call
+        (each against its own prefix, each with a one-group call's ``batch_size`` and
+        ``max_batch_tokens``); None: the mesh's ``data`` axis (1 on one device), so that every
+        data shard prefills and reads its own group. A multiple of the data axis or 1.
       mesh: a ``jax.sharding.Mesh`` with a ``data`` axis for `extract` (None: the judge's own);
         not a config option (configs set ``ExperimentConfig.mesh``).
     """
@@ -54,6 +58,7 @@ class EngineOptions:
     context_length: int | None = field(default=None, metadata=_at_least(1))
     max_batch_tokens: int = field(default=8192, metadata=_at_least(1))
     min_prefix_tokens: int = field(default=32, metadata=_at_least(0))
+    groups_per_call: int | None = field(default=None, metadata=_at_least(1))
     mesh: Any = None
 
     def __post_init__(self) -> None:

@@ -4,7 +4,7 @@ Everything here takes ``nnx.split`` halves of a `jaxjudge.models.decoder.Decoder
 device arrays, and returns a `flax.struct.dataclass` (a pytree with named fields), never a
 positional tuple whose meaning depends on the arguments. `jaxjudge.engine.calls` wraps these
 functions in typed calls on a `jaxjudge.models.Judge` that place the arrays on its mesh
-(`calls.read_rows`, `calls.prefill_prefix`, `calls.prefix_nll`, `calls.token_nll`); decoding is
+(`calls.read_rows`, `calls.prefill_prefixes`, `calls.prefix_nll`, `calls.token_nll`); decoding is
 `jaxjudge.engine.decode`. The rest of the engine calls only those.
 
 Length buckets
@@ -137,7 +137,7 @@ def read_rows(
         read_br: [B, R] int32 indices into T whose next-token distributions are needed.
         pick_read_bm: [B, M] int32, which read each picked log-probability comes from.
         pick_token_bm: [B, M] int32, the token it is the log-probability of.
-        prefix: optional batch-1 KV cache of the shared prefix.
+        prefix: optional KV cache of P shared prefixes (row b continues prefix b // (B / P)).
         nll_use_bt: optional [B, T] bool: the slots whose next token's negative log-likelihood
             is summed per row (slot j predicts token j + 1); None skips it.
         answer_read: the read (in [0, R)) at the answer position (static).

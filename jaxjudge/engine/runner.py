@@ -8,7 +8,8 @@ walk their prompts the same way:
    is worth a prefill (prefix cache on, at least ``min_prefix_tokens``) with that prefix and
    its members' tails after it, then the remaining prompts, whole, without a prefix;
 2. `batches` prefills each group's prefix once (by the caller's ``prefill``) and cuts the
-   group's tails, longest first, into the calls `jaxjudge.engine.plan.plan_batches` chooses;
+   group's tails, longest first, into the calls `jaxjudge.engine.plan.plan_batches` chooses,
+   or reads several small groups in one call, each against its own prefix;
 3. the caller runs each `Call` and reports it to one `Progress` bar.
 """
 
@@ -66,50 +67,110 @@ def prefix_groups(ids: Sequence[Sequence[int]], pieces: Iterable[Sequence[int]],
 
 @dataclass(frozen=True)
 class Call:
-    """One batch of one group.
+    """One call: a batch of one group's tails, or every tail of several groups at once.
+
+    A call of several groups reads them against a prefix cache of one prefix per group: its
+    rows are the groups' padded tails, group after group (`padded_members`), so row b continues
+    prefix b // ``batch.rows``, and on a mesh the prefixes and their rows split over ``data``
+    together.
 
     Attributes:
-        group: the group.
-        prefix: what ``prefill`` returned for the group's prefix (None without a prefix).
-        members: input indices of the call's prompts, longest tail first.
-        batch: the padded shape (`jaxjudge.engine.plan.Batch`).
-        first: whether this is the group's first call.
+        groups: the call's groups (one, or several whose prefixes were prefilled together).
+        prefix: what ``prefill`` returned for the groups' prefixes (None without a prefix).
+        parts: each group's members in the call, longest tail first.
+        batch: the padded shape of one group's part: ``batch.rows`` examples of
+            ``batch.length`` tokens (its ``start``/``stop`` count the first group's members).
+        first: whether this is the first call of its group(s).
     """
 
-    group: Group
+    groups: tuple[Group, ...]
     prefix: Any
-    members: list[int]
+    parts: tuple[list[int], ...]
     batch: Batch
     first: bool
 
     @property
+    def group(self) -> Group:
+        """The call's group (a call of one group only)."""
+        if len(self.groups) != 1:
+            raise ValueError(f"this call reads {len(self.groups)} groups; use .groups")
+        return self.groups[0]
+
+    @property
+    def members(self) -> list[int]:
+        """Input indices of the call's prompts, group after group."""
+        return [i for part in self.parts for i in part]
+
+    @property
     def tails(self) -> list[list[int]]:
         """The members' tails, in call order."""
-        return [self.group.tails[i] for i in self.members]
+        return [g.tails[i] for g, part in zip(self.groups, self.parts) for i in part]
+
+    def padded_members(self) -> list[tuple[Group, int]]:
+        """(group, input index) of every row of a call of several groups: each group's part
+        padded to ``batch.rows`` examples by repeating its last member (whose copies are
+        padding, read and dropped)."""
+        return [(g, i) for g, part in zip(self.groups, self.parts) for i in pad_rows(part, self.batch.rows)]
 
 
-def batches(groups: Iterable[Group], prefill: Callable[[list[int]], Any], *, batch_size: int,
-            max_batch_tokens: int, extra_tokens: int = 0, rows_per_example: int = 1) -> Iterator[Call]:
+def _plan(group: Group, *, batch_size: int, max_batch_tokens: int, extra_tokens: int,
+          rows_per_example: int) -> tuple[list[int], list[Batch]]:
+    order = sorted(group.members, key=lambda i: -len(group.tails[i]))
+    plans = plan_batches([len(group.tails[i]) + extra_tokens for i in order], max_rows=batch_size,
+                         max_tokens=max_batch_tokens, rows_per_example=rows_per_example, call_cost=ENGINE_CALL_COST)
+    return order, plans
+
+
+def batches(groups: Iterable[Group], prefill: Callable[[list[list[int]]], Any], *, batch_size: int,
+            max_batch_tokens: int, extra_tokens: int = 0, rows_per_example: int = 1,
+            groups_per_call: int = 1) -> Iterator[Call]:
     """The calls of every group: its prefix prefilled once, its tails longest first.
+
+    With ``groups_per_call`` P > 1, groups with a prefix whose tails fit one call are read P
+    at a time in one call: their P prefixes prefilled together into one cache (one prefill
+    call), each group's tails padded to the largest part among them. Each group keeps its own
+    call's budget (``batch_size`` examples, ``max_batch_tokens``), so a call of P groups is P
+    one-group calls side by side: on a mesh whose ``data`` axis is P, one per data shard, and
+    no shard computes another's prefix. The groups left over (fewer than P at the end, or too
+    large for one call) run one at a time.
 
     Args:
         groups: from `prefix_groups`.
-        prefill: makes a group's prefix (e.g. `jaxjudge.engine.calls.prefill_prefix` of a judge); called once per group
-            with a prefix, and the result dropped after the group's last call.
-        batch_size: most examples per call.
-        max_batch_tokens: most rows x padded length per call.
+        prefill: makes the prefix cache of a list of prefixes (e.g.
+            `jaxjudge.engine.calls.prefill_prefixes` of a judge); called once per group (or
+            once per P groups read together) with a prefix, the result dropped after the last
+            call that reads it.
+        batch_size: most examples per call (per group).
+        max_batch_tokens: most rows x padded length per call (per group).
         extra_tokens: tokens each row feeds after its tail (the candidates' continuation).
         rows_per_example: rows each example takes (teacher-forcing variants).
+        groups_per_call: P, the groups read together.
     """
-    for group in groups:
-        prefix = prefill(group.prefix_ids) if group.prefix_ids else None
-        order = sorted(group.members, key=lambda i: -len(group.tails[i]))
-        plans = plan_batches([len(group.tails[i]) + extra_tokens for i in order], max_rows=batch_size,
-                             max_tokens=max_batch_tokens, rows_per_example=rows_per_example,
-                             call_cost=ENGINE_CALL_COST)
+    kw = dict(batch_size=batch_size, max_batch_tokens=max_batch_tokens, extra_tokens=extra_tokens,
+              rows_per_example=rows_per_example)
+    pending: list[tuple[Group, list[int], Batch]] = []
+
+    def alone(group: Group, order: list[int], plans: list[Batch]) -> Iterator[Call]:
+        prefix = prefill([group.prefix_ids]) if group.prefix_ids else None
         for k, batch in enumerate(plans):
-            yield Call(group, prefix, order[batch.start:batch.stop], batch, k == 0)
+            yield Call((group,), prefix, (order[batch.start:batch.stop],), batch, k == 0)
         del prefix
+
+    for group in groups:
+        order, plans = _plan(group, **kw)
+        if groups_per_call == 1 or not group.prefix_ids or len(plans) != 1:
+            yield from alone(group, order, plans)
+            continue
+        pending.append((group, order, plans[0]))
+        if len(pending) == groups_per_call:
+            shape = Batch(0, len(pending[0][1]), max(b.rows for _, _, b in pending),
+                          max(b.length for _, _, b in pending))
+            prefix = prefill([g.prefix_ids for g, _, _ in pending])
+            yield Call(tuple(g for g, _, _ in pending), prefix, tuple(o for _, o, _ in pending), shape, True)
+            del prefix
+            pending = []
+    for group, order, batch in pending:
+        yield from alone(group, order, [batch])
 
 
 def pad_rows(rows: list[list[int]], n_rows: int) -> list[list[int]]:

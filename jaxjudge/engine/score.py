@@ -17,7 +17,7 @@ import numpy as np
 
 from jaxjudge.engine import calls
 from jaxjudge.engine.plan import CandidatePlan, Chunk
-from jaxjudge.engine.runner import Call, Progress, batches, left_slots, pad_rows, prefix_groups
+from jaxjudge.engine.runner import Call, Group, Progress, batches, left_slots, pad_rows, prefix_groups
 from jaxjudge.engine.tokens import Tokenised
 from jaxjudge.models.decoder import KVCache, pad_batch
 from jaxjudge.models.judge import Judge
@@ -37,11 +37,14 @@ class ChunkReader:
         prefix_cache, min_prefix_tokens: prefix groups (`jaxjudge.engine.runner.prefix_groups`).
         nll_spans: per prompt, the tokens ``[a, b)`` its NLL counts; None: no NLL.
         generate_tokens: G > 0 also decodes each prompt's greedy reply of G tokens.
+        groups_per_call: P > 1 reads small prefix groups P at a time, each against its own
+            prefix (`jaxjudge.engine.runner.batches`); P * rows must split evenly over the
+            mesh's ``data`` axis, which P a multiple of it guarantees.
     """
 
     def __init__(self, judge: Judge, cplan: CandidatePlan, *, batch_size: int, max_batch_tokens: int, topk: int,
                  prefix_cache: bool, min_prefix_tokens: int, nll_spans: Sequence[tuple[int, int]] | None = None,
-                 generate_tokens: int = 0):
+                 generate_tokens: int = 0, groups_per_call: int = 1):
         self.judge = judge
         self.cplan = cplan
         self.batch_size = batch_size
@@ -51,6 +54,7 @@ class ChunkReader:
         self.min_prefix_tokens = min_prefix_tokens
         self.nll_spans = nll_spans
         self.generate_tokens = generate_tokens
+        self.groups_per_call = groups_per_call
 
     def read(self, tails: Sequence[Sequence[int]], prefix: KVCache | None, rows: int, length: int,
              nll_slots: Sequence[tuple[int, int]] | None = None) -> dict[str, np.ndarray]:
@@ -81,6 +85,9 @@ class ChunkReader:
                 picks_r.append(cp.pick_read[v])
                 picks_t.append(cp.pick_token[v])
         b, n = self.judge.round_rows(rows * n_var), len(seqs)
+        if prefix is not None and prefix.batch_size > 1 and b != n:
+            raise ValueError(f"{prefix.batch_size} prefixes need exactly their rows ({n}), but the mesh rounds "
+                             f"them to {b}: make the groups per call a multiple of the data axis")
         tokens, mask = pad_batch(pad_rows(seqs, b), side="left", length=t, pad_id=self.judge.pad_id)
         lengths = np.asarray([len(x) for x in pad_rows(seqs, b)])
         read_br = np.asarray(pad_rows(reads, b), np.int32) + (t - lengths)[:, None]
@@ -119,26 +126,27 @@ class ChunkReader:
         }
 
     def _prefix_nll(self, call: Call, tk: Tokenised) -> dict[int, float]:
-        """The counted prefix tokens' NLL of each member of the call's group, and the
+        """The counted prefix tokens' NLL of each member of the call's groups, and the
         prediction of its first tail token (prompt token p), from the prefix alone."""
-        p = len(call.group.prefix_ids)
-        pre = calls.prefix_nll(self.judge, call.group.prefix_ids)
-        pre_tok, pre_lp = to_host(pre.nll_t).astype(np.float64), to_host(pre.next_logprobs_v).astype(np.float64)
         out = {}
-        for i in call.group.members:
-            a, b = self.nll_spans[i]
-            # Slot j of the prefix holds the NLL of token j + 1 (tokens 1 .. p - 1).
-            total = float(pre_tok[max(a, 1) - 1:max(min(b, p) - 1, 0)].sum())
-            if a <= p < b:
-                total -= pre_lp[tk.ids[i][p]]
-            out[i] = total
+        for group in call.groups:
+            p = len(group.prefix_ids)
+            pre = calls.prefix_nll(self.judge, group.prefix_ids)
+            pre_tok, pre_lp = to_host(pre.nll_t).astype(np.float64), to_host(pre.next_logprobs_v).astype(np.float64)
+            for i in group.members:
+                a, b = self.nll_spans[i]
+                # Slot j of the prefix holds the NLL of token j + 1 (tokens 1 .. p - 1).
+                total = float(pre_tok[max(a, 1) - 1:max(min(b, p) - 1, 0)].sum())
+                if a <= p < b:
+                    total -= pre_lp[tk.ids[i][p]]
+                out[i] = total
         return out
 
-    def _tail_slots(self, call: Call) -> list[tuple[int, int]]:
+    def _tail_slots(self, rows: Sequence[tuple[Group, int]]) -> list[tuple[int, int]]:
         """Tail position k predicts prompt token n_prefix + k + 1: keep those inside [a, b)."""
-        n_prefix = len(call.group.prefix_ids)
         slots = []
-        for i in call.members:
+        for group, i in rows:
+            n_prefix = len(group.prefix_ids)
             a, b = self.nll_spans[i]
             lo = max(a, n_prefix + 1) - n_prefix - 1
             slots.append((lo, max(lo, b - n_prefix - 1)))
@@ -152,15 +160,21 @@ class ChunkReader:
         groups = prefix_groups(tk.ids, chunk.pieces, prefix_cache=self.prefix_cache,
                                min_prefix_tokens=self.min_prefix_tokens)
         extra = self.cplan.n_ext + max(len(p) for p in self.cplan.paths)
-        for call in batches(groups, functools.partial(calls.prefill_prefix, self.judge), batch_size=self.batch_size,
+        for call in batches(groups, functools.partial(calls.prefill_prefixes, self.judge), batch_size=self.batch_size,
                             max_batch_tokens=self.max_batch_tokens, extra_tokens=extra,
-                            rows_per_example=self.cplan.n_variants):
+                            rows_per_example=self.cplan.n_variants, groups_per_call=self.groups_per_call):
             if nll and call.first and call.prefix is not None:
                 prefix_nll.update(self._prefix_nll(call, tk))
-            out = self.read(call.tails, call.prefix, call.batch.rows, call.batch.length,
-                            self._tail_slots(call) if nll else None)
-            for j, i in enumerate(call.members):
-                results[i] = {k: v[j] for k, v in out.items()}
+            if len(call.groups) == 1:
+                rows = [(call.group, i) for i in call.members]
+                out = self.read(call.tails, call.prefix, call.batch.rows, call.batch.length,
+                                self._tail_slots(rows) if nll else None)
+            else:  # every group's part padded to the same rows, group after group
+                rows = call.padded_members()
+                out = self.read([g.tails[i] for g, i in rows], call.prefix, len(rows), call.batch.length,
+                                self._tail_slots(rows) if nll else None)
+            for j, (_, i) in enumerate(rows):
+                results.setdefault(i, {k: v[j] for k, v in out.items()})  # a padding copy comes later
             progress.update(len(call.members), sum(len(tk.ids[i]) for i in call.members))
 
         members = chunk.members

@@ -1,8 +1,8 @@
 """Grouped-query attention over key blocks: the segmented softmax kernel, a reference, the module.
 
 One call's queries (the T new tokens) attend to up to three blocks of keys, in slot order: a
-shared prefix (batch 1, read by every row without being copied B times), the cached past of
-each row, and the new tokens themselves (causally). :func:`segmented_attention` computes one
+shared prefix (one per group of rows, read by each of its rows without being copied), the
+cached past of each row, and the new tokens themselves (causally). :func:`segmented_attention` computes one
 softmax over all of them without concatenating them: each block's masked scores stay in the
 layout its matmul produced, and the blocks are combined through a shared maximum and summed
 normalisers. :func:`reference_attention` is the short concatenate-then-softmax form the tests
@@ -37,10 +37,11 @@ class KeyBlock:
     rotary position.
 
     Attributes:
-        keys, values: [B, S, K, H] per row, or [S, K, H] when ``shared``.
-        valid_bs: whether a slot holds a real token [B, S] ([1, S] when ``shared``).
-        positions_bs: rotary position of each slot [B, S] ([1, S] when ``shared``).
-        shared: one batch-1 block (a prefix) read by every row (static).
+        keys, values: [B, S, K, H] per row, or [P, S, K, H] when ``shared``.
+        valid_bs: whether a slot holds a real token [B, S] ([P, S] when ``shared``).
+        positions_bs: rotary position of each slot [B, S] ([P, S] when ``shared``).
+        shared: P prefix blocks, each read by a run of B / P consecutive rows: row b reads
+            prefix b // (B / P) (static). P = 1 is one prefix every row reads.
         causal: the block is the queries' own tokens: query t sees slots up to t (static).
     """
 
@@ -63,11 +64,15 @@ def _allowed_bts(block: KeyBlock, q_pos_bt: jax.Array, window: int | None) -> ja
     """Which slots of ``block`` each query may see [B, T, S] (validity, causality, window)."""
     b, t = q_pos_bt.shape
     s = block.valid_bs.shape[1]
-    allowed = jnp.broadcast_to(block.valid_bs[:, None, :], (b, t, s))
+    valid_bs, positions_bs = block.valid_bs, block.positions_bs
+    if block.shared:  # each group's prefix, once per row of the group
+        valid_bs = jnp.repeat(valid_bs, b // valid_bs.shape[0], axis=0)
+        positions_bs = jnp.repeat(positions_bs, b // positions_bs.shape[0], axis=0)
+    allowed = jnp.broadcast_to(valid_bs[:, None, :], (b, t, s))
     if block.causal:
         allowed = allowed & (jnp.arange(t)[None, :] <= jnp.arange(t)[:, None])[None]
     if window is not None:
-        allowed = allowed & ((q_pos_bt[:, :, None] - block.positions_bs[:, None, :]) < window)
+        allowed = allowed & ((q_pos_bt[:, :, None] - positions_bs[:, None, :]) < window)
     return allowed
 
 
@@ -101,27 +106,39 @@ def segmented_attention(q_btnh: jax.Array, blocks: Sequence[KeyBlock], q_pos_bt:
                ).transpose(0, 2, 1, 3, 4)
 
     def scores(block: KeyBlock) -> jax.Array:
-        """Masked float32 scores: [K, B, T, G, S] for a shared block, else [B, K, T, G, S].
+        """Masked float32 scores: [P, K, R, T, G, S] for a shared block, else [B, K, T, G, S].
 
-        A shared block's scores stay K-major, the layout of its product (K/V head as the batch
-        axis, every row's queries as free axes), so that the large [.., S] tensor is never
-        transposed; only its [.., G] reductions are (`to_rows`)."""
-        if block.shared:  # batch-1 keys [S, K, H]: every row's queries against the same keys
+        A shared block's scores stay group- and K-major, the layout of its product (prefix
+        group and K/V head as the batch axes, the group's R = B / P rows' queries as free
+        axes), so that the large [.., S] tensor is never transposed; only its [.., G]
+        reductions are (`to_rows`, `from_rows`)."""
+        if block.shared:  # keys [P, S, K, H]: each group's rows' queries against its prefix
+            p = block.keys.shape[0]
             if window is None:
-                allowed = block.valid_bs[0][None, None, None, None, :]
+                allowed = block.valid_bs[:, None, None, None, None, :]
             else:
-                allowed = _allowed_bts(block, q_pos_bt, window)[None, :, :, None, :]
-            s_kbtgs = jnp.einsum("KBTGH,SKH->KBTGS", q_bktgh.transpose(1, 0, 2, 3, 4), block.keys.astype(dtype),
-                                 preferred_element_type=jnp.float32)
-            return jnp.where(allowed, softcap(s_kbtgs, cap), MASK_VALUE)
+                allowed = _allowed_bts(block, q_pos_bt, window).reshape(p, 1, b // p, t, 1, -1)
+            q_prktgh = q_bktgh.reshape(p, b // p, kv, t, g, -1)
+            s_pkrtgs = jnp.einsum("PRKTGH,PSKH->PKRTGS", q_prktgh, block.keys.astype(dtype),
+                                  preferred_element_type=jnp.float32)
+            return jnp.where(allowed, softcap(s_pkrtgs, cap), MASK_VALUE)
         k_bksh = block.keys.astype(dtype).transpose(0, 2, 1, 3)
         s_bktgs = jnp.einsum("BKTGH,BKSH->BKTGS", q_bktgh, k_bksh, preferred_element_type=jnp.float32)
         allowed = _allowed_bts(block, q_pos_bt, window)[:, None, :, None, :]
         return jnp.where(allowed, softcap(s_bktgs, cap), MASK_VALUE)
 
     def to_rows(x: jax.Array, shared: bool) -> jax.Array:
-        """A [K, B, T, G, ...] reduction of a shared block -> [B, K, T, G, ...]."""
-        return jnp.swapaxes(x, 0, 1) if shared else x
+        """A [P, K, R, T, G, ...] reduction of a shared block -> [B, K, T, G, ...]."""
+        if not shared:
+            return x
+        x = jnp.swapaxes(x, 1, 2)
+        return x.reshape(b, *x.shape[2:])
+
+    def from_rows(x: jax.Array, shared: bool, p: int) -> jax.Array:
+        """[B, K, T, G, ...] -> the [P, K, R, T, G, ...] layout of a shared block's scores."""
+        if not shared:
+            return x
+        return jnp.swapaxes(x.reshape(p, b // p, *x.shape[1:]), 1, 2)
 
     masked = [(scores(blk), blk.values, blk.shared) for blk in blocks]
     m_bktg = None
@@ -130,10 +147,10 @@ def segmented_attention(q_btnh: jax.Array, blocks: Sequence[KeyBlock], q_pos_bt:
         m_bktg = m if m_bktg is None else jnp.maximum(m_bktg, m)
     z_bktg, out_bktgh = None, None
     for s, v, shared in masked:
-        e = jnp.exp(s - to_rows(m_bktg, shared)[..., None])
+        e = jnp.exp(s - from_rows(m_bktg, shared, v.shape[0])[..., None])
         z = to_rows(jnp.sum(e, axis=-1), shared)
         if shared:
-            o = to_rows(jnp.einsum("KBTGS,SKH->KBTGH", e.astype(dtype), v.astype(dtype),
+            o = to_rows(jnp.einsum("PKRTGS,PSKH->PKRTGH", e.astype(dtype), v.astype(dtype),
                                    preferred_element_type=jnp.float32), True)
         else:
             o = jnp.einsum("BKTGS,BKSH->BKTGH", e.astype(dtype), v.astype(dtype).transpose(0, 2, 1, 3),
@@ -152,7 +169,7 @@ def reference_attention(q_btnh: jax.Array, blocks: Sequence[KeyBlock], q_pos_bt:
     b = q_pos_bt.shape[0]
 
     def per_row(x: jax.Array, shared: bool) -> jax.Array:
-        return jnp.broadcast_to(x[None], (b, *x.shape)) if shared else x
+        return jnp.repeat(x, b // x.shape[0], axis=0) if shared else x
 
     k_bskh = jnp.concatenate([per_row(blk.keys, blk.shared) for blk in blocks], axis=1)
     v_bskh = jnp.concatenate([per_row(blk.values, blk.shared) for blk in blocks], axis=1)
@@ -203,7 +220,8 @@ class Attention(nnx.Module):
             cos_bth, sin_bth: rotary tables of the new tokens [B, T, H].
             positions_bt: rotary position of each new token [B, T].
             mask_bt: True for the real new tokens [B, T].
-            prefix: a shared block (keys [P, K, H]), or None.
+            prefix: a shared block (keys [P, S, K, H]: P prefixes, each read by B / P
+                consecutive rows), or None.
             past: this layer's cache before this call (keys [B, S, K, H]; every valid slot
                 precedes the new tokens), or None.
             window: this layer's sliding window (a traced scalar when the layers are scanned;

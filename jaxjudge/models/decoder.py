@@ -44,9 +44,12 @@ The cache (:class:`KVCache`) is preallocated: ``k``/``v`` ``[L, B, S, K, H]``, p
 ``positions [B, S]``, ``valid [B, S]`` and a shared fill level ``length``. A call with a cache
 writes its T new tokens at slots ``[length, length + T)`` of every row and attends over all
 valid slots before them (causality is by slot; a slot of a padding token is invalid). A
-*prefix* is a batch-1 KVCache that is only read: its keys/values are attended to by every row
-of the batch without being copied B times, which is how the shared instructions + article of
-many SummEval summaries are computed once.
+*prefix* is a KVCache that is only read: its keys/values are attended to by every row of the
+batch without being copied B times, which is how the shared instructions + article of many
+SummEval summaries are computed once. A prefix cache of batch P holds P prefixes (P divides
+B): row b continues prefix b // (B / P), so one call scores the tails of several documents,
+each against its own article, and on a mesh the prefixes and their rows split over ``data``
+together.
 """
 
 from __future__ import annotations
@@ -215,7 +218,8 @@ class Decoder(nnx.Module):
             mask_bt: True for real tokens [B, T] bool.
             cache: optional cache (batch B); the tokens are written at slots
                 ``[cache.length, cache.length + T)``. The caller guarantees room.
-            prefix: optional read-only batch-1 cache attended to by every row.
+            prefix: optional read-only cache of P prefixes (P divides B): row b continues
+                prefix b // (B / P); P = 1 is one prefix every row continues.
 
         Returns:
             (final-normed hidden states [B, T, D], updated cache or None).
@@ -242,7 +246,9 @@ class Decoder(nnx.Module):
             # A full-attention layer among windowed ones: a window no position difference reaches.
             xs["window"] = jnp.asarray([NO_WINDOW if w is None else w for w in windows], jnp.int32)
         if prefix is not None:
-            xs["prefix_k"], xs["prefix_v"] = prefix.k[:, 0], prefix.v[:, 0]
+            if b % prefix.batch_size:
+                raise ValueError(f"{b} rows cannot be split evenly among {prefix.batch_size} prefixes")
+            xs["prefix_k"], xs["prefix_v"] = prefix.k, prefix.v
         if cache is not None:
             xs["past_k"], xs["past_v"] = cache.k, cache.v
         layer_def = nnx.graphdef(self.layers)
@@ -254,8 +260,7 @@ class Decoder(nnx.Module):
             layer = nnx.merge(layer_def, xs_l["layer"])
             pre = past = None
             if prefix is not None:
-                pre = KeyBlock(xs_l["prefix_k"], xs_l["prefix_v"], prefix.valid[:1], prefix.positions[:1],
-                               shared=True)
+                pre = KeyBlock(xs_l["prefix_k"], xs_l["prefix_v"], prefix.valid, prefix.positions, shared=True)
             if cache is not None:
                 past = KeyBlock(xs_l["past_k"], xs_l["past_v"], cache.valid, cache.positions)
             cos_bth, sin_bth = cos_rbth[xs_l["rope"]], sin_rbth[xs_l["rope"]]
@@ -330,7 +335,8 @@ def forward(
         read_idx_br: positions in [0, T) to read logits at [B, R] int32.
         positions_bt: rotary positions [B, T]; default :func:`default_positions`.
         cache: batch-B cache to append to (DONATED: do not reuse the argument afterwards).
-        prefix: batch-1 read-only prefix cache shared by all rows (not donated).
+        prefix: read-only cache of P prefixes, each continued by B / P consecutive rows (not
+            donated).
 
     Returns:
         (logits [B, R, V] float32, updated cache or None).

@@ -217,7 +217,8 @@ class Judge:
             mask_bt: [B, T] bool (default all True).
             read_idx_br: [B, R] indices into the T tokens to read logits at (default: each
                 row's last real token, R = 1).
-            prefix: a batch-1 cache (from :meth:`prefill`) every row continues; read only, so
+            prefix: a cache of P prefixes (from :meth:`prefill`; P divides B): row b continues
+                prefix b // (B / P), one prefix every row continues when P = 1. Read only, so
                 one prefix serves any number of calls.
             cache: a batch-B cache to append to; it is DONATED (consumed), use the returned one.
             max_length: when no ``cache`` is given, allocate a fresh one of this many slots
@@ -240,8 +241,9 @@ class Judge:
             raise ValueError(f"read_idx must be [B={b}, R], got shape {read_idx_br.shape}")
         if read_idx_br.size and (read_idx_br.min() < 0 or read_idx_br.max() >= t):
             raise ValueError(f"read_idx values must lie in [0, {t})")
-        if prefix is not None and prefix.batch_size != 1:
-            raise ValueError(f"a prefix must have batch 1, got {prefix.batch_size}")
+        if prefix is not None and b % prefix.batch_size:
+            raise ValueError(f"{b} rows cannot continue {prefix.batch_size} prefixes: each prefix takes B / P "
+                             f"consecutive rows, so P must divide B")
         if cache is None and max_length is not None:
             if max_length < t:
                 raise ValueError(f"max_length={max_length} is shorter than the {t} new tokens")

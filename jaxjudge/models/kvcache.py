@@ -3,8 +3,8 @@
 The cache is preallocated: ``k``/``v`` ``[L, B, S, K, H]``, plus per-slot ``positions [B, S]``,
 ``valid [B, S]`` and a shared fill level ``length``. A call with a cache writes its T new tokens
 at slots ``[length, length + T)`` of every row and attends over all valid slots before them
-(causality is by slot; a slot of a padding token is invalid). A *prefix* is a batch-1 cache
-that is only read (see :mod:`jaxjudge.models.decoder`).
+(causality is by slot; a slot of a padding token is invalid). A *prefix* is a cache that is
+only read: one per group of rows (see :mod:`jaxjudge.models.decoder`).
 """
 
 from __future__ import annotations
@@ -81,7 +81,8 @@ def default_positions(mask_bt: jax.Array, cache: KVCache | None = None,
     Args:
         mask_bt: True for real tokens [B, T].
         cache: optional batch-B cache whose valid slots precede the tokens.
-        prefix: optional batch-1 prefix whose valid slots precede the tokens.
+        prefix: optional cache of P prefixes, row b continuing prefix b // (B / P), whose
+            valid slots precede the tokens.
 
     Returns:
         positions [B, T] int32 (padding slots get the position of the next real token).
@@ -89,7 +90,8 @@ def default_positions(mask_bt: jax.Array, cache: KVCache | None = None,
     mask_bt = mask_bt.astype(jnp.int32)
     start_b = jnp.zeros(mask_bt.shape[:1], jnp.int32)
     if prefix is not None:
-        start_b += jnp.sum(prefix.valid[0]).astype(jnp.int32)
+        per_prefix = jnp.sum(prefix.valid, axis=1).astype(jnp.int32)
+        start_b += jnp.repeat(per_prefix, mask_bt.shape[0] // prefix.valid.shape[0])
     if cache is not None:
         start_b += jnp.sum(cache.valid, axis=1).astype(jnp.int32)
     return start_b[:, None] + jnp.cumsum(mask_bt, axis=1) - mask_bt

@@ -11,6 +11,7 @@ judge's plain path, normalised with scipy.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -287,6 +288,58 @@ def test_mesh_sharded_batch_matches_single_device(judge):
     np.testing.assert_allclose(sharded.cand_logprobs, single.cand_logprobs, atol=1e-5, rtol=0)
     np.testing.assert_array_equal(sharded.generated_ids, single.generated_ids)
     np.testing.assert_array_equal(sharded.generated_lengths, single.generated_lengths)
+
+
+@pytest.mark.parametrize("per_call", [2, 3])
+def test_several_groups_per_call_match_per_example_forward(judge, per_call):
+    """Prefix groups read P at a time, each against its own prefix (documents of different
+    lengths, a group left over, the solo prompt without a prefix), with the prompt NLL and with
+    greedy replies: the per-example forward and the one-group-per-call engine."""
+    prompts = make_prompts(n_groups=5, per_group=3, seed=7)
+    prompts += [dataclasses.replace(p, example_id="long/" + p.example_id, group="long")
+                for p in make_prompts(n_groups=1, per_group=2, seed=8, doc_words=55, solo=False)]
+    kw = dict(progress=False, min_prefix_tokens=4, batch_size=4)
+    one = engine.extract(judge, prompts, ScoreScale(1, 10), groups_per_call=1, prompt_nll=True, **kw)
+    out = engine.extract(judge, prompts, ScoreScale(1, 10), groups_per_call=per_call, prompt_nll=True, **kw)
+    check_against_reference(judge, prompts, out)
+    np.testing.assert_allclose(out.cand_logprobs, one.cand_logprobs, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(out.prompt_nll, one.prompt_nll, atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(out.topk_ids, one.topk_ids)
+    kw["generate_tokens"] = 4
+    one = engine.extract(judge, prompts, ScoreScale(1, 5), groups_per_call=1, **kw)
+    out = engine.extract(judge, prompts, ScoreScale(1, 5), groups_per_call=per_call, **kw)
+    np.testing.assert_array_equal(out.generated_ids, one.generated_ids)
+    np.testing.assert_array_equal(out.generated_lengths, one.generated_lengths)
+    np.testing.assert_allclose(out.cand_logprobs, one.cand_logprobs, atol=1e-5, rtol=0)
+
+
+def test_batches_packs_whole_groups_only():
+    """Groups that fit one call are packed P at a time (their prefixes prefilled together); a
+    group too large for one call, the prefix-less group and the leftovers run alone."""
+    G = engine.runner.Group
+    small = [G([3 * k, 3 * k + 1], {3 * k: [1] * 4, 3 * k + 1: [1] * (2 + 15 * k)}, [9] * (5 + k)) for k in range(5)]
+    large = G([100, 101, 102], {100: [1] * 3, 101: [1] * 3, 102: [1] * 3}, [8] * 6)
+    flat = G([200], {200: [1, 2]}, [])
+    seen = []
+
+    def prefill(prefixes):
+        seen.append([len(p) for p in prefixes])
+        return len(prefixes)
+
+    got = list(engine.runner.batches(small[:2] + [large] + small[2:] + [flat], prefill, batch_size=2,
+                                     max_batch_tokens=1000, groups_per_call=2))
+    packed = [c for c in got if len(c.groups) == 2]
+    assert [[g.members for g in c.groups] for c in packed] == [[[0, 1], [3, 4]], [[6, 7], [9, 10]]]
+    assert all(c.prefix == 2 and c.first and c.batch.rows == 2 for c in packed)
+    # Each group's part padded to the longest tail among the packed groups (47 tokens: bucket 64).
+    assert [c.batch.length for c in packed] == [32, 64]
+    assert [m for _, m in packed[0].padded_members()] == [0, 1, 4, 3]  # longest tail first in each group
+    alone = [c for c in got if len(c.groups) == 1]
+    assert sorted(i for c in alone for i in c.members) == [12, 13, 100, 101, 102, 200]
+    assert [c.prefix for c in alone if c.group is large] == [1, 1]  # two calls, one prefill
+    assert sorted(seen) == sorted([[5, 6], [7, 8], [6], [9]])
+    with pytest.raises(ValueError, match="use .groups"):
+        packed[0].group
 
 
 def test_results_do_not_depend_on_batching(judge):

@@ -7,22 +7,24 @@ import pytest
 
 from jaxjudge.models.attention import KeyBlock, reference_attention, segmented_attention
 
-B, T, N, K, H = 3, 5, 6, 2, 4  # G = 3 query heads per key/value head
+B, T, N, K, H = 4, 5, 6, 2, 4  # G = 3 query heads per key/value head
 
 
-def _blocks(rng, *, prefix: int = 0, past: int = 0, pad_own: bool = False):
-    """Random key blocks in slot order (prefix, past, own) and the query positions [B, T]."""
+def _blocks(rng, *, prefix: int = 0, past: int = 0, pad_own: bool = False, groups: int = 1):
+    """Random key blocks in slot order (prefix, past, own) and the query positions [B, T];
+    ``groups`` prefixes of different lengths, each read by B / groups consecutive rows."""
 
     def normal(*shape):
         return jnp.asarray(rng.normal(size=shape), jnp.float32)
 
     blocks, start = [], np.zeros(B, np.int64)
     if prefix:
-        valid = np.ones((1, prefix), bool)
-        valid[0, -1] = False  # a padding slot at the end of the prefix
-        blocks.append(KeyBlock(normal(prefix, K, H), normal(prefix, K, H), jnp.asarray(valid),
+        valid = np.ones((groups, prefix), bool)
+        for p in range(groups):
+            valid[p, prefix - 1 - p:] = False  # padding slots at the end of each prefix
+        blocks.append(KeyBlock(normal(groups, prefix, K, H), normal(groups, prefix, K, H), jnp.asarray(valid),
                                jnp.asarray(np.cumsum(valid, 1) - 1, jnp.int32), shared=True))
-        start += valid.sum()
+        start += np.repeat(valid.sum(1), B // groups)
     if past:
         valid = rng.random((B, past)) < 0.7
         valid[:, 0] = True
@@ -41,20 +43,23 @@ def _blocks(rng, *, prefix: int = 0, past: int = 0, pad_own: bool = False):
 
 
 @pytest.mark.parametrize(
-    "prefix, past, window, cap, pad_own",
+    "prefix, past, window, cap, pad_own, groups",
     [
-        (0, 0, None, None, False),  # causal self-attention only
-        (0, 0, 3, None, False),  # sliding window
-        (0, 0, None, 0.5, False),  # soft-capped scores
-        (0, 6, None, None, False),  # cached past
-        (7, 0, None, None, False),  # shared prefix
-        (7, 6, 4, 1.5, True),  # everything, with padded rows
-        (0, 0, None, None, True),  # padded rows alone
+        (0, 0, None, None, False, 1),  # causal self-attention only
+        (0, 0, 3, None, False, 1),  # sliding window
+        (0, 0, None, 0.5, False, 1),  # soft-capped scores
+        (0, 6, None, None, False, 1),  # cached past
+        (7, 0, None, None, False, 1),  # shared prefix
+        (7, 0, None, None, False, 2),  # two prefixes, two rows each
+        (7, 0, 3, None, False, 4),  # a prefix per row, windowed
+        (7, 6, 4, 1.5, True, 1),  # everything, with padded rows
+        (7, 6, 4, 1.5, True, 2),  # everything, two prefixes
+        (0, 0, None, None, True, 1),  # padded rows alone
     ],
 )
-def test_segmented_matches_reference(prefix, past, window, cap, pad_own):
-    rng = np.random.default_rng(prefix * 100 + past * 10 + (window or 0))
-    blocks, q_pos, mask = _blocks(rng, prefix=prefix, past=past, pad_own=pad_own)
+def test_segmented_matches_reference(prefix, past, window, cap, pad_own, groups):
+    rng = np.random.default_rng(prefix * 100 + past * 10 + (window or 0) + groups)
+    blocks, q_pos, mask = _blocks(rng, prefix=prefix, past=past, pad_own=pad_own, groups=groups)
     q = jnp.asarray(rng.normal(size=(B, T, N, H)), jnp.float32)
     kw = dict(scaling=H ** -0.5, window=window, cap=cap, dtype=jnp.float32)
     got = jax.jit(lambda q, b, p: segmented_attention(q, b, p, **kw))(q, blocks, q_pos)
@@ -90,3 +95,22 @@ def test_bfloat16_close_to_reference():
     want = reference_attention(q, blocks, q_pos, dtype=jnp.float32, **kw)
     assert got.dtype == jnp.bfloat16
     np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want), atol=5e-2)
+
+
+def test_grouped_prefixes_equal_one_call_per_group():
+    """Two prefixes in one call give each group's rows what a call with its prefix alone gives."""
+    rng = np.random.default_rng(3)
+    blocks, q_pos, _ = _blocks(rng, prefix=6, past=3, groups=2)
+    q = jnp.asarray(rng.normal(size=(B, T, N, H)), jnp.float32)
+    kw = dict(scaling=H ** -0.5, window=None, cap=None, dtype=jnp.float32)
+    both = np.asarray(segmented_attention(q, blocks, q_pos, **kw))
+    r = B // 2
+    for p in range(2):
+        rows = slice(p * r, (p + 1) * r)
+        pre, past, own = blocks
+        one = [KeyBlock(pre.keys[p:p + 1], pre.values[p:p + 1], pre.valid_bs[p:p + 1], pre.positions_bs[p:p + 1],
+                        shared=True)]
+        one += [KeyBlock(blk.keys[rows], blk.values[rows], blk.valid_bs[rows], blk.positions_bs[rows],
+                         causal=blk.causal) for blk in (past, own)]
+        alone = np.asarray(segmented_attention(q[rows], one, q_pos[rows], **kw))
+        np.testing.assert_allclose(both[rows], alone, atol=1e-6, rtol=1e-6)

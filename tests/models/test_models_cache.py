@@ -79,6 +79,32 @@ def test_prefix_continuations_match_full_forward(judge):
     np.testing.assert_array_equal(np.asarray(again), logits)
 
 
+def test_several_prefixes_in_one_call_match_full_forward(judge):
+    """A cache of two prefixes of different lengths (right-padded in one prefill), each continued
+    by two rows of one call, then greedy decoding from there: every row as its own full forward."""
+    rng = np.random.default_rng(4)
+    prefixes = [rng.integers(0, 37, n).tolist() for n in (7, 4)]
+    conts = [rng.integers(0, 37, n).tolist() for n in (3, 5, 2, 4)]  # rows 0-1: prefix 0; 2-3: prefix 1
+    pt, pm = D.pad_batch(prefixes, side="right", length=8)
+    _, pre = judge.prefill(pt, pm)
+    tokens, mask = D.pad_batch(conts, length=5)
+    read = np.tile(np.arange(5), (4, 1))
+    logits, cache = judge.extend(tokens, mask, read_idx_br=read, prefix=pre, max_length=5 + 3)
+    for b, cont in enumerate(conts):
+        seq = prefixes[b // 2] + cont
+        real = np.flatnonzero(mask[b])
+        np.testing.assert_allclose(np.asarray(logits)[b, real], full_logits(judge, seq)[-len(cont):], atol=ATOL,
+                                   rtol=0)
+    out, _ = generate_tokens(judge, logits[:, -1], cache, max_new_tokens=3, prefix=pre, stop_at_eos=False)
+    for b, cont in enumerate(conts):
+        seq = prefixes[b // 2] + cont
+        for tok in np.asarray(out)[b]:
+            assert int(tok) == int(np.argmax(full_logits(judge, seq)[len(seq) - 1]))
+            seq = seq + [int(tok)]
+    with pytest.raises(ValueError, match="cannot continue 2 prefixes"):
+        judge.extend(tokens[:3], mask[:3], prefix=pre)
+
+
 def test_chained_cache_matches_full_forward(judge):
     """Prefix -> per-row cache (right-padded) -> second extension -> logits everywhere."""
     rng = np.random.default_rng(1)
@@ -213,8 +239,8 @@ def test_bfloat16_prefix_matches_bfloat16_forward():
 def test_argument_errors():
     judge = make_judge(CONFIGS["qwen2_window"])
     _, two_rows = judge.prefill(np.zeros((2, 3), np.int32))
-    with pytest.raises(ValueError, match="batch 1"):
-        judge.extend(np.zeros((2, 2), np.int32), prefix=two_rows)
+    with pytest.raises(ValueError, match="P must divide B"):
+        judge.extend(np.zeros((3, 2), np.int32), prefix=two_rows)
     with pytest.raises(ValueError, match="read_idx"):
         judge.extend(np.zeros((1, 2), np.int32), read_idx_br=np.array([[2]]))
     with pytest.raises(ValueError, match="all False"):
