@@ -27,7 +27,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--mesh", default=None, help="axis sizes, e.g. data=2,model=4 (default: model over every chip)")
     p.add_argument("--dtype", default="bfloat16", help="float32 or bfloat16")
     p.add_argument("--prefix", type=int, default=700, help="tokens of the shared prefix")
-    p.add_argument("--tails", type=int, default=16, help="continuations scored per step")
+    p.add_argument("--tails", type=int, default=16, help="continuations of each prefix scored per step")
+    p.add_argument("--groups", type=int, default=None,
+                   help="prefix groups per scoring step (default: one per data shard, as the engine reads them)")
     p.add_argument("--tail-len", type=int, default=120, help="tokens per continuation")
     p.add_argument("--decode-rows", type=int, default=16, help="rows of a decode step")
     p.add_argument("--decode-len", type=int, default=16, help="tokens generated per row")
@@ -116,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         bad = sorted(set(steps) - {"score", "decode"})
         if bad:
             raise ValueError(f"--steps: unknown step(s) {bad} (steps: score, decode)")
-        work = Workload(prefix=args.prefix, tails=args.tails, tail_len=args.tail_len,
+        work = Workload(prefix=args.prefix, tails=args.tails, tail_len=args.tail_len, groups=args.groups,
                         decode_rows=args.decode_rows, decode_len=args.decode_len)
         reports = aot_compile(hf, topology=args.topology, mesh_shape=mesh, dtype=args.dtype, workload=work,
                               layers=args.layers, steps=steps, dump=args.dump, devices=devices)
@@ -124,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"jaxjudge aot: {e}", file=sys.stderr)
         return 2
     print(f"{args.judge} on {args.topology}, mesh data={mesh['data']} x model={mesh['model']}, {args.dtype}, "
-          f"{reports[0].layers} layers; prefix {args.prefix}, {args.tails} tails x {args.tail_len}, decode "
+          f"{reports[0].layers} layers; {reports[0].groups if reports[0].step == 'score' else 1} prefix group(s) of "
+          f"{args.prefix} tokens, each with {args.tails} tails x {args.tail_len}; decode "
           f"{args.decode_rows} rows at token {args.decode_len}")
     print(format_table(reports))
     print("Compiled TPU programs and a roofline cost model on published chip figures, not measurements.")

@@ -6,10 +6,14 @@ TPU present (`jax.experimental.topologies.get_topology_desc`), and ``jit(f).lowe
 program XLA:TPU would run: its per-chip memory, its cost analysis and its HLO. This module
 compiles the two steps a sweep spends its time in, with the project's parameter shardings:
 
-- ``score``: the engine's scoring step. One shared prefix is prefilled into a batch-1 KV cache
-  (padded to its length bucket, its cache to the slot bucket, as `jaxjudge.engine.calls.prefill_prefix` does),
-  then every tail continues it and is read at its answer position (`read_rows`: picked
-  log-probabilities, the log-normaliser, greedy token and top-k), tails split over ``data``.
+- ``score``: the engine's scoring step. P prefix groups (by default one per ``data`` shard, as
+  `jaxjudge.engine.extract` reads them) have their prefixes prefilled into one KV cache of
+  batch P (padded to the length bucket, the cache to the slot bucket, as
+  `jaxjudge.engine.calls.prefill_prefixes` does), then every group's tails continue their own
+  prefix and are read at the answer position (`read_rows`: picked log-probabilities, the
+  log-normaliser, greedy token and top-k); prefixes and their tails split over ``data``
+  together, so no data shard prefills another's prefix. The engine runs the prefill and the
+  reads as two jitted calls; here they are one program.
 - ``decode``: one step of greedy decoding: one token per row through a per-row KV cache that
   continues the shared prefix, the cache donated.
 
@@ -67,8 +71,9 @@ class Workload:
     """The shapes of one scoring step and one decode step (SummEval-shaped by default).
 
     Attributes:
-        prefix: tokens of the shared prefix (instructions + article).
-        tails: continuations of that prefix scored in one step (the summaries).
+        prefix: tokens of each group's shared prefix (instructions + article).
+        tails: continuations of each prefix scored in one step (a document's summaries).
+        groups: prefix groups in one scoring step (None: one per ``data`` shard).
         tail_len: tokens of each continuation.
         candidates: score candidates picked per row (K).
         topk: top-k recorded at the answer position.
@@ -79,6 +84,7 @@ class Workload:
     prefix: int = 700
     tails: int = 16
     tail_len: int = 120
+    groups: int | None = None
     candidates: int = 5
     topk: int = 5
     decode_rows: int = 16
@@ -184,10 +190,12 @@ def _nbytes_per_chip(tree: Any) -> int:
                for x in jax.tree.leaves(tree))
 
 
-def _score_fn(cfg: DecoderConfig, dtype, prefix_slots: int, answer_read: int, topk: int):
+def _score_fn(cfg: DecoderConfig, dtype, prefix_slots: int, answer_read: int, topk: int, mesh):
     def score_step(graphdef, state, prefix_tokens, prefix_mask, tokens, mask, read, pick_read, pick_token):
-        cache = _dec.init_cache(cfg, 1, prefix_slots, dtype)
-        _, prefix = _dec.forward(graphdef, state, prefix_tokens, prefix_mask, jnp.zeros((1, 1), jnp.int32),
+        groups = prefix_tokens.shape[0]
+        cache = _dec.init_cache(cfg, groups, prefix_slots, dtype)
+        cache = jax.lax.with_sharding_constraint(cache, _sh.cache_sharding(mesh, cache))  # as sharding.new_cache
+        _, prefix = _dec.forward(graphdef, state, prefix_tokens, prefix_mask, jnp.zeros((groups, 1), jnp.int32),
                                  None, cache, None)
         return _prim.read_rows(graphdef, state, tokens, mask, read, pick_read, pick_token, prefix,
                                answer_read=answer_read, topk=topk)
@@ -284,13 +292,18 @@ def aot_compile(hf_config: dict[str, Any], *, topology: str, mesh_shape: dict[st
     cfg = _config(hf_config, layers)
     graphdef, state, param_bytes = _abstract_state(cfg, dt, mesh)
     w = workload
-    rows = -(-w.tails // data) * data
+    groups = data if w.groups is None else int(w.groups)
+    if groups > 1 and groups % data:
+        raise ValueError(f"{groups} prefix groups per step do not split over the data axis ({data}): use 1 or a "
+                         f"multiple of {data}")
+    # One group: its tails split over data (rounded up); several: each group's tails stay on its shard.
+    rows = -(-w.tails // data) * data if groups == 1 else groups * w.tails
     p_len = _prim.bucket_length(w.prefix)
     p_slots = _prim.slot_bucket(p_len)
     t_len = _prim.bucket_length(w.tail_len)
     d_rows = -(-w.decode_rows // data) * data
     d_slots = t_len + w.decode_len
-    prefix_cache = _cache_sds(cfg, 1, p_slots, dt, mesh)
+    prefix_cache = _cache_sds(cfg, groups, p_slots, dt, mesh)
     row_cache = _cache_sds(cfg, d_rows, d_slots, dt, mesh)
     needed = param_bytes + _nbytes_per_chip(prefix_cache) + (_nbytes_per_chip(row_cache) if "decode" in steps else 0)
     if needed > chip.hbm_bytes:
@@ -307,14 +320,15 @@ def aot_compile(hf_config: dict[str, Any], *, topology: str, mesh_shape: dict[st
         rows2 = NamedSharding(mesh, P("data", None))
         i32 = jnp.int32
         if step == "score":
-            args = (gd, st, jax.ShapeDtypeStruct((1, p_len), i32, sharding=rep),
-                    jax.ShapeDtypeStruct((1, p_len), bool, sharding=rep),
+            pre = rep if groups == 1 else rows2
+            args = (gd, st, jax.ShapeDtypeStruct((groups, p_len), i32, sharding=pre),
+                    jax.ShapeDtypeStruct((groups, p_len), bool, sharding=pre),
                     jax.ShapeDtypeStruct((rows, t_len), i32, sharding=rows2),
                     jax.ShapeDtypeStruct((rows, t_len), bool, sharding=rows2),
                     jax.ShapeDtypeStruct((rows, 1), i32, sharding=rows2),
                     jax.ShapeDtypeStruct((rows, w.candidates), i32, sharding=rows2),
                     jax.ShapeDtypeStruct((rows, w.candidates), i32, sharding=rows2))
-            return _compile(_score_fn(c, dt, p_slots, 0, w.topk), args, static=(0,))
+            return _compile(_score_fn(c, dt, p_slots, 0, w.topk, mesh), args, static=(0,))
         args = (gd, st, jax.ShapeDtypeStruct((d_rows, 1), i32, sharding=rows2),
                 _cache_sds(c, d_rows, d_slots, dt, mesh), _cache_sds(c, 1, p_slots, dt, mesh))
         return _compile(_decode_step, args, static=(0,), donate=(3,))
@@ -334,9 +348,9 @@ def aot_compile(hf_config: dict[str, Any], *, topology: str, mesh_shape: dict[st
         cost = _Cost(c1.flops + (n - 1) * (c2.flops - c1.flops),
                      c1.bytes_accessed + (n - 1) * (c2.bytes_accessed - c1.bytes_accessed))
         if step == "score":
-            useful = _flops.score_flops(cfg, w.prefix, w.tails, w.tail_len)
+            useful = groups * _flops.score_flops(cfg, w.prefix, w.tails, w.tail_len)
         else:
             useful = _flops.decode_flops(cfg, w.decode_rows, w.prefix + w.tail_len + w.decode_len - 1)
         reports.append(_report(step, compiled, secs, cost, topology=topology, mesh=mesh, chip=chip, layers=n,
-                               groups=1, useful=useful, dump=dump))
+                               groups=groups if step == "score" else 1, useful=useful, dump=dump))
     return reports
