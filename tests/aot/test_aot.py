@@ -195,9 +195,9 @@ def test_aot_compiles_a_two_layer_judge_for_v5e(tmp_path):
     assert reports["score"]["flops_compiled"] <= 1.15 * reports["score"]["flops_useful"]
 
 
-def test_cost_of_the_scanned_layers_is_extrapolated_from_one_and_two_unrolled():
-    """XLA counts a loop body once; the 1- and 2-layer unrolled programs give the per-layer cost,
-    and 4 layers extrapolated from them equal the 4-layer program compiled unrolled."""
+def test_cost_of_the_scanned_layers_is_extrapolated_from_two_and_three_unrolled():
+    """XLA counts a loop body once; the 2- and 3-layer unrolled programs give the per-layer cost,
+    and 5 layers extrapolated from them equal the 5-layer program compiled unrolled."""
     from jaxjudge.aot import compile as AC
     from jaxjudge.models import sharding as S
 
@@ -213,11 +213,13 @@ def test_cost_of_the_scanned_layers_is_extrapolated_from_one_and_two_unrolled():
         compiled, _ = AC._compile(AC._decode_step, args, static=(0,), donate=(3,))
         return AC._Cost.of(compiled), " while(" in compiled.as_text()
 
-    (scanned, has_loop), (c1, _), (c2, _), (c4, loop4) = (decode_cost(4, False), decode_cost(1, True),
-                                                          decode_cost(2, True), decode_cost(4, True))
-    assert has_loop and not loop4
-    assert scanned.flops < c4.flops  # the loop body counted once
-    assert c1.flops + 3 * (c2.flops - c1.flops) == pytest.approx(c4.flops, rel=1e-6)
-    # Bytes accessed depend on fusion, which the host compiler does not keep identical from layer
-    # to layer (measured: 3.21 MB extrapolated for 2.89 MB compiled, +11%).
-    assert c1.bytes_accessed + 3 * (c2.bytes_accessed - c1.bytes_accessed) == pytest.approx(c4.bytes_accessed, rel=0.15)
+    (scanned, has_loop), (c2, _), (c3, _), (c5, loop5) = (decode_cost(5, False), decode_cost(2, True),
+                                                          decode_cost(3, True), decode_cost(5, True))
+    assert has_loop and not loop5
+    assert scanned.flops < c5.flops  # the loop body counted once
+    assert c2.flops + 3 * (c3.flops - c2.flops) == pytest.approx(c5.flops, rel=1e-6)
+    # Bytes accessed depend on fusion. From the second layer on each layer adds the same bytes
+    # (measured on the host: 620,144 from 2 to 3, 3 to 4 and 4 to 5 layers); the first layer's
+    # program fuses differently (880,240 from 1 to 2), which is why the slope starts at 2.
+    assert c2.bytes_accessed + 3 * (c3.bytes_accessed - c2.bytes_accessed) == pytest.approx(c5.bytes_accessed,
+                                                                                           rel=0.02)
