@@ -17,6 +17,7 @@ import numpy as np
 
 from jaxjudge.engine import calls
 from jaxjudge.engine.plan import CandidatePlan, Chunk
+from jaxjudge.engine.primitives import RowReads
 from jaxjudge.engine.runner import Call, Group, Progress, batches, left_slots, pad_rows, prefix_groups
 from jaxjudge.engine.tokens import Tokenised
 from jaxjudge.models.decoder import KVCache, pad_batch
@@ -56,9 +57,11 @@ class ChunkReader:
         self.generate_tokens = generate_tokens
         self.groups_per_call = groups_per_call
 
-    def read(self, tails: Sequence[Sequence[int]], prefix: KVCache | None, rows: int, length: int,
-             nll_slots: Sequence[tuple[int, int]] | None = None) -> dict[str, np.ndarray]:
-        """Reads examples whose own tokens are ``tails`` (after the prefix, if any).
+    def dispatch(self, tails: Sequence[Sequence[int]], prefix: KVCache | None, rows: int, length: int,
+                 nll_slots: Sequence[tuple[int, int]] | None = None) -> tuple[RowReads, int, int]:
+        """Starts the call that reads examples whose own tokens are ``tails`` (after the prefix,
+        if any) and returns without waiting for it: ``(device outputs, n examples, variants)``
+        for `collect`.
 
         Args:
             tails: ``[n]`` token lists (each non-empty), the examples of one call.
@@ -67,8 +70,6 @@ class ChunkReader:
             nll_slots: with the NLL on, ``[n]`` ranges ``[lo, hi)`` of tail positions whose
                 next token's NLL is summed (position k predicts tail token k + 1).
 
-        Returns:
-            Per-example arrays (see `run_chunk`), n rows.
         """
         cp = self.cplan
         n_var, r, t = cp.n_variants, cp.n_reads, length
@@ -98,7 +99,13 @@ class ChunkReader:
         out = calls.read_rows(self.judge, tokens, mask, read_br, np.asarray(pad_rows(picks_r, b), np.int32),
                                    np.asarray(pad_rows(picks_t, b), np.int32), answer_read=cp.n_ext, topk=self.topk,
                                    prefix=prefix, nll_use_bt=nll_use, generate_tokens=self.generate_tokens)
-        picked = to_host(out.picked_bm)[:n].reshape(len(tails), n_var, -1)
+        return out, len(tails), n_var
+
+    def collect(self, started: tuple[RowReads, int, int]) -> dict[str, np.ndarray]:
+        """Waits for a `dispatch`ed call: its per-example arrays (see `run_chunk`), n rows."""
+        out, n_tails, n_var = started
+        n = n_tails * n_var
+        picked = to_host(out.picked_bm)[:n].reshape(n_tails, n_var, -1)
         res = self._per_example(picked, *(to_host(x)[:n][::n_var] for x in (
             out.log_normaliser_b, out.greedy_b, out.topk_logprobs_bk, out.topk_ids_bk)))
         if out.nll_b is not None:
@@ -160,6 +167,14 @@ class ChunkReader:
         groups = prefix_groups(tk.ids, chunk.pieces, prefix_cache=self.prefix_cache,
                                min_prefix_tokens=self.min_prefix_tokens)
         extra = self.cplan.n_ext + max(len(p) for p in self.cplan.paths)
+        pending = None
+
+        def finish(call: Call, rows: list[tuple[Group, int]], started: tuple[RowReads, int, int]) -> None:
+            out = self.collect(started)
+            for j, (_, i) in enumerate(rows):
+                results.setdefault(i, {k: v[j] for k, v in out.items()})  # a padding copy comes later
+            progress.update(len(call.members), sum(len(tk.ids[i]) for i in call.members))
+
         for call in batches(groups, functools.partial(calls.prefill_prefixes, self.judge), batch_size=self.batch_size,
                             max_batch_tokens=self.max_batch_tokens, extra_tokens=extra,
                             rows_per_example=self.cplan.n_variants, groups_per_call=self.groups_per_call):
@@ -167,15 +182,19 @@ class ChunkReader:
                 prefix_nll.update(self._prefix_nll(call, tk))
             if len(call.groups) == 1:
                 rows = [(call.group, i) for i in call.members]
-                out = self.read(call.tails, call.prefix, call.batch.rows, call.batch.length,
-                                self._tail_slots(rows) if nll else None)
+                started = self.dispatch(call.tails, call.prefix, call.batch.rows, call.batch.length,
+                                        self._tail_slots(rows) if nll else None)
             else:  # every group's part padded to the same rows, group after group
                 rows = call.padded_members()
-                out = self.read([g.tails[i] for g, i in rows], call.prefix, len(rows), call.batch.length,
-                                self._tail_slots(rows) if nll else None)
-            for j, (_, i) in enumerate(rows):
-                results.setdefault(i, {k: v[j] for k, v in out.items()})  # a padding copy comes later
-            progress.update(len(call.members), sum(len(tk.ids[i]) for i in call.members))
+                started = self.dispatch([g.tails[i] for g, i in rows], call.prefix, len(rows), call.batch.length,
+                                        self._tail_slots(rows) if nll else None)
+            # The next call is on its way before this one's outputs are read back: the host
+            # prepares and reduces one batch while the device computes the other.
+            if pending is not None:
+                finish(*pending)
+            pending = (call, rows, started)
+        if pending is not None:
+            finish(*pending)
 
         members = chunk.members
         arrays = {k: np.stack([results[int(i)][k] for i in members]) for k in results[int(members[0])]}
