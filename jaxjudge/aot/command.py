@@ -86,12 +86,13 @@ def _gib(n: float) -> str:
 
 def format_table(reports: list[Any]) -> str:
     """The reports as a fixed-width table (per chip unless the column says otherwise)."""
-    head = ("step", "fits", "HBM GiB", "of", "temp GiB", "all-red", "red-sc", "all-gath", "coll MB",
+    head = ("step", "fits", "HBM GiB", "of", "temp GiB", "copies GB", "all-red", "red-sc", "all-gath", "coll MB",
             "useful TF", "compiled/useful", "roofline ms", "MFU", "compile s")
     rows = [head]
     for r in reports:
         rows.append((
             r.step, "yes" if r.fits else "NO", _gib(r.hbm_per_chip), _gib(r.hbm_capacity), _gib(r.bytes["temp"]),
+            f"{r.hbm_copy_bytes / 1e9:.3f}",
             str(r.collectives["all-reduce"]), str(r.collectives["reduce-scatter"]), str(r.collectives["all-gather"]),
             f"{sum(r.collective_bytes.values()) / 1e6:.1f}", f"{r.flops_useful / 1e12:.3f}",
             f"{r.flops_compiled / r.flops_useful:.3f}" if r.flops_useful else "-",
@@ -126,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"jaxjudge aot: {e}", file=sys.stderr)
         return 2
     print(f"{args.judge} on {args.topology}, mesh data={mesh['data']} x model={mesh['model']}, {args.dtype}, "
-          f"{reports[0].layers} layers; {reports[0].groups if reports[0].step == 'score' else 1} prefix group(s) of "
+          f"{reports[0].layers} layers; {args.groups or mesh['data']} prefix group(s) of "
           f"{args.prefix} tokens, each with {args.tails} tails x {args.tail_len}; decode "
           f"{args.decode_rows} rows at token {args.decode_len}")
     print(format_table(reports))

@@ -93,7 +93,12 @@ class Workload:
 
 @dataclasses.dataclass
 class StepReport:
-    """What the compiled program of one step says (bytes and flops per chip unless named)."""
+    """What the compiled program of one step says (bytes and flops per chip unless named).
+
+    ``hbm_copy_bytes`` is read from the full-depth program's HLO (`jaxjudge.aot.hlo.hbm_copy_bytes`):
+    what its copy instructions write to HBM per run, layout changes XLA inserted (each also read
+    back); it is inside ``bytes_accessed``, not added to it.
+    """
 
     step: str
     topology: str
@@ -120,6 +125,7 @@ class StepReport:
     hbm_bound_seconds: float
     mfu_modelled: float
     compile_seconds: float
+    hbm_copy_bytes: int = 0
     note: str = ("compiled program and cost model, not a measurement: flops_compiled and bytes_accessed are "
                  "XLA:TPU's cost analysis (a Pallas kernel's work counts only as its own cost estimate "
                  "states); roofline_seconds = max(compute, HBM) + collectives at the published ICI bandwidth")
@@ -255,7 +261,7 @@ def _report(step: str, compiled, seconds: float, cost: _Cost, *, topology: str, 
         hbm_seconds=hbm_s, ici_seconds=ici_s, roofline_seconds=roof,
         hbm_bound_seconds=nbytes["argument"] / chip.hbm_bandwidth,
         mfu_modelled=float(useful) / (chips * chip.peak_flops * roof) if roof > 0 else 0.0,
-        compile_seconds=seconds)
+        compile_seconds=seconds, hbm_copy_bytes=_hlo.hbm_copy_bytes(text, loop_trips=layers))
 
 
 def aot_compile(hf_config: dict[str, Any], *, topology: str, mesh_shape: dict[str, int], dtype: Any = "bfloat16",

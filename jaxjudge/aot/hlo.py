@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-__all__ = ["COLLECTIVE_KINDS", "Collective", "collectives", "count_by_kind", "bytes_by_kind"]
+__all__ = ["COLLECTIVE_KINDS", "Collective", "collectives", "count_by_kind", "bytes_by_kind", "hbm_copy_bytes"]
 
 COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
@@ -91,3 +91,50 @@ def count_by_kind(found: list[Collective]) -> dict[str, int]:
 def bytes_by_kind(found: list[Collective]) -> dict[str, int]:
     """Result bytes per chip per kind, over every run of each collective."""
     return {k: sum(c.bytes * c.times for c in found if c.kind == k) for k in COLLECTIVE_KINDS}
+
+
+_CALLED = re.compile(r"(?:calls|body|condition|to_apply)=%?([\w.\-]+)")
+_COPY = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(?P<type>\(.*?\)|\w+\[[^\]]*\](?:\{[^}]*\})?)\s+"
+                   r"(?P<kind>copy|copy-start)\(")
+_MEMORY_SPACE = re.compile(r"S\((\d+)\)")
+
+
+def hbm_copy_bytes(hlo_text: str, loop_trips: int = 1) -> int:
+    """Bytes per chip that the program's copy instructions write to HBM in one run.
+
+    XLA inserts a copy where an operand's layout is not the one its consumer wants (for example
+    one layer's weights sliced from the scanned stack and laid out again for the TPU's dot); each
+    such copy writes its result to HBM and is read back once. A copy (or an async
+    ``copy-start``, whose destination is its result tuple's first element) into another memory
+    space (``S(1)`` and up: the chip's own memories, where XLA prefetches operands) is not
+    counted. A copy inside the body of a while loop, or inside a computation it calls (fusions),
+    counts ``loop_trips`` times.
+    """
+    calls: dict[str | None, set[str]] = {}
+    found: list[tuple[str | None, int]] = []
+    current = None
+    for line in hlo_text.splitlines():
+        head = _COMPUTATION.match(line)
+        if head and not line.startswith(" "):
+            current = head.group("name")
+            continue
+        calls.setdefault(current, set()).update(_CALLED.findall(line))
+        m = _COPY.match(line)
+        if not m:
+            continue
+        dest = m.group("type")
+        if m.group("kind") == "copy-start":  # (destination, source, context)
+            first = re.match(r"\(\s*(\w+\[[^\]]*\](?:\{[^}]*\})?)", dest)
+            dest = first.group(1) if first else ""
+        space = _MEMORY_SPACE.search(dest)
+        if space and int(space.group(1)) != 0:
+            continue
+        found.append((current, _shape_bytes(dest)))
+    in_loop: set[str] = set()
+    todo = [m.group("body") for m in _WHILE_BODY.finditer(hlo_text)]
+    while todo:
+        name = todo.pop()
+        if name not in in_loop:
+            in_loop.add(name)
+            todo.extend(calls.get(name, ()))
+    return sum(nbytes * (loop_trips if comp in in_loop else 1) for comp, nbytes in found)

@@ -72,6 +72,43 @@ def test_collectives_counted_once_with_their_result_bytes():
     assert nbytes["reduce-scatter"] == 2 * 10 * 4
 
 
+# The shapes of a TPU decode program's copies (copied from one, names shortened): a weight slice
+# laid out again inside a fusion the loop body calls, a copy in the body itself, a prefetch into
+# the chip's own memory (S(1)), an eviction back to HBM, and a copy in the entry computation.
+COPIES = """HloModule copies
+
+%fused_slice (param_0: bf16[1,4096,8,128]) -> bf16[4096,8,128] {
+  %param_0 = bf16[1,4096,8,128]{3,2,1,0:T(8,128)(2,1)S(1)} parameter(0)
+  %copy.98 = bf16[1,4096,8,128]{3,1,2,0:T(8,128)(2,1)} copy(%param_0)
+  ROOT %bitcast.1 = bf16[4096,8,128]{2,0,1:T(8,128)(2,1)} bitcast(%copy.98)
+}
+
+%body (p: (s32[], bf16[8,2,4,128])) -> (s32[], bf16[8,2,4,128]) {
+  %p = (s32[], bf16[8,2,4,128]) parameter(0)
+  %fusion.3 = bf16[4096,8,128]{2,0,1:T(8,128)(2,1)} fusion(%x), kind=kLoop, calls=%fused_slice
+  %copy.7 = bf16[8,2,4,128]{3,0,2,1:T(8,128)(2,1)} copy(%y)
+  %copy.8 = bf16[8,2,4,64]{3,2,1,0:T(4,128)(2,1)S(1)} copy(%z)
+  %copy-start.2 = (f32[16]{0:T(128)}, f32[16]{0:T(128)S(1)}, u32[]{:S(2)}) copy-start(%w)
+  ROOT %t = (s32[], bf16[8,2,4,128]) tuple(%i, %copy.7)
+}
+
+ENTRY %main (a: bf16[1024,2,128]) -> bf16[1024,2,128] {
+  %a = bf16[1024,2,128]{2,1,0} parameter(0)
+  %copy-start = (bf16[1024,2,128]{2,1,0:T(8,128)(2,1)S(1)}, bf16[1024,2,128]{2,1,0}, u32[]{:S(2)}) copy-start(%a)
+  %copy.1 = bf16[1024,2,128]{1,2,0:T(8,128)(2,1)} copy(%a)
+  %w = (s32[], bf16[8,2,4,128]) while(%init), condition=%cond, body=%body
+  ROOT %r = bf16[1024,2,128]{2,1,0} copy-done(%copy-start)
+}
+"""
+
+
+def test_copies_written_to_hbm_count_once_per_loop_trip():
+    per_trip = 4096 * 8 * 128 * 2 + 8 * 2 * 4 * 128 * 2 + 16 * 4  # fused slice, body copy, eviction
+    entry = 1024 * 2 * 128 * 2  # the relayout; the prefetch into S(1) is not HBM
+    assert hlo.hbm_copy_bytes(COPIES, loop_trips=32) == 32 * per_trip + entry
+    assert hlo.hbm_copy_bytes(COPIES) == per_trip + entry
+
+
 @pytest.mark.parametrize("text, chips, want", [
     (None, 8, {"data": 1, "model": 8}),
     ("data=2,model=4", 8, {"data": 2, "model": 4}),
