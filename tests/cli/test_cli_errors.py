@@ -62,7 +62,7 @@ def test_engine_options_are_the_engines_own():
 
     allowed = engine_options()
     assert set(allowed) == {"batch_size", "chunk_size", "topk", "overflow", "prefix_cache", "context_length",
-                            "max_batch_tokens", "min_prefix_tokens"}
+                            "max_batch_tokens", "min_prefix_tokens", "groups_per_call"}
     assert set(allowed) == set(EngineOptions.names()) - {"mesh"}
     assert allowed["batch_size"] == EngineOptions().batch_size == 16 and allowed["context_length"] is None
 
@@ -82,6 +82,9 @@ def test_unknown_or_bad_engine_option_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match=r"engine\.min_prefix_tokens: must be >= 0"):
         _cfg(tmp_path, engine={"min_prefix_tokens": -1})
     assert dict(_cfg(tmp_path, engine={"min_prefix_tokens": 0}).engine) == {"min_prefix_tokens": 0}
+    with pytest.raises(ConfigError, match=r"engine\.groups_per_call: must be >= 1"):
+        _cfg(tmp_path, engine={"groups_per_call": 0})
+    assert dict(_cfg(tmp_path, engine={"groups_per_call": 2}).engine) == {"groups_per_call": 2}
     assert dict(_cfg(tmp_path, engine={"context_length": 400, "batch_size": 4}).engine) == {
         "context_length": 400, "batch_size": 4}
 
