@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterator
 
 __all__ = ["COLLECTIVE_KINDS", "Collective", "collectives", "count_by_kind", "bytes_by_kind", "hbm_copy_bytes"]
 
@@ -54,6 +55,17 @@ _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?(?P<name>[\w.\-]+)\s+\(.*\{\s*$")
 _WHILE_BODY = re.compile(r"\swhile\(.*?body=%?(?P<body>[\w.\-]+)")
 
 
+def _instruction_lines(hlo_text: str) -> Iterator[tuple[str | None, str]]:
+    """(name of the computation it belongs to, line) for every line below a computation's header."""
+    current = None
+    for line in hlo_text.splitlines():
+        head = _COMPUTATION.match(line)
+        if head and not line.startswith(" "):
+            current = head.group("name")
+            continue
+        yield current, line
+
+
 def collectives(hlo_text: str, loop_trips: int = 1) -> list[Collective]:
     """Every collective of an HLO module (an async ``-start``/``-done`` pair counted once).
 
@@ -63,12 +75,7 @@ def collectives(hlo_text: str, loop_trips: int = 1) -> list[Collective]:
     """
     bodies = {m.group("body") for m in _WHILE_BODY.finditer(hlo_text)}
     out = []
-    current = None
-    for line in hlo_text.splitlines():
-        head = _COMPUTATION.match(line)
-        if head and not line.startswith(" "):
-            current = head.group("name")
-            continue
+    for current, line in _instruction_lines(hlo_text):
         m = _INSTR.match(line)
         if not m:
             continue
@@ -112,12 +119,7 @@ def hbm_copy_bytes(hlo_text: str, loop_trips: int = 1) -> int:
     """
     calls: dict[str | None, set[str]] = {}
     found: list[tuple[str | None, int]] = []
-    current = None
-    for line in hlo_text.splitlines():
-        head = _COMPUTATION.match(line)
-        if head and not line.startswith(" "):
-            current = head.group("name")
-            continue
+    for current, line in _instruction_lines(hlo_text):
         calls.setdefault(current, set()).update(_CALLED.findall(line))
         m = _COPY.match(line)
         if not m:
