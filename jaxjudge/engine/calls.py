@@ -55,19 +55,14 @@ def prefill_prefixes(judge: Judge, prefixes: Sequence[Sequence[int]]) -> KVCache
 
     The tokens are right-padded to the longest prefix's `bucket_length` (the prefill's compute)
     inside a cache of `slot_bucket` slots (what later calls attend to), so few shapes compile.
-    One prefix is replicated over the judge's mesh; P prefixes are split over its ``data`` axis
-    when it divides P (each data shard prefills and keeps only its own groups' prefixes), else
-    replicated. The result is the ``prefix`` of `read_rows` and ``judge.extend``: row b of
+    The P prefixes are split over the judge's ``data`` axis when it divides P (each data shard
+    prefills and keeps only its own groups' prefixes), else replicated (`Judge.put_rows`). The result is the ``prefix`` of `read_rows` and ``judge.extend``: row b of
     a B-row call continues prefix b // (B / P).
     """
     tokens, mask = _right_padded(judge, prefixes)
     p = tokens.shape[0]
     cache = sharding.new_cache(judge.config, p, slot_bucket(tokens.shape[1]), judge.dtype, judge.mesh)
-    read = np.zeros((p, 1), np.int32)
-    if p == 1:
-        tokens, mask, read = judge.put_replicated((tokens, mask, read))
-    else:
-        tokens, mask, read = (judge.put_rows(x) for x in (tokens, mask, read))
+    tokens, mask, read = (judge.put_rows(x) for x in (tokens, mask, np.zeros((p, 1), np.int32)))
     _, cache = _dec.forward(judge.graphdef, judge.state, tokens, mask, read, None, cache, None)
     return cache
 
