@@ -58,10 +58,10 @@ class ChunkReader:
         self.groups_per_call = groups_per_call
 
     def dispatch(self, tails: Sequence[Sequence[int]], prefix: KVCache | None, rows: int, length: int,
-                 nll_slots: Sequence[tuple[int, int]] | None = None) -> tuple[RowReads, int, int]:
+                 nll_slots: Sequence[tuple[int, int]] | None = None) -> tuple[RowReads, int]:
         """Starts the call that reads examples whose own tokens are ``tails`` (after the prefix,
-        if any) and returns without waiting for it: ``(device outputs, n examples, variants)``
-        for `collect`.
+        if any) and returns without waiting for it: ``(device outputs, n examples)`` for
+        `collect`.
 
         Args:
             tails: ``[n]`` token lists (each non-empty), the examples of one call.
@@ -99,11 +99,12 @@ class ChunkReader:
         out = calls.read_rows(self.judge, tokens, mask, read_br, np.asarray(pad_rows(picks_r, b), np.int32),
                                    np.asarray(pad_rows(picks_t, b), np.int32), answer_read=cp.n_ext, topk=self.topk,
                                    prefix=prefix, nll_use_bt=nll_use, generate_tokens=self.generate_tokens)
-        return out, len(tails), n_var
+        return out, len(tails)
 
-    def collect(self, started: tuple[RowReads, int, int]) -> dict[str, np.ndarray]:
+    def collect(self, started: tuple[RowReads, int]) -> dict[str, np.ndarray]:
         """Waits for a `dispatch`ed call: its per-example arrays (see `run_chunk`), n rows."""
-        out, n_tails, n_var = started
+        out, n_tails = started
+        n_var = self.cplan.n_variants
         n = n_tails * n_var
         picked = to_host(out.picked_bm)[:n].reshape(n_tails, n_var, -1)
         res = self._per_example(picked, *(to_host(x)[:n][::n_var] for x in (
@@ -169,7 +170,7 @@ class ChunkReader:
         extra = self.cplan.n_ext + max(len(p) for p in self.cplan.paths)
         pending = None
 
-        def finish(call: Call, rows: list[tuple[Group, int]], started: tuple[RowReads, int, int]) -> None:
+        def finish(call: Call, rows: list[tuple[Group, int]], started: tuple[RowReads, int]) -> None:
             out = self.collect(started)
             for j, (_, i) in enumerate(rows):
                 results.setdefault(i, {k: v[j] for k, v in out.items()})  # a padding copy comes later
