@@ -22,6 +22,7 @@ never gathered on one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -109,23 +110,49 @@ def memo_file_sha256(path: str | os.PathLike[str], memo_dir: str | os.PathLike[s
     stat = path.stat()
     stamp = [stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns]
     memo_path = None if memo_dir is None else Path(memo_dir) / _HASH_MEMO
-    memo: dict[str, Any] = {}
-    if memo_path is not None and memo_path.is_file():
-        try:
-            memo = json.loads(memo_path.read_text())
-        except (OSError, ValueError):
-            memo = {}  # a damaged memo only costs a re-hash
-        hit = memo.get(str(path))
-        if not verify and isinstance(hit, dict) and hit.get("stamp") == stamp and isinstance(hit.get("sha256"), str):
+    if memo_path is not None and not verify:
+        hit = _read_memo(memo_path).get(str(path))
+        if isinstance(hit, dict) and hit.get("stamp") == stamp and isinstance(hit.get("sha256"), str):
             return hit["sha256"]
     digest = file_sha256(path, block_size=1 << 22, fresh=verify)
     if memo_path is not None:
-        memo[str(path)] = {"stamp": stamp, "sha256": digest}
         memo_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo_path.with_name(f".{_HASH_MEMO}.{uuid.uuid4().hex}")
-        tmp.write_text(json.dumps(memo))
-        os.replace(tmp, memo_path)
+        # Read the memo again and merge under a lock: other processes (the hosts of one run
+        # sharing a cache folder) write theirs while this file was hashed, and a memo read
+        # before the hash would drop their entries.
+        with _locked(memo_path.with_name(f".{_HASH_MEMO}.lock")):
+            memo = _read_memo(memo_path)
+            memo[str(path)] = {"stamp": stamp, "sha256": digest}
+            tmp = memo_path.with_name(f".{_HASH_MEMO}.{uuid.uuid4().hex}")
+            tmp.write_text(json.dumps(memo))
+            os.replace(tmp, memo_path)
     return digest
+
+
+def _read_memo(memo_path: Path) -> dict[str, Any]:
+    try:
+        memo = json.loads(memo_path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError):
+        return {}  # a damaged memo only costs a re-hash
+    return memo if isinstance(memo, dict) else {}
+
+
+@contextlib.contextmanager
+def _locked(lock_path: Path):
+    """An exclusive advisory lock on ``lock_path`` (none where ``fcntl`` is missing)."""
+    try:
+        import fcntl  # noqa: PLC0415
+    except ImportError:  # not POSIX: the memo may lose an entry, which costs a re-hash
+        yield
+        return
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def source_sha256(source: str | os.PathLike[str], memo_dir: str | os.PathLike[str] | None = None, *,

@@ -391,6 +391,35 @@ def test_verify_bypasses_the_memo(tmp_path):
     assert jc.memo_file_sha256(f, memo) == real  # and refreshes
 
 
+def test_memo_keeps_an_entry_written_while_another_file_was_hashed(tmp_path, monkeypatch):
+    # Two hosts share a cache folder: one writes its memo entry while the other is still hashing.
+    # The later writer must merge, not overwrite with the memo it read before hashing.
+    a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    a.write_bytes(b"GGUF" + bytes(range(60)))
+    b.write_bytes(b"GGUF" + bytes(range(70)))
+    memo = tmp_path / "memo"
+    memo.mkdir()
+    (memo / "sha256-memo.json").write_text("{}")
+    plain = jc.file_sha256
+    calls = []
+
+    def hash_with_another_writer(path, *args, **kwargs):
+        calls.append(Path(path).name)
+        if Path(path).name == "a.gguf":  # meanwhile, another process memoises b
+            jc.memo_file_sha256(b, memo)
+        return plain(path, *args, **kwargs)
+
+    monkeypatch.setattr(jc, "file_sha256", hash_with_another_writer)
+    jc.memo_file_sha256(a, memo)
+    record = json.loads((memo / "sha256-memo.json").read_text())
+    assert sorted(Path(k).name for k in record) == ["a.gguf", "b.gguf"]
+    assert record[str(b.resolve())]["sha256"] == hashlib.sha256(b.read_bytes()).hexdigest()
+    calls.clear()
+    assert jc.memo_file_sha256(a, memo) == hashlib.sha256(a.read_bytes()).hexdigest()
+    assert jc.memo_file_sha256(b, memo) == hashlib.sha256(b.read_bytes()).hexdigest()
+    assert calls == []  # both answered from the memo
+
+
 def test_load_refuses_a_source_with_another_sha256_before_reading_weights(tmp_path, monkeypatch):
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF" + bytes(range(50)))
