@@ -187,7 +187,9 @@ def _abstract_state(cfg: DecoderConfig, dtype: jnp.dtype, mesh, unroll: bool = F
 
 
 def _cache_sds(cfg: DecoderConfig, batch: int, slots: int, dtype: jnp.dtype, mesh) -> _dec.KVCache:
-    cache = jax.eval_shape(lambda: _dec.init_cache(cfg, batch, slots, dtype))
+    # A cache the step reads (a row cache being decoded into, a prefix): not the fresh one
+    # init_cache describes, whose slots a forward would skip.
+    cache = dataclasses.replace(jax.eval_shape(lambda: _dec.init_cache(cfg, batch, slots, dtype)), empty=False)
     return _sds(cache, _sh.cache_sharding(mesh, cache))
 
 

@@ -249,7 +249,9 @@ class Decoder(nnx.Module):
             if b % prefix.batch_size:
                 raise ValueError(f"{b} rows cannot be split evenly among {prefix.batch_size} prefixes")
             xs["prefix_k"], xs["prefix_v"] = prefix.k, prefix.v
-        if cache is not None:
+        # A cache known to be empty is written, not read: no block of its slots to attend to.
+        read_cache = cache is not None and not cache.empty
+        if read_cache:
             xs["past_k"], xs["past_v"] = cache.k, cache.v
         layer_def = nnx.graphdef(self.layers)
 
@@ -261,7 +263,7 @@ class Decoder(nnx.Module):
             pre = past = None
             if prefix is not None:
                 pre = KeyBlock(xs_l["prefix_k"], xs_l["prefix_v"], prefix.valid, prefix.positions, shared=True)
-            if cache is not None:
+            if read_cache:
                 past = KeyBlock(xs_l["past_k"], xs_l["past_v"], cache.valid, cache.positions)
             cos_bth, sin_bth = cos_rbth[xs_l["rope"]], sin_rbth[xs_l["rope"]]
             x_btd, k_btkh, v_btkh = layer(x_btd, cos_bth, sin_bth, positions_bt, mask_bt, pre, past,

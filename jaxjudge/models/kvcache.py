@@ -31,6 +31,10 @@ class KVCache:
         positions: rotary position of each slot [B, S] int32.
         valid: whether a slot holds a real (non-padding) token [B, S] bool.
         length: number of slots written so far, shared by all rows [] int32.
+        empty: known to hold nothing (static): a cache fresh from :func:`init_cache`, which a
+            forward writes into without attending to its slots (a prefill computes no scores
+            against empty slots, and takes the attention kernel that serves a causal block).
+            Any cache a forward returns has ``empty=False``.
     """
 
     k: jax.Array
@@ -38,6 +42,7 @@ class KVCache:
     positions: jax.Array
     valid: jax.Array
     length: jax.Array
+    empty: bool = flax.struct.field(pytree_node=False, default=False)
 
     @property
     def batch_size(self) -> int:
@@ -58,7 +63,7 @@ def init_cache(cfg: DecoderConfig, batch: int, max_length: int, dtype: Any = jnp
         dtype: storage dtype of keys and values (the compute dtype of the model).
 
     Returns:
-        A KVCache with ``length == 0`` and no valid slot.
+        A KVCache with ``length == 0``, no valid slot and ``empty=True``.
     """
     shape = (cfg.num_hidden_layers, batch, max_length, cfg.num_key_value_heads, cfg.head_dim)
     return KVCache(
@@ -67,6 +72,7 @@ def init_cache(cfg: DecoderConfig, batch: int, max_length: int, dtype: Any = jnp
         positions=jnp.zeros((batch, max_length), jnp.int32),
         valid=jnp.zeros((batch, max_length), bool),
         length=jnp.zeros((), jnp.int32),
+        empty=True,
     )
 
 

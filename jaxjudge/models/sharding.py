@@ -301,4 +301,5 @@ def cache_sharding(mesh: Mesh, cache: KVCache, rules: Mapping[str, str | None] =
                                           tuple(cache.k.shape), mesh, rules))
     row = NamedSharding(mesh, logical_spec(("batch", "cache_slots"), tuple(cache.valid.shape),
                                            mesh, rules))
-    return KVCache(k=kv, v=kv, positions=row, valid=row, length=NamedSharding(mesh, PartitionSpec()))
+    return KVCache(k=kv, v=kv, positions=row, valid=row, length=NamedSharding(mesh, PartitionSpec()),
+                   empty=cache.empty)

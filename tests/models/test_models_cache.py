@@ -236,6 +236,34 @@ def test_bfloat16_prefix_matches_bfloat16_forward():
     assert (np.asarray(logits)[0].argmax(-1) == ref.argmax(-1)).all()
 
 
+def test_a_fresh_cache_is_written_not_read(judge):
+    """A cache from init_cache is known to be empty: a forward writes into it without attending
+    to its slots (fewer flops), with the logits and cache of attending to its invalid slots."""
+    import dataclasses  # noqa: PLC0415
+
+    rng = np.random.default_rng(8)
+    tokens, mask = D.pad_batch([rng.integers(0, 37, n).tolist() for n in (7, 4)], side="right", length=8)
+    read = np.tile(np.arange(8), (2, 1))
+    cfg = judge.config
+    fresh = D.init_cache(cfg, 2, 32)
+    assert fresh.empty
+    args = (judge.graphdef, judge.state, tokens, mask, read, None)
+    flops = {}
+    for empty in (True, False):
+        cache = dataclasses.replace(D.init_cache(cfg, 2, 32), empty=empty)
+        compiled = D.forward.lower(*args, cache, None).compile()
+        cost = compiled.cost_analysis()
+        flops[empty] = (cost[0] if isinstance(cost, (list, tuple)) else cost)["flops"]
+    assert flops[True] < flops[False]  # no scores against the 32 empty slots
+    a_logits, a_cache = D.forward(*args, fresh, None)
+    b_logits, b_cache = D.forward(*args, dataclasses.replace(D.init_cache(cfg, 2, 32), empty=False), None)
+    assert not a_cache.empty and not b_cache.empty  # written: read by the next call
+    np.testing.assert_allclose(np.asarray(a_logits)[mask], np.asarray(b_logits)[mask], atol=1e-6, rtol=0)
+    for x, y in zip(jax.tree.leaves(a_cache), jax.tree.leaves(b_cache)):
+        np.testing.assert_allclose(np.asarray(x)[..., :8, :, :] if x.ndim == 5 else np.asarray(x),
+                                   np.asarray(y)[..., :8, :, :] if y.ndim == 5 else np.asarray(y), atol=1e-6)
+
+
 def test_argument_errors():
     judge = make_judge(CONFIGS["qwen2_window"])
     _, two_rows = judge.prefill(np.zeros((2, 3), np.int32))
