@@ -187,7 +187,7 @@ def test_the_length_check_can_fail(tmp_path):
 # decoding) is the engine's.
 MODELS_BY_JOB: dict[str, set[str]] = {
     "network": {"attention", "config", "config_reader", "decoder", "decoder_config", "kvcache", "layers",
-                "sharding"},
+                "sharding", "splash"},
     "checkpoints": {"cache", "convert", "gguf", "gguf_config", "hf", "loading", "slices", "vision_language"},
     "text": {"tokenizer"},
     "front": {"__init__", "judge"},

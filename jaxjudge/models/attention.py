@@ -15,6 +15,7 @@ garbage that is never read. Shape letters are those of :mod:`jaxjudge.models.dec
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import flax.struct
@@ -208,6 +209,9 @@ class Attention(nnx.Module):
         self.scaling = scalar ** -0.5
         self.softcap = cfg.attn_logit_softcapping
         self.dtype = dtype
+        # None: XLA's dense masked attention; a `jaxjudge.models.splash.SplashKernel`: the Pallas
+        # splash kernel for the blocks it serves (see `jaxjudge.models.splash.use_kernel`).
+        self.kernel = None
 
     def __call__(self, x_btd: jax.Array, cos_bth: jax.Array, sin_bth: jax.Array,
                  positions_bt: jax.Array, mask_bt: jax.Array, prefix: KeyBlock | None = None,
@@ -239,6 +243,11 @@ class Attention(nnx.Module):
         v_btkh = self.v_proj(x_btd)
         own = KeyBlock(k_btkh, v_btkh, mask_bt, positions_bt, causal=True)
         blocks = [blk for blk in (prefix, past) if blk is not None] + [own]
-        out_btnh = segmented_attention(q_btnh, blocks, positions_bt, scaling=self.scaling,
-                                       window=window, cap=self.softcap, dtype=self.dtype)
+        attend = segmented_attention
+        if self.kernel is not None:
+            from jaxjudge.models import splash  # noqa: PLC0415  (it imports this module)
+            if splash.supported(blocks, window):
+                attend = functools.partial(splash.splash_attention, spec=self.kernel)
+        out_btnh = attend(q_btnh, blocks, positions_bt, scaling=self.scaling, window=window, cap=self.softcap,
+                          dtype=self.dtype)
         return self.o_proj(out_btnh), k_btkh, v_btkh

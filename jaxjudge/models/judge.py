@@ -27,6 +27,7 @@ from flax import nnx
 
 from jaxjudge.models import decoder as _dec
 from jaxjudge.models import sharding
+from jaxjudge.models import splash
 from jaxjudge.models.config import DecoderConfig, config_from_hf
 from jaxjudge.models.convert import build_model
 from jaxjudge.models.decoder import KVCache
@@ -62,6 +63,7 @@ class Judge:
         graphdef, state: ``nnx.split(model)``; the jitted functions take these.
         dtype: compute dtype.
         mesh: the mesh after :meth:`shard`, else None.
+        attention: ``"xla"`` or ``"splash"`` (:meth:`use_attention`).
     """
 
     def __init__(
@@ -83,6 +85,8 @@ class Judge:
         self.source = source
         self.sha256 = sha256
         self.mesh = None
+        self.attention = "xla"
+        self._interpret = False
         tokens = dict(special_tokens or {})
         if tokenizer is not None:
             if "bos_token" not in tokens and config.bos_token_id is not None:
@@ -146,6 +150,26 @@ class Judge:
         """Places the parameters on ``mesh`` by the logical-axis rules (in place; returns self)."""
         self.state = sharding.shard_state(self.state, mesh, rules or sharding.LOGICAL_AXIS_RULES)
         self.mesh = mesh
+        if self.attention == "splash":  # the kernel runs under shard_map over this mesh
+            self.use_attention("splash", interpret=self._interpret)
+        return self
+
+    def use_attention(self, kind: str, *, interpret: bool = False) -> "Judge":
+        """Which attention the jitted passes run (in place; returns self).
+
+        ``"xla"`` (the default): XLA's dense masked attention, every backend. ``"splash"``: JAX's
+        Pallas splash kernel for a TPU (`jaxjudge.models.splash`) wherever it serves: a prefill
+        and the rows read against a shared prefix, in layers without a sliding window; steps
+        through a per-row cache (decoding) stay on XLA. ``interpret`` runs the kernel in Pallas's
+        interpreter, on any backend (slow; for checking it off a TPU).
+        """
+        if kind not in ("xla", "splash"):
+            raise ValueError(f"use_attention: kind must be 'xla' or 'splash', got {kind!r}")
+        model = nnx.merge(self.graphdef, self.state)
+        spec = splash.SplashKernel(mesh=self.mesh, interpret=interpret) if kind == "splash" else None
+        splash.use_kernel(model, spec)
+        self.graphdef, self.state = nnx.split(model)
+        self.attention, self._interpret = kind, bool(interpret)
         return self
 
     # ------------------------------------------------------------------ fast path
