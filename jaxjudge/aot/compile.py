@@ -13,7 +13,8 @@ compiles the two steps a sweep spends its time in, with the project's parameter 
   prefix and are read at the answer position (`read_rows`: picked log-probabilities, the
   log-normaliser, greedy token and top-k); prefixes and their tails split over ``data``
   together, so no data shard prefills another's prefix. The engine runs the prefill and the
-  reads as two jitted calls; here they are one program.
+  reads as two jitted calls; here they are one program. With ``attention="splash"`` the
+  prefill's and the reads' attention is JAX's Pallas splash kernel (`jaxjudge.models.splash`).
 - ``decode``: one step of greedy decoding: one token per row through a per-row KV cache that
   continues the shared prefix, the cache donated.
 
@@ -21,9 +22,11 @@ What comes back is a compiled program and a cost model (`StepReport`), never a m
 TPU: the roofline time assumes the compiled flops run at the chip's peak and the bytes XLA
 counts move at the published HBM bandwidth, and adds the collectives' bytes at the published
 interconnect bandwidth, not overlapped. Memory, collectives and compile time are those of the
-full-depth program (its layers scanned); its flops and bytes accessed are extrapolated from the
-same step compiled with 2 and 3 layers unrolled, since XLA's cost analysis counts a loop body
-once.
+full-depth program (its layers scanned). XLA's cost analysis counts a loop body once, so flops
+and bytes accessed come from programs with the layers unrolled: for the decode step (cheap to
+compile) the same step at full depth, unrolled; for the scoring step, extrapolated from the step
+compiled with 2 and 3 layers unrolled (flops add up exactly layer by layer; bytes accessed do not
+quite, since XLA fuses and prefetches differently in programs of different depths).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from jaxjudge.aot.chips import Chip, chip_for_topology
 from jaxjudge.engine import primitives as _prim
 from jaxjudge.models import decoder as _dec
 from jaxjudge.models import sharding as _sh
+from jaxjudge.models import splash as _splash
 from jaxjudge.models.config import config_from_hf
 from jaxjudge.models.convert import abstract_model
 from jaxjudge.models.decoder_config import DecoderConfig
@@ -97,7 +101,9 @@ class StepReport:
 
     ``hbm_copy_bytes`` is read from the full-depth program's HLO (`jaxjudge.aot.hlo.hbm_copy_bytes`):
     what its copy instructions write to HBM per run, layout changes XLA inserted (each also read
-    back); it is inside ``bytes_accessed``, not added to it.
+    back); it is inside ``bytes_accessed``, not added to it. ``cost_from`` says which programs
+    ``flops_compiled`` and ``bytes_accessed`` were read from (``"full depth unrolled"``: the step
+    with its layers unrolled; ``"2-3 unrolled layers, extrapolated"``: from the step with 2 and 3).
     """
 
     step: str
@@ -126,9 +132,12 @@ class StepReport:
     mfu_modelled: float
     compile_seconds: float
     hbm_copy_bytes: int = 0
+    cost_from: str = ""
+    attention: str = "xla"
     note: str = ("compiled program and cost model, not a measurement: flops_compiled and bytes_accessed are "
-                 "XLA:TPU's cost analysis (a Pallas kernel's work counts only as its own cost estimate "
-                 "states); roofline_seconds = max(compute, HBM) + collectives at the published ICI bandwidth")
+                 "XLA:TPU's cost analysis, plus the splash kernels' flops counted from the blocks they compute "
+                 "(XLA does not see into a Pallas kernel; its bytes are the kernel's operands and results); "
+                 "roofline_seconds = max(compute, HBM) + collectives at the published ICI bandwidth")
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -172,13 +181,18 @@ def _sds(tree: Any, shardings: Any) -> Any:
     return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
 
 
-def _abstract_state(cfg: DecoderConfig, dtype: jnp.dtype, mesh, unroll: bool = False
+def _abstract_state(cfg: DecoderConfig, dtype: jnp.dtype, mesh, unroll: bool = False, attention: str = "xla"
                     ) -> tuple[nnx.GraphDef, Any, int]:
     """The decoder's graphdef, its abstract state on the mesh, and its parameter bytes per chip
-    (``unroll``: the layer scan unrolled, for the cost programs)."""
+    (``unroll``: the layer scan unrolled, for the cost programs; ``attention="splash"``: the
+    attention through the Pallas splash kernel where it serves, `jaxjudge.models.splash`)."""
     # The CPU tuning of the MLP stacks gate and up kernels per call: a copy of both on a TPU.
     model = abstract_model(cfg, dtype, scan_unroll=cfg.num_hidden_layers if unroll else 1,
                            fused_gate_up_min_rows=None)
+    if attention == "splash":
+        _splash.use_kernel(model, _splash.SplashKernel(mesh=mesh))
+    elif attention != "xla":
+        raise ValueError(f"attention must be 'xla' or 'splash', got {attention!r}")
     graphdef, abstract = nnx.split(model)
     shardings = _sh.param_shardings(abstract, mesh)
     state = jax.tree.map(lambda v, s: v.replace(jax.ShapeDtypeStruct(tuple(v.shape), v.dtype, sharding=s)),
@@ -217,10 +231,14 @@ def _decode_step(graphdef, state, tokens_b1, cache, prefix):
     return jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32), cache
 
 
-def _compile(fn, args, *, static=(), donate=()) -> tuple[Any, float]:
+def _compile(fn, args, *, static=(), donate=()) -> tuple[Any, float, float]:
+    """The compiled program, its seconds, and the flops of the Pallas kernels it calls (per chip;
+    XLA's cost analysis does not count them, `jaxjudge.models.splash.count_flops`)."""
     t0 = time.perf_counter()
-    compiled = jax.jit(fn, static_argnums=static, donate_argnums=donate).lower(*args).compile()
-    return compiled, time.perf_counter() - t0
+    with _splash.count_flops() as kernels:
+        lowered = jax.jit(fn, static_argnums=static, donate_argnums=donate).lower(*args)
+    compiled = lowered.compile()
+    return compiled, time.perf_counter() - t0, kernels[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,14 +247,15 @@ class _Cost:
     bytes_accessed: float  # per chip
 
     @classmethod
-    def of(cls, compiled) -> "_Cost":
+    def of(cls, compiled, kernel_flops: float = 0.0) -> "_Cost":
+        """XLA's cost analysis of a compiled program, plus the flops of its Pallas kernels."""
         cost = compiled.cost_analysis()
         cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-        return cls(float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0)))
+        return cls(float(cost.get("flops", 0.0)) + kernel_flops, float(cost.get("bytes accessed", 0.0)))
 
 
 def _report(step: str, compiled, seconds: float, cost: _Cost, *, topology: str, mesh, chip: Chip, layers: int,
-            groups: int, useful: float, dump: str | None) -> StepReport:
+            groups: int, useful: float, dump: str | None, cost_from: str, attention: str) -> StepReport:
     mem = compiled.memory_analysis()
     text = compiled.as_text()
     if dump:
@@ -263,12 +282,14 @@ def _report(step: str, compiled, seconds: float, cost: _Cost, *, topology: str, 
         hbm_seconds=hbm_s, ici_seconds=ici_s, roofline_seconds=roof,
         hbm_bound_seconds=nbytes["argument"] / chip.hbm_bandwidth,
         mfu_modelled=float(useful) / (chips * chip.peak_flops * roof) if roof > 0 else 0.0,
-        compile_seconds=seconds, hbm_copy_bytes=_hlo.hbm_copy_bytes(text, loop_trips=layers))
+        compile_seconds=seconds, hbm_copy_bytes=_hlo.hbm_copy_bytes(text, loop_trips=layers), cost_from=cost_from,
+        attention=attention)
 
 
 def aot_compile(hf_config: dict[str, Any], *, topology: str, mesh_shape: dict[str, int], dtype: Any = "bfloat16",
                 workload: Workload = Workload(), layers: int | None = None, steps: tuple[str, ...] = ("score", "decode"),
-                dump: str | None = None, devices: list[Any] | None = None) -> list[StepReport]:
+                dump: str | None = None, devices: list[Any] | None = None, attention: str = "xla"
+                ) -> list[StepReport]:
     """Compiles the scoring and decode steps of a judge for a TPU topology.
 
     Args:
@@ -281,6 +302,10 @@ def aot_compile(hf_config: dict[str, Any], *, topology: str, mesh_shape: dict[st
         steps: which of ``"score"``, ``"decode"`` to compile.
         dump: folder for each step's compiled HLO text (``score.hlo.txt``, ``decode.hlo.txt``).
         devices: the topology's devices (default: described from ``topology``).
+        attention: ``"xla"`` (XLA's dense masked attention) or ``"splash"`` (JAX's Pallas splash
+            kernel for the prefix prefill and the reads against the prefix; decoding through a
+            per-row cache stays on XLA). The kernels' flops are counted from the blocks they
+            compute (`jaxjudge.models.splash.count_flops`): XLA's cost analysis does not see them.
 
     Returns:
         One `StepReport` per step.
@@ -298,7 +323,7 @@ def aot_compile(hf_config: dict[str, Any], *, topology: str, mesh_shape: dict[st
     mesh = _sh.make_mesh(data, model, devices=devices)
     dt = as_dtype(dtype)
     cfg = _config(hf_config, layers)
-    graphdef, state, param_bytes = _abstract_state(cfg, dt, mesh)
+    graphdef, state, param_bytes = _abstract_state(cfg, dt, mesh, attention=attention)
     w = workload
     groups = data if w.groups is None else int(w.groups)
     if groups > 1 and groups % data:
@@ -322,8 +347,10 @@ def aot_compile(hf_config: dict[str, Any], *, topology: str, mesh_shape: dict[st
             f"a {chip.name} chip has", needed, chip.hbm_bytes)
 
     def compile_step(step: str, c: DecoderConfig, unroll: bool = False):
-        """One step's program for config ``c`` (its own layer count), and its compile seconds."""
-        gd, st, _ = (graphdef, state, param_bytes) if c is cfg and not unroll else _abstract_state(c, dt, mesh, unroll)
+        """One step's program for config ``c`` (its own layer count), its compile seconds and the
+        flops of its Pallas kernels."""
+        gd, st, _ = ((graphdef, state, param_bytes) if c is cfg and not unroll
+                     else _abstract_state(c, dt, mesh, unroll, attention))
         rep = NamedSharding(mesh, P())
         rows2 = NamedSharding(mesh, P("data", None))
         i32 = jnp.int32
@@ -341,30 +368,39 @@ def aot_compile(hf_config: dict[str, Any], *, topology: str, mesh_shape: dict[st
                 _cache_sds(c, d_rows, d_slots, dt, mesh), _cache_sds(c, 1, p_slots, dt, mesh))
         return _compile(_decode_step, args, static=(0,), donate=(3,))
 
-    # XLA's cost analysis counts a loop body once, so the flops and bytes of the scanned program
-    # come from two small programs with the layers unrolled: 2 and 3 layers give the per-layer
-    # cost and the rest, extrapolated to the judge's depth (a judge of 3 layers or fewer is
-    # compiled unrolled whole). Not 1 and 2: the first layer's program fuses differently (its
-    # bytes accessed grow by more from 1 to 2 layers than from 2 to 3 or 3 to 4, which agree),
-    # so a slope from 1 layer overstates every further layer's bytes.
+    def unrolled_cost(step: str, c: DecoderConfig) -> _Cost:
+        compiled, _, kernel_flops = compile_step(step, c, unroll=True)
+        return _Cost.of(compiled, kernel_flops)
+
+    # XLA's cost analysis counts a loop body once, so flops and bytes come from programs with the
+    # layers unrolled. A decode step (one token per row) compiles unrolled at full depth in
+    # seconds to a minute, so its cost is that program's. A scoring step would take minutes: its
+    # cost is extrapolated from 2 and 3 unrolled layers (a judge of 3 layers or fewer is compiled
+    # unrolled whole). Flops add up exactly; bytes accessed only roughly, since XLA fuses and
+    # prefetches differently by depth. Not 1 and 2: the first layer's program fuses differently
+    # (its bytes grow by more from 1 to 2 layers than from 2 to 3 or 3 to 4, which agree), so a
+    # slope from 1 layer overstates every further layer's bytes. On the 8B decode step the
+    # slope from 2 and 3 layers gave 8.4 GB per chip against the full unrolled program's 5.7.
     n = cfg.num_hidden_layers
     lo = min(2, n)
     reports = []
     for step in ("score", "decode"):
         if step not in steps:
             continue
-        compiled, secs = compile_step(step, cfg)
-        c_lo = _Cost.of(compile_step(step, _config(hf_config, lo), unroll=True)[0])
-        if n > lo:
-            c_hi = _Cost.of(compile_step(step, _config(hf_config, lo + 1), unroll=True)[0])
+        compiled, secs, _ = compile_step(step, cfg)
+        if step == "decode" or n <= lo + 1:
+            cost, cost_from = unrolled_cost(step, cfg), "full depth unrolled"
+        else:
+            c_lo = unrolled_cost(step, _config(hf_config, lo))
+            c_hi = unrolled_cost(step, _config(hf_config, lo + 1))
             cost = _Cost(c_lo.flops + (n - lo) * (c_hi.flops - c_lo.flops),
                          c_lo.bytes_accessed + (n - lo) * (c_hi.bytes_accessed - c_lo.bytes_accessed))
-        else:
-            cost = c_lo
+            cost_from = f"{lo}-{lo + 1} unrolled layers, extrapolated"
         if step == "score":
             useful = groups * _flops.score_flops(cfg, w.prefix, w.tails, w.tail_len)
         else:
             useful = _flops.decode_flops(cfg, w.decode_rows, w.prefix + w.tail_len + w.decode_len - 1)
         reports.append(_report(step, compiled, secs, cost, topology=topology, mesh=mesh, chip=chip, layers=n,
-                               groups=groups if step == "score" else 1, useful=useful, dump=dump))
+                               groups=groups if step == "score" else 1, useful=useful, dump=dump,
+                               cost_from=cost_from, attention=attention))
     return reports
