@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jax
+
 from jaxjudge import models as M
 from jaxjudge.data.tasks import load_task_data
 from jaxjudge.experiment.checks import check_tokenizer, validate_config
@@ -93,11 +95,16 @@ def run_extractions(
 
     Raises:
       ConfigError: missing files, a model file whose sha256 is not the config's, a scale a
-        tokenizer cannot express, a chat template missing; all before the first forward pass
-        (and before any weights are read).
+        tokenizer cannot express, a chat template missing, the splash kernel off a TPU; all
+        before the first forward pass (and before any weights are read).
     """
     validate_config(cfg)
     mesh = mesh_for(cfg)  # before any model loads: sizes that do not fit the devices fail here
+    if cfg.attention == "splash":  # the kernel's devices, before any model loads
+        platforms = sorted({d.platform for d in (mesh.devices.flat if mesh is not None else jax.devices())})
+        if platforms != ["tpu"]:
+            raise ConfigError(f"ExperimentConfig.attention: 'splash' (a Pallas kernel for a TPU) cannot run on "
+                              f"this process's {', '.join(platforms)} devices; use 'xla'")
     log(plan_line(mesh))
     root = Path(store_root or cfg.store_root)
     plan = extraction_plan(cfg)
@@ -124,7 +131,7 @@ def run_extractions(
 
         def load_assistant(name: str) -> Any:
             if name not in loaded:
-                loaded[name] = M.load(paths[name], dtype=cfg.dtype, mesh=mesh)
+                loaded[name] = _use_attention(cfg, name, M.load(paths[name], dtype=cfg.dtype, mesh=mesh))
             return loaded[name]
 
         rc = RunContext(
@@ -146,12 +153,21 @@ def run_extractions(
     return results
 
 
+def _use_attention(cfg: ExperimentConfig, name: str, judge: Any) -> Any:
+    """The config's attention for a loaded judge (a splash kernel off a TPU is a config error)."""
+    try:
+        return judge.use_attention(cfg.attention)
+    except ValueError as e:
+        raise ConfigError(f"ExperimentConfig.attention for model {name!r}: {e}") from None
+
+
 def _load_judge(cfg: ExperimentConfig, name: str, path: Path, mesh: Any) -> tuple[Any, Any]:
     """A judge's weights (checked against its sha256 again) and its chat format."""
     try:
         judge = M.load(path, dtype=cfg.dtype, mesh=mesh, expected_sha256=cfg.model(name).sha256)
     except M.ModelHashMismatch as e:  # changed since the first check
         raise ConfigError(f"model {name!r}: {e}") from None
+    judge = _use_attention(cfg, name, judge)
     try:
         return judge, chat_format(judge) if cfg.prompt_style == "chat" else None
     except ValueError as e:  # a judge without a chat template: a config error, named

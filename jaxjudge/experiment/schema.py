@@ -150,6 +150,9 @@ class ExperimentConfig(Typed):
         the calibration baseline with the best dev metric).
       dtype: the judges' parameter and compute dtype, ``"float32"`` or ``"bfloat16"`` (part of
         every store's key: stores of another dtype are not reused).
+      attention: the judges' attention, ``"xla"`` (XLA's dense masked attention, any backend) or
+        ``"splash"`` (JAX's Pallas splash kernel for a TPU, `jaxjudge.models.Judge.use_attention`;
+        refused off a TPU). Not part of a store's key: it changes numbers by float rounding only.
       mesh: device mesh axis sizes, e.g. ``{"data": 2, "model": 4}`` (rows over ``data``,
         heads over ``model``); one axis may be -1 (the devices the others leave); None: no mesh,
         one device. Checked against the devices before any model loads
@@ -208,6 +211,7 @@ class ExperimentConfig(Typed):
     primary: Endpoint | None = None
     comparisons: tuple[tuple[str, str], ...] = opt((), empty=True)
     dtype: Literal["float32", "bfloat16"] = "float32"
+    attention: Literal["xla", "splash"] = "xla"
     mesh: Mapping[str, int] | None = None
     compile_cache: str | None = None
     claim_lease: float = opt(120.0, gt=0)

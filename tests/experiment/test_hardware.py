@@ -41,6 +41,18 @@ def test_mesh_and_dtype_fields_are_checked(tmp_path):
     assert dict(cfg.mesh) == {"data": 2, "model": -1} and cfg.dtype == "bfloat16" and cfg.compile_cache == "xla"
 
 
+def test_attention_field_is_checked_and_splash_is_refused_off_a_tpu(tmp_path):
+    with pytest.raises(ConfigError, match="attention"):
+        _cfg(tmp_path, attention="flash")
+    cfg = with_overrides(_cfg(tmp_path), ["attention=splash"])
+    assert cfg.attention == "splash" and _cfg(tmp_path).attention == "xla"
+    # On this host's CPU the kernel cannot run: refused by field before any model loads.
+    with pytest.raises(ConfigError, match=r"ExperimentConfig\.attention: 'splash' .* cannot run on this "
+                                          r"process's cpu devices"):
+        run_extractions(cfg, progress=False, log=lambda s: None)
+    assert not list((tmp_path / "stores").rglob("*.npz"))
+
+
 def test_mesh_is_built_over_the_devices_or_refused_by_field(tmp_path):
     devices = jax.devices()[:8]
     mesh = mesh_for(_cfg(tmp_path, mesh={"data": 2, "model": -1}), devices)

@@ -228,3 +228,12 @@ def test_a_judge_switches_its_attention():
     np.testing.assert_array_equal(reads(), xla)
     with pytest.raises(ValueError, match="'xla' or 'splash'"):
         judge.use_attention("flash")
+
+
+def test_the_kernel_is_refused_off_a_tpu():
+    from test_models_cache import make_judge  # noqa: PLC0415
+
+    judge = make_judge(C.LlamaConfig.tiny())
+    with pytest.raises(ValueError, match="runs on a TPU, and this judge's parameters are on cpu"):
+        judge.use_attention("splash")
+    assert judge.attention == "xla"
