@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import math
 from typing import Sequence
 
 import jax
@@ -139,7 +140,7 @@ def _local(q_btnh, own_k, own_v, own_mask, prefix_k, prefix_v, prefix_valid, *, 
            cap: float | None, dtype, spec: SplashKernel) -> jax.Array:
     """The blocks on one device's rows and heads: [B, T, N, H] out."""
     b, t, n, _ = q_btnh.shape
-    tp = _round_up(t, max(LANES, spec.block_q))
+    tp = _round_up(t, math.lcm(LANES, spec.block_q, spec.block_kv))  # whole query and key blocks
 
     def rows_heads_first(x):  # [B, T, ., H] padded to tp -> [B, ., tp, H]
         return jnp.pad(x, ((0, 0), (0, tp - t), (0, 0), (0, 0))).transpose(0, 2, 1, 3)

@@ -79,6 +79,14 @@ def test_what_the_kernel_serves():
                          dtype=jnp.float32, spec=INTERPRET)
     with pytest.raises(ValueError, match="block_kv"):
         SplashKernel(block_kv=64)
+    # Blocks of other sizes: the tokens padded to whole blocks of both (256 here).
+    rng = np.random.default_rng(5)
+    blocks, q_pos, mask = _blocks(rng, prefix=4, pad_own=True, groups=2)
+    q = jnp.asarray(rng.normal(size=(B, T, N, H)), jnp.float32)
+    kw = dict(scaling=0.5, window=None, cap=None, dtype=jnp.float32)
+    got = splash_attention(q, blocks, q_pos, spec=SplashKernel(interpret=True, block_q=64, block_kv=256), **kw)
+    np.testing.assert_allclose(_real(got, mask), _real(reference_attention(q, blocks, q_pos, **kw), mask),
+                               atol=2e-6, rtol=1e-5)
     with pytest.raises(ValueError, match="block_q"):
         SplashKernel(block_q=12)
 
