@@ -290,6 +290,33 @@ def test_mesh_sharded_batch_matches_single_device(judge):
     np.testing.assert_array_equal(sharded.generated_lengths, single.generated_lengths)
 
 
+@pytest.mark.slow
+def test_splash_attention_reads_as_xla_on_a_mesh(judge):
+    """The Pallas splash kernel (in Pallas's interpreter) through the engine on a data 2 x model 2
+    mesh, two prefix groups a call, with the prompt NLL: XLA's attention's figures on one device."""
+    import copy
+
+    import jax
+
+    from jaxjudge.models.sharding import make_mesh
+    from jaxjudge.models.splash import count_flops
+
+    if len(jax.devices()) < 4:
+        pytest.skip("needs 4 host devices (tests/conftest.py asks for 8)")
+    prompts = make_prompts(n_groups=4, per_group=3, seed=3)
+    kw = dict(progress=False, min_prefix_tokens=4, batch_size=4, prompt_nll=True)
+    xla = engine.extract(judge, prompts, ScoreScale(1, 10), **kw)
+    splash = copy.copy(judge).use_attention("splash", interpret=True)
+    assert judge.attention == "xla" and splash.attention == "splash"
+    with count_flops() as traced:  # the kernel is in the programs the engine runs
+        out = engine.extract(splash, prompts, ScoreScale(1, 10), mesh=make_mesh(data=2, model=2), **kw)
+    assert traced[0] > 0
+    np.testing.assert_allclose(out.cand_logprobs, xla.cand_logprobs, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(out.prompt_nll, xla.prompt_nll, atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(out.topk_ids, xla.topk_ids)
+    np.testing.assert_array_equal(out.greedy_ids, xla.greedy_ids)
+
+
 @pytest.mark.parametrize("per_call", [2, 3])
 def test_several_groups_per_call_match_per_example_forward(judge, per_call):
     """Prefix groups read P at a time, each against its own prefix (documents of different
