@@ -100,11 +100,7 @@ def run_extractions(
     """
     validate_config(cfg)
     mesh = mesh_for(cfg)  # before any model loads: sizes that do not fit the devices fail here
-    if cfg.attention == "splash":  # the kernel's devices, before any model loads
-        platforms = sorted({d.platform for d in (mesh.devices.flat if mesh is not None else jax.devices())})
-        if platforms != ["tpu"]:
-            raise ConfigError(f"ExperimentConfig.attention: 'splash' (a Pallas kernel for a TPU) cannot run on "
-                              f"this process's {', '.join(platforms)} devices; use 'xla'")
+    _check_attention(cfg, mesh)
     log(plan_line(mesh))
     root = Path(store_root or cfg.store_root)
     plan = extraction_plan(cfg)
@@ -151,6 +147,16 @@ def run_extractions(
         loaded.clear()  # the models go before the next judge loads
         del judge, rc
     return results
+
+
+def _check_attention(cfg: ExperimentConfig, mesh: Any) -> None:
+    """The splash kernel runs on a TPU only: refused by field before any model loads."""
+    if cfg.attention != "splash":
+        return
+    platforms = sorted({d.platform for d in (mesh.devices.flat if mesh is not None else jax.devices())})
+    if platforms != ["tpu"]:
+        raise ConfigError(f"ExperimentConfig.attention: 'splash' (a Pallas kernel for a TPU) cannot run on "
+                          f"this process's {', '.join(platforms)} devices; use 'xla'")
 
 
 def _use_attention(cfg: ExperimentConfig, name: str, judge: Any) -> Any:
