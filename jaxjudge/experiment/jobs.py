@@ -35,6 +35,7 @@ from jaxjudge.jobs import CONTENT_FREE, GENERATE_CHUNK_ROWS, ExtractionJob, RunC
 from jaxjudge.models.cache import cache_root, source_sha256
 from jaxjudge.models.gguf import gguf_metadata
 from jaxjudge.models.hf import read_config, read_tokenizer, resolve_source
+from jaxjudge.models.splash import require_tpu
 from jaxjudge.models.tokenizer import tokenizer_from_gguf_metadata
 from jaxjudge.prompts import as_tokenizer, chat_format
 from jaxjudge.report.stores import check_store_model, key_mismatches
@@ -127,7 +128,7 @@ def run_extractions(
 
         def load_assistant(name: str) -> Any:
             if name not in loaded:
-                loaded[name] = _use_attention(cfg, name, M.load(paths[name], dtype=cfg.dtype, mesh=mesh))
+                loaded[name] = M.load(paths[name], dtype=cfg.dtype, mesh=mesh).use_attention(cfg.attention)
             return loaded[name]
 
         rc = RunContext(
@@ -151,20 +152,11 @@ def run_extractions(
 
 def _check_attention(cfg: ExperimentConfig, mesh: Any) -> None:
     """The splash kernel runs on a TPU only: refused by field before any model loads."""
-    if cfg.attention != "splash":
-        return
-    platforms = sorted({d.platform for d in (mesh.devices.flat if mesh is not None else jax.devices())})
-    if platforms != ["tpu"]:
-        raise ConfigError(f"ExperimentConfig.attention: 'splash' (a Pallas kernel for a TPU) cannot run on "
-                          f"this process's {', '.join(platforms)} devices; use 'xla'")
-
-
-def _use_attention(cfg: ExperimentConfig, name: str, judge: Any) -> Any:
-    """The config's attention for a loaded judge (a splash kernel off a TPU is a config error)."""
-    try:
-        return judge.use_attention(cfg.attention)
-    except ValueError as e:
-        raise ConfigError(f"ExperimentConfig.attention for model {name!r}: {e}") from None
+    if cfg.attention == "splash":
+        try:
+            require_tpu(mesh.devices.flat if mesh is not None else jax.devices(), "this process's devices are")
+        except ValueError as e:
+            raise ConfigError(f"ExperimentConfig.attention: {e}") from None
 
 
 def _load_judge(cfg: ExperimentConfig, name: str, path: Path, mesh: Any) -> tuple[Any, Any]:
@@ -173,7 +165,7 @@ def _load_judge(cfg: ExperimentConfig, name: str, path: Path, mesh: Any) -> tupl
         judge = M.load(path, dtype=cfg.dtype, mesh=mesh, expected_sha256=cfg.model(name).sha256)
     except M.ModelHashMismatch as e:  # changed since the first check
         raise ConfigError(f"model {name!r}: {e}") from None
-    judge = _use_attention(cfg, name, judge)
+    judge.use_attention(cfg.attention)  # a kernel the devices cannot run was refused before any load
     try:
         return judge, chat_format(judge) if cfg.prompt_style == "chat" else None
     except ValueError as e:  # a judge without a chat template: a config error, named

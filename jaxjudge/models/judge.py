@@ -166,11 +166,8 @@ class Judge:
         if kind not in ("xla", "splash"):
             raise ValueError(f"use_attention: kind must be 'xla' or 'splash', got {kind!r}")
         if kind == "splash" and not interpret:
-            platforms = sorted({d.platform for leaf in jax.tree.leaves(self.state) for d in leaf.devices()})
-            if platforms != ["tpu"]:
-                raise ValueError(f"the splash kernel runs on a TPU, and this judge's parameters are on "
-                                 f"{', '.join(platforms) or 'no device'} (interpret=True runs it in Pallas's "
-                                 f"interpreter, slowly)")
+            splash.require_tpu({d for leaf in jax.tree.leaves(self.state) for d in leaf.devices()},
+                               "this judge's parameters are")
         model = nnx.merge(self.graphdef, self.state)
         spec = splash.SplashKernel(mesh=self.mesh, interpret=interpret) if kind == "splash" else None
         splash.use_kernel(model, spec)

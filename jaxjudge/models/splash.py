@@ -39,7 +39,7 @@ from jax.sharding import Mesh, PartitionSpec as P
 
 from jaxjudge.models.attention import KeyBlock
 
-__all__ = ["SplashKernel", "supported", "splash_attention", "use_kernel", "count_flops"]
+__all__ = ["SplashKernel", "supported", "splash_attention", "use_kernel", "count_flops", "require_tpu"]
 
 LANES = 128  # the kernel's key block is a multiple of this
 
@@ -66,6 +66,15 @@ class SplashKernel:
             raise ValueError(f"SplashKernel: block_q must be a positive multiple of 8, got {self.block_q}")
         if self.block_kv % LANES or self.block_kv < LANES:
             raise ValueError(f"SplashKernel: block_kv must be a positive multiple of {LANES}, got {self.block_kv}")
+
+
+def require_tpu(devices, where: str) -> None:
+    """Raises ValueError unless every one of ``devices`` is a TPU (the kernel, not interpreted,
+    runs nowhere else); ``where`` names them in the message."""
+    platforms = sorted({d.platform for d in devices})
+    if platforms != ["tpu"]:
+        raise ValueError(f"the splash kernel runs on a TPU, and {where} on {', '.join(platforms) or 'no device'} "
+                         f"(interpret=True runs it in Pallas's interpreter, slowly)")
 
 
 def supported(blocks: Sequence[KeyBlock], window) -> bool:
