@@ -132,10 +132,8 @@ def memo_file_sha256(path: str | os.PathLike[str], memo_dir: str | os.PathLike[s
 def _read_memo(memo_path: Path) -> dict[str, Any]:
     try:
         memo = json.loads(memo_path.read_text())
-    except FileNotFoundError:
-        return {}
     except (OSError, ValueError):
-        return {}  # a damaged memo only costs a re-hash
+        return {}  # none yet, or a damaged one: only costs a re-hash
     return memo if isinstance(memo, dict) else {}
 
 
