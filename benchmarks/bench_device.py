@@ -122,7 +122,8 @@ def copy_bandwidth(nbytes: int, repeats: int) -> float:
 def random_state(cfg, dtype, mesh, seed: int = 0, scan_unroll: int = 1) -> tuple[nnx.GraphDef, Any, int]:
     """The decoder's graphdef and a state of random weights in their shardings, made on the devices
     (never on the host), and the parameter bytes per chip."""
-    model = abstract_model(cfg, dtype, fused_gate_up_min_rows=None, scan_unroll=scan_unroll)
+    model = abstract_model(cfg, dtype, fused_gate_up_min_rows=None, attention_query_chunk=None,
+                           scan_unroll=scan_unroll)
     graphdef, abstract = nnx.split(model)
     shardings = _sh.param_shardings(abstract, mesh)
     variables, treedef = jax.tree.flatten(abstract, is_leaf=lambda x: isinstance(x, nnx.Variable))

@@ -143,7 +143,7 @@ def abstract_model(cfg: DecoderConfig, dtype: Any = "float32", **options: Any) -
         cfg: the config.
         dtype: parameter and compute dtype (``"float32"`` or ``"bfloat16"``).
         **options: `Decoder`'s construction options (``scan_unroll``,
-            ``fused_gate_up_min_rows``).
+            ``fused_gate_up_min_rows``, ``attention_query_chunk``).
 
     Returns:
         An abstract :class:`Decoder` (``nnx.eval_shape``).

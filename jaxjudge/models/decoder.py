@@ -62,7 +62,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxjudge.models.attention import Attention, KeyBlock
+from jaxjudge.models.attention import CPU_QUERY_CHUNK, Attention, KeyBlock
 from jaxjudge.models.decoder_config import DecoderConfig, rope_inverse_frequencies
 from jaxjudge.models.kvcache import KVCache, default_positions, init_cache, pad_batch
 from jaxjudge.models.layers import (
@@ -92,11 +92,12 @@ class DecoderLayer(nnx.Module):
     """
 
     def __init__(self, cfg: DecoderConfig, *, dtype, param_dtype, rngs: nnx.Rngs,
-                 fused_gate_up_min_rows: int | None = FUSED_GATE_UP_MIN_ROWS):
+                 fused_gate_up_min_rows: int | None = FUSED_GATE_UP_MIN_ROWS,
+                 attention_query_chunk: int | None = CPU_QUERY_CHUNK):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         norm = dict(eps=cfg.rms_norm_eps, plus_one=cfg.norm_plus_one, param_dtype=param_dtype)
         self.input_layernorm = RMSNorm(cfg.hidden_size, **norm)
-        self.self_attn = Attention(cfg, **kw)
+        self.self_attn = Attention(cfg, **kw, query_chunk=attention_query_chunk)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, **norm)
         if cfg.sandwich_norms:
             self.pre_feedforward_layernorm = RMSNorm(cfg.hidden_size, **norm)
@@ -168,11 +169,15 @@ class Decoder(nnx.Module):
             `jaxjudge.aot`). An int, never a bool: the graphdef compares it, and True == 1.
         fused_gate_up_min_rows: the MLP's CPU tuning (`jaxjudge.models.layers.MLP`); None turns
             it off (an accelerator program, where stacking the kernels per call is a copy).
+        attention_query_chunk: the attention's CPU tuning (`jaxjudge.models.attention.Attention`);
+            None turns it off. Both tunings apply only when the program is traced for a CPU, so
+            a program traced on a CPU host for another chip (`jaxjudge.aot`) turns them off.
     """
 
     def __init__(self, cfg: DecoderConfig, *, rngs: nnx.Rngs, dtype: Any = jnp.float32,
                  param_dtype: Any = jnp.float32, scan_unroll: int = 1,
-                 fused_gate_up_min_rows: int | None = FUSED_GATE_UP_MIN_ROWS):
+                 fused_gate_up_min_rows: int | None = FUSED_GATE_UP_MIN_ROWS,
+                 attention_query_chunk: int | None = CPU_QUERY_CHUNK):
         dtype, param_dtype = as_dtype(dtype), as_dtype(param_dtype)
         if isinstance(scan_unroll, bool) or not isinstance(scan_unroll, int) or scan_unroll < 1:
             raise ValueError(f"Decoder: scan_unroll must be a positive int, got {scan_unroll!r}")
@@ -181,7 +186,8 @@ class Decoder(nnx.Module):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, param_dtype=param_dtype,
                                       rngs=rngs)
-        self.layers = _stacked_layers(cfg, {**kw, "fused_gate_up_min_rows": fused_gate_up_min_rows})
+        self.layers = _stacked_layers(cfg, {**kw, "fused_gate_up_min_rows": fused_gate_up_min_rows,
+                                            "attention_query_chunk": attention_query_chunk})
         self.scan_unroll: int = scan_unroll
         self.norm = RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps, plus_one=cfg.norm_plus_one,
                             param_dtype=param_dtype)

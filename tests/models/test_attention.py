@@ -57,16 +57,45 @@ def _blocks(rng, *, prefix: int = 0, past: int = 0, pad_own: bool = False, group
         (0, 0, None, None, True, 1),  # padded rows alone
     ],
 )
-def test_segmented_matches_reference(prefix, past, window, cap, pad_own, groups):
+@pytest.mark.parametrize("query_chunk", [None, 2])
+def test_segmented_matches_reference(prefix, past, window, cap, pad_own, groups, query_chunk):
     rng = np.random.default_rng(prefix * 100 + past * 10 + (window or 0) + groups)
     blocks, q_pos, mask = _blocks(rng, prefix=prefix, past=past, pad_own=pad_own, groups=groups)
     q = jnp.asarray(rng.normal(size=(B, T, N, H)), jnp.float32)
     kw = dict(scaling=H ** -0.5, window=window, cap=cap, dtype=jnp.float32)
-    got = jax.jit(lambda q, b, p: segmented_attention(q, b, p, **kw))(q, blocks, q_pos)
+    got = jax.jit(lambda q, b, p: segmented_attention(q, b, p, **kw, query_chunk=query_chunk))(q, blocks, q_pos)
     want = reference_attention(q, blocks, q_pos, **kw)
     assert got.shape == (B, T, N, H)
-    # Padding queries attend uniformly to everything in both; their rows are compared too.
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-6, rtol=1e-5)
+    # Unchunked, padding queries attend uniformly to everything in both, so every row is
+    # compared; in chunks (of 2, 2 and 1 queries), a query that sees no key averages over its
+    # chunk's slots instead, and only the real queries are compared.
+    rows = np.ones(mask.shape, bool) if query_chunk is None else mask
+    np.testing.assert_allclose(np.asarray(got)[rows], np.asarray(want)[rows], atol=2e-6, rtol=1e-5)
+
+
+def test_query_chunks_skip_the_hidden_keys():
+    """In chunks of 16 over 64 tokens the own block's scores are 16 x (16 + 32 + 48 + 64) = 10/16
+    of the dense 64 x 64: the compiled program's flops drop to near that share."""
+    t, n, k, h = 64, 4, 2, 32
+    rng = np.random.default_rng(5)
+    q = jnp.asarray(rng.normal(size=(1, t, n, h)), jnp.float32)
+    own = KeyBlock(jnp.asarray(rng.normal(size=(1, t, k, h)), jnp.float32),
+                   jnp.asarray(rng.normal(size=(1, t, k, h)), jnp.float32), jnp.ones((1, t), bool),
+                   jnp.arange(t, dtype=jnp.int32)[None], causal=True)
+    kw = dict(scaling=h ** -0.5, window=None, cap=None, dtype=jnp.float32)
+
+    def flops(chunk):
+        fn = jax.jit(lambda q, own: segmented_attention(q, [own], own.positions_bs, **kw, query_chunk=chunk))
+        return fn.lower(q, own).compile().cost_analysis()["flops"]
+
+    products = 2 * 2 * n * h * t * t  # scores and weighted sum, dense
+    dense, chunked = flops(None), flops(16)
+    assert dense >= products
+    assert chunked < 0.7 * dense
+    assert chunked >= products * 10 / 16
+    np.testing.assert_allclose(
+        np.asarray(segmented_attention(q, [own], own.positions_bs, **kw, query_chunk=16)),
+        np.asarray(reference_attention(q, [own], own.positions_bs, **kw)), atol=2e-6, rtol=1e-5)
 
 
 def test_window_and_mask_hide_keys():

@@ -34,10 +34,21 @@ def test_unrolled_scan_and_unfused_mlp_give_the_same_logits():
     np.testing.assert_allclose(unrolled, base, rtol=1e-5, atol=1e-5)
 
 
+def test_attention_in_query_chunks_gives_the_same_logits():
+    """80 tokens in query chunks of 16 (5 chunks) against one piece; the default chunk (128) does
+    not cut a call this short."""
+    base, model = _logits(attention_query_chunk=None)
+    assert model.layers.self_attn.query_chunk is None
+    chunked, model = _logits(attention_query_chunk=16)
+    assert model.layers.self_attn.query_chunk == 16
+    np.testing.assert_allclose(chunked, base, rtol=1e-5, atol=1e-5)
+
+
 def test_options_reach_an_abstract_model_and_bad_unroll_is_refused():
     cfg = LlamaConfig.tiny(vocab_size=64, num_hidden_layers=2)
-    model = abstract_model(cfg, "bfloat16", scan_unroll=2, fused_gate_up_min_rows=None)
+    model = abstract_model(cfg, "bfloat16", scan_unroll=2, fused_gate_up_min_rows=None, attention_query_chunk=None)
     assert model.scan_unroll == 2 and model.layers.mlp.fused_gate_up_min_rows is None
+    assert model.layers.self_attn.query_chunk is None
     for bad in (True, 0, 1.5):
         with pytest.raises(ValueError, match="scan_unroll must be a positive int"):
             Decoder(cfg, rngs=nnx.Rngs(0), scan_unroll=bad)
