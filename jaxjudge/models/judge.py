@@ -159,8 +159,9 @@ class Judge:
 
         ``"xla"`` (the default): XLA's dense masked attention, every backend. ``"splash"``: JAX's
         Pallas splash kernel for a TPU (`jaxjudge.models.splash`) wherever it serves: a prefill
-        and the rows read against a shared prefix, in layers without a sliding window; steps
-        through a per-row cache (decoding) stay on XLA. ``interpret`` runs the kernel in Pallas's
+        and the rows read against a shared prefix (a layer with a sliding window where the
+        window cuts nothing on a device's rows, else XLA there); steps through a per-row cache
+        (decoding) stay on XLA. ``interpret`` runs the kernel in Pallas's
         interpreter, on any backend (slow; for checking it off a TPU).
         """
         if kind not in ("xla", "splash"):

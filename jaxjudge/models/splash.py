@@ -13,10 +13,14 @@ blocks :func:`segmented_attention` takes:
 - a shared prefix block: one kernel per prefix group, the queries of the group's rows laid end
   to end against the group's prefix (its padding slots masked by segment ids);
 
-and combines the two blocks' normalised outputs through their log-sum-exps. A layer with a
-sliding window, or a call that reads a per-row cache (decoding, ``Judge.extend``), stays on the
-XLA path (:func:`supported`): the kernel's masks are static, and a window cut by position
-across a shared prefix is not one of them.
+and combines the two blocks' normalised outputs through their log-sum-exps. A call that reads a
+per-row cache (decoding, ``Judge.extend``) stays on the XLA path (:func:`supported`). A layer
+with a sliding window runs through the kernel where the window hides nothing: on each device, a
+``lax.cond`` takes the kernel when the largest position difference between a real query and a
+valid key of its rows is under the window (SummEval's prompts under Gemma 3's 1,024 or Gemma 2's
+4,096), and XLA's masked attention when it is not. The kernel's masks are static, and a window
+cut by position across a shared prefix of data-dependent length is not one of them, so a window
+that does cut is not block-skipped.
 
 Sequence lengths are padded to the kernel's 128-slot blocks here (queries and keys of the own
 block; the prefix's slots) and the padding cut off again. On a mesh the kernel runs under
@@ -37,7 +41,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, PartitionSpec as P
 
-from jaxjudge.models.attention import KeyBlock
+from jaxjudge.models.attention import KeyBlock, segmented_attention
 
 __all__ = ["SplashKernel", "supported", "splash_attention", "use_kernel", "count_flops", "require_tpu"]
 
@@ -79,8 +83,9 @@ def require_tpu(devices, where: str) -> None:
 
 def supported(blocks: Sequence[KeyBlock], window) -> bool:
     """Whether :func:`splash_attention` computes these blocks: the causal own block, optionally
-    after one shared prefix, and no sliding window."""
-    if window is not None or not blocks or not blocks[-1].causal:
+    after one shared prefix (with a sliding ``window`` or not: see the module docstring)."""
+    del window
+    if not blocks or not blocks[-1].causal:
         return False
     return len(blocks) == 1 or (len(blocks) == 2 and blocks[0].shared)
 
@@ -145,9 +150,38 @@ def _segments(q_ids: jax.Array, kv_ids: jax.Array):
     return SegmentIds(q=q_ids, kv=kv_ids)
 
 
-def _local(q_btnh, own_k, own_v, own_mask, prefix_k, prefix_v, prefix_valid, *, scaling: float,
-           cap: float | None, dtype, spec: SplashKernel) -> jax.Array:
-    """The blocks on one device's rows and heads: [B, T, N, H] out."""
+def _local(q_btnh, own_k, own_v, own_mask, own_pos, prefix_k, prefix_v, prefix_valid, prefix_pos, window, *,
+           scaling: float, cap: float | None, dtype, spec: SplashKernel) -> jax.Array:
+    """The blocks on one device's rows and heads: [B, T, N, H] out. With a ``window``, the
+    kernel where it hides nothing on these rows, else XLA's masked attention."""
+    kernel = functools.partial(_through_kernel, scaling=scaling, cap=cap, dtype=dtype, spec=spec)
+    if window is None:
+        return kernel(q_btnh, own_k, own_v, own_mask, prefix_k, prefix_v, prefix_valid)
+    blocks = [KeyBlock(own_k, own_v, own_mask, own_pos, causal=True)]
+    if prefix_k is not None:
+        blocks.insert(0, KeyBlock(prefix_k, prefix_v, prefix_valid, prefix_pos, shared=True))
+    # A real query sees only valid keys at or before its own position (its own token among
+    # them), so no query-key pair it sees is further apart than `top - low`. Rows with no real
+    # query give top 0, and no pair.
+    top = jnp.max(jnp.where(own_mask, own_pos, 0))
+    low = top
+    for blk in blocks:
+        low = jnp.minimum(low, jnp.min(jnp.where(blk.valid_bs, blk.positions_bs, top)))
+
+    def masked(q, blocks):
+        return segmented_attention(q, blocks, own_pos, scaling=scaling, window=window, cap=cap, dtype=dtype)
+
+    def whole(q, blocks):
+        pre = blocks[0] if len(blocks) == 2 else None
+        return kernel(q, blocks[-1].keys, blocks[-1].values, blocks[-1].valid_bs,
+                      *((None,) * 3 if pre is None else (pre.keys, pre.values, pre.valid_bs)))
+
+    return jax.lax.cond(top - low < window, whole, masked, q_btnh, blocks)
+
+
+def _through_kernel(q_btnh, own_k, own_v, own_mask, prefix_k, prefix_v, prefix_valid, *, scaling: float,
+                    cap: float | None, dtype, spec: SplashKernel) -> jax.Array:
+    """The blocks through the kernel, no window."""
     b, t, n, _ = q_btnh.shape
     tp = _round_up(t, math.lcm(LANES, spec.block_q, spec.block_kv))  # whole query and key blocks
 
@@ -198,22 +232,23 @@ def splash_attention(q_btnh: jax.Array, blocks: Sequence[KeyBlock], q_pos_bt: ja
         q_btnh: rotated queries [B, T, N, H].
         blocks: the causal own block, optionally after one shared prefix block (see
             :func:`supported`).
-        q_pos_bt: rotary positions [B, T] (unused: no window; kept for the common signature).
-        scaling, cap, dtype: as :func:`segmented_attention`.
-        window: must be None.
+        q_pos_bt: rotary positions [B, T] (those of the own block; read only with a window).
+        scaling, window, cap, dtype: as :func:`segmented_attention` (a window is checked on
+            each device: see the module docstring).
         spec: the kernel's options and mesh.
 
     Returns:
         The attention output [B, T, N, H] in ``dtype``.
     """
-    del q_pos_bt
     if not supported(blocks, window):
-        raise ValueError("splash_attention: takes the causal own block, optionally after one shared prefix, "
-                         "and no sliding window")
+        raise ValueError("splash_attention: takes the causal own block, optionally after one shared prefix")
     own = blocks[-1]
     prefix = blocks[0] if len(blocks) == 2 else None
-    args = [q_btnh, own.keys, own.values, own.valid_bs]
-    args += [None, None, None] if prefix is None else [prefix.keys, prefix.values, prefix.valid_bs]
+    windowed = window is not None
+    args = [q_btnh, own.keys, own.values, own.valid_bs, q_pos_bt if windowed else None]
+    args += [None] * 4 if prefix is None else [prefix.keys, prefix.values, prefix.valid_bs,
+                                               prefix.positions_bs if windowed else None]
+    args.append(jnp.asarray(window, jnp.int32) if windowed else None)
     fn = functools.partial(_local, scaling=scaling, cap=cap, dtype=dtype, spec=spec)
     mesh = spec.mesh
     if mesh is None:
@@ -227,14 +262,20 @@ def splash_attention(q_btnh: jax.Array, blocks: Sequence[KeyBlock], q_pos_bt: ja
     heads = "model" if n_model > 1 and kv % n_model == 0 else None
     pre_rows = rows if groups > 1 else None
     q_spec = P(rows, None, heads, None)
-    specs = [q_spec, q_spec, q_spec, P(rows, None)]
-    specs += [None, None, None] if prefix is None else [P(pre_rows, None, heads, None), P(pre_rows, None, heads, None),
-                                                       P(pre_rows, None)]
-    if prefix is None:
-        sharded = jax.shard_map(lambda q, k, v, m: fn(q, k, v, m, None, None, None), mesh=mesh,
-                                in_specs=tuple(specs[:4]), out_specs=q_spec, check_vma=False)
-        return sharded(*args[:4])
-    return jax.shard_map(fn, mesh=mesh, in_specs=tuple(specs), out_specs=q_spec, check_vma=False)(*args)
+    pre_spec = P(pre_rows, None, heads, None)
+    specs = [q_spec, q_spec, q_spec, P(rows, None), P(rows, None), pre_spec, pre_spec, P(pre_rows, None),
+             P(pre_rows, None), P()]
+    given = [i for i, a in enumerate(args) if a is not None]
+
+    def on_shard(*xs):
+        full = [None] * len(args)
+        for i, x in zip(given, xs):
+            full[i] = x
+        return fn(*full)
+
+    sharded = jax.shard_map(on_shard, mesh=mesh, in_specs=tuple(specs[i] for i in given), out_specs=q_spec,
+                            check_vma=False)
+    return sharded(*(args[i] for i in given))
 
 
 def use_kernel(model, spec: SplashKernel | None):

@@ -12,7 +12,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxjudge.models import config as C
 from jaxjudge.models import decoder as D
 from jaxjudge.models import sharding as S
-from jaxjudge.models.attention import Attention, KeyBlock, reference_attention
+from jaxjudge.models.attention import Attention, KeyBlock, reference_attention, segmented_attention
 from jaxjudge.models.splash import SplashKernel, count_flops, splash_attention, supported, use_kernel
 
 from test_attention import B, H, N, T, _blocks  # noqa: E402
@@ -66,16 +66,40 @@ def test_a_prefix_with_no_valid_slot_contributes_nothing():
                                atol=2e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("prefix, groups", [(0, 1), (7, 2)])
+def test_a_window_runs_the_kernel_only_where_it_hides_nothing(prefix, groups):
+    """Positions here span at most 12, so a window of 13 hides nothing: the kernel runs (every
+    output is the unwindowed kernel's, padding queries' included, which XLA's attention computes
+    differently). A window of 3 cuts: XLA's masked attention runs, and gives the windowed
+    reference, which the kernel alone does not."""
+    rng = np.random.default_rng(11 + groups)
+    blocks, q_pos, mask = _blocks(rng, prefix=prefix, pad_own=True, groups=groups)
+    span = int(np.asarray(q_pos).max())
+    assert span <= 12
+    q = jnp.asarray(rng.normal(size=(B, T, N, H)), jnp.float32)
+    kw = dict(scaling=H ** -0.5, cap=1.5, dtype=jnp.float32)
+    fn = jax.jit(lambda q, b, w: splash_attention(q, b, q_pos, window=w, spec=INTERPRET, **kw))
+    kernel_alone = np.asarray(jax.jit(lambda q, b: splash_attention(q, b, q_pos, window=None, spec=INTERPRET,
+                                                                     **kw))(q, blocks))
+    xla = np.asarray(segmented_attention(q, blocks, q_pos, window=span + 1, **kw))
+    assert np.abs(kernel_alone - xla)[~mask].max() > 1e-3  # the padding queries tell them apart
+    np.testing.assert_allclose(np.asarray(fn(q, blocks, span + 1)), kernel_alone, atol=1e-6, rtol=1e-6)
+    cut = fn(q, blocks, 3)
+    want = reference_attention(q, blocks, q_pos, window=3, **kw)
+    np.testing.assert_allclose(_real(cut, mask), _real(want, mask), atol=2e-6, rtol=1e-5)
+    assert np.abs(_real(kernel_alone, mask) - _real(want, mask)).max() > 1e-2
+
+
 def test_what_the_kernel_serves():
     rng = np.random.default_rng(0)
     own_only, _, _ = _blocks(rng)
     with_prefix, _, _ = _blocks(rng, prefix=4)
     with_past, _, _ = _blocks(rng, prefix=4, past=3)
     assert supported(own_only, None) and supported(with_prefix, None)
-    assert not supported(own_only, 8)  # a sliding window: the XLA path
+    assert supported(own_only, 8) and supported(with_prefix, 8)  # a window: checked on the device
     assert not supported(with_past, None)  # a per-row cache (decoding): the XLA path
-    with pytest.raises(ValueError, match="no sliding window"):
-        splash_attention(jnp.zeros((B, T, N, H)), own_only, None, scaling=1.0, window=8, cap=None,
+    with pytest.raises(ValueError, match="one shared prefix"):
+        splash_attention(jnp.zeros((B, T, N, H)), with_past, None, scaling=1.0, window=None, cap=None,
                          dtype=jnp.float32, spec=INTERPRET)
     with pytest.raises(ValueError, match="block_kv"):
         SplashKernel(block_kv=64)
@@ -92,15 +116,16 @@ def test_what_the_kernel_serves():
 
 
 @pytest.mark.skipif(jax.device_count() < 4, reason="needs 4 (host) devices")
-@pytest.mark.parametrize("groups", [1, 2])
-def test_splash_on_a_mesh_gathers_nothing(groups):
+@pytest.mark.parametrize("groups, window", [(1, None), (2, None), (2, 4), (2, 64)])
+def test_splash_on_a_mesh_gathers_nothing(groups, window):
     """Under shard_map: rows (and their prefix groups) over data, heads over model; the same
-    output, no all-gather in the compiled program, the output laid out as the queries."""
+    output, no all-gather in the compiled program, the output laid out as the queries (with a
+    window, each data shard chooses the kernel or XLA's attention for its own rows)."""
     mesh = S.make_mesh(data=2, model=2, devices=jax.devices()[:4])
     rng = np.random.default_rng(groups)
     blocks, q_pos, mask = _blocks(rng, prefix=6, pad_own=True, groups=groups)
     q = jnp.asarray(rng.normal(size=(B, T, N, H)), jnp.float32)
-    kw = dict(scaling=0.5, window=None, cap=None, dtype=jnp.float32)
+    kw = dict(scaling=0.5, window=window, cap=None, dtype=jnp.float32)
     want = reference_attention(q, blocks, q_pos, **kw)
 
     def put(x, *spec):
@@ -112,7 +137,7 @@ def test_splash_on_a_mesh_gathers_nothing(groups):
     placed = [KeyBlock(put(pre.keys, pre_rows, None, "model", None), put(pre.values, pre_rows, None, "model", None),
                        put(pre.valid_bs, pre_rows, None), pre.positions_bs, shared=True),
               KeyBlock(put(own.keys, *heads), put(own.values, *heads), put(own.valid_bs, "data", None),
-                       own.positions_bs, causal=True)]
+                       put(own.positions_bs, "data", None), causal=True)]
     fn = jax.jit(lambda q, b: splash_attention(q, b, q_pos, spec=SplashKernel(mesh=mesh, interpret=True), **kw))
     got = fn(put(q, *heads), placed)
     np.testing.assert_allclose(_real(got, mask), _real(want, mask), atol=2e-6, rtol=1e-5)
@@ -144,13 +169,19 @@ def _judge_pair(cfg):
     return model, splashed
 
 
-@pytest.mark.parametrize("name", ["llama", "gemma2_capped"])
+@pytest.mark.parametrize("name", ["llama", "gemma2_capped", "gemma2_window_cuts", "gemma2_window_wide"])
 def test_a_judge_reads_the_same_through_splash(name):
     """Prefill of two prefixes, their rows read against them, then greedy steps from a per-row
-    cache (the XLA path again): every logit as with XLA's attention."""
-    cfg = (C.LlamaConfig.tiny() if name == "llama" else
-           C.Gemma2Config.tiny(sliding_window=None, sliding_layers=(False, False), attn_logit_softcapping=3.0))
-    assert cfg.layer_window(0) is None
+    cache (the XLA path again): every logit as with XLA's attention. Gemma 2's windowed first
+    layer with a window of 4 (cut: XLA's attention inside the kernel's `lax.cond`) and of 64
+    (wider than these 15 positions: the kernel)."""
+    cfg = {"llama": lambda: C.LlamaConfig.tiny(),
+           "gemma2_capped": lambda: C.Gemma2Config.tiny(sliding_window=None, sliding_layers=(False, False),
+                                                        attn_logit_softcapping=3.0),
+           "gemma2_window_cuts": lambda: C.Gemma2Config.tiny(attn_logit_softcapping=3.0),
+           "gemma2_window_wide": lambda: C.Gemma2Config.tiny(sliding_window=64, attn_logit_softcapping=3.0)}[name]()
+    assert cfg.layer_window(1) is None
+    assert cfg.layer_window(0) == {"gemma2_window_cuts": 4, "gemma2_window_wide": 64}.get(name)
     xla, spl = _judge_pair(cfg)
     assert {m.kernel for _, m in nnx.iter_graph(spl) if isinstance(m, Attention)} == {INTERPRET}
     assert {m.kernel for _, m in nnx.iter_graph(xla) if isinstance(m, Attention)} == {None}
