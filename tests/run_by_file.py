@@ -1,23 +1,33 @@
 """Run the test suite one file per pytest process, two files at a time, then print the totals.
 
-`make test` uses this. One long process running every file crashed twice at the same place
-(inside an XLA compile in `test_select.py`, late in the run: a segmentation fault, then an
-abort), while that file passes alone. A fresh interpreter per file keeps
-one module's native state (XLA, torch, compiled programs) from reaching the next.
+`make test` uses this. Why one process a file: one long process running every file crashed
+twice at the same place (inside an XLA compile in `test_select.py`, late in the run: a
+segmentation fault, then an abort) while that file passes alone; and pytest alone has no way
+to keep two cores busy (pytest-xdist is not a dependency). A fresh interpreter per file keeps
+one module's native state (XLA, torch, compiled programs) from reaching the next, and two
+files side by side use both cores, since most files spend their time in single-threaded XLA
+compiles and Python.
 
-Two files run side by side (``--jobs``, default: 2, or 1 on a one-core machine): most files spend
-their time in single-threaded XLA compiles and Python, so two share two cores well. Files that
-start several processes of their own (``jax.distributed`` over gloo, workers sharing a store)
-run first, one at a time with nothing beside them, so their processes get the cores they were
-written for. Then the longest files start, so that the last file to finish is a short one. Each file gets its
-own ``--basetemp`` (concurrent pytest processes then never clean up each other's folders) and
-no pytest cache.
+Scheduling, from the files themselves and the last run, never from a list kept here:
 
-    python tests/run_by_file.py [--jobs N] [pytest options...]
+- A file whose module sets ``pytestmark`` with ``pytest.mark.alone`` (it starts processes of
+  its own: ``jax.distributed`` over gloo, workers sharing a store) runs with nothing beside it,
+  so that its processes get the cores they were written for. Those files run first.
+- The others start longest first, by the wall time each took in the last run
+  (``tests/durations.json``, rewritten after every run that ran every file), so that the last
+  file to finish is a short one. A file the record does not know yet starts before the known
+  ones (it may be long).
+
+Each file gets its own ``--basetemp`` (concurrent pytest processes then never clean up each
+other's folders) and no pytest cache.
+
+    python tests/run_by_file.py [--jobs N] [--root DIR] [pytest options...]
 """
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import re
 import shutil
@@ -29,51 +39,69 @@ from pathlib import Path
 
 COUNTS = ("passed", "failed", "skipped", "error", "errors", "xfailed", "xpassed")
 HERE = Path(__file__).resolve().parent
-
-# Files that start processes of their own and run with nothing beside them.
-ALONE = {
-    "cli/test_cli_distributed.py",
-    "engine/test_engine_distributed.py",
-    "engine/test_engine_spmd.py",
-    "jobs/test_workers.py",
-    "models/test_slices.py",
-}
-# The longest files (minutes each on 2 cores), started first; the others follow in name order.
-FIRST = (
-    "cli/test_demo.py",
-    "engine/test_engine.py",
-    "aot/test_aot.py",
-    "models/test_gguf_gemma3.py",
-    "experiment/test_hardware.py",
-    "select/test_nested.py",
-    "models/test_load.py",
-)
+MARK = "alone"
 
 
-def order(files: list[Path]) -> list[Path]:
-    """The files that run alone, then the longest, then the rest by name."""
-    rank = {name: i for i, name in enumerate(FIRST)}
+def runs_alone(path: Path) -> bool:
+    """Whether the module sets ``pytestmark`` to (a list holding) ``pytest.mark.alone``, read from
+    its source without importing it."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else (
+            [node.target] if isinstance(node, ast.AnnAssign) and node.value is not None else [])
+        if not any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in targets):
+            continue
+        for sub in ast.walk(node.value):
+            # pytest.mark.alone, or mark.alone after `from pytest import mark`
+            if isinstance(sub, ast.Attribute) and sub.attr == MARK and (
+                    (isinstance(sub.value, ast.Attribute) and sub.value.attr == "mark")
+                    or (isinstance(sub.value, ast.Name) and sub.value.id == "mark")):
+                return True
+    return False
 
-    def key(f: Path):
-        name = f.relative_to(HERE).as_posix()
-        return (name not in ALONE, rank.get(name, len(FIRST)), f)
 
-    return sorted(files, key=key)
+def load_durations(path: Path) -> dict[str, float]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): float(v) for k, v in data.get("seconds", {}).items()}
+
+
+def order(files: list[Path], root: Path, durations: dict[str, float]) -> list[tuple[Path, bool]]:
+    """(file, alone) in the order they start: the files that run alone, then the rest; within
+    each, unknown files first, then the longest by the last run's time, then by name."""
+
+    def key(item: tuple[Path, bool]):
+        f, alone = item
+        name = f.relative_to(root).as_posix()
+        known = name in durations
+        return (not alone, known, -durations.get(name, 0.0), name)
+
+    return sorted(((f, runs_alone(f)) for f in files), key=key)
 
 
 def main(argv: list[str]) -> int:
     jobs = min(2, os.cpu_count() or 1)
-    if argv[:1] == ["--jobs"]:
-        jobs, argv = max(1, int(argv[1])), argv[2:]
-    files = order(list(HERE.rglob("test_*.py")))
+    root = HERE
+    while argv[:1] in (["--jobs"], ["--root"]):
+        if argv[0] == "--jobs":
+            jobs = max(1, int(argv[1]))
+        else:
+            root = Path(argv[1]).resolve()
+        argv = argv[2:]
+    record = root / "durations.json"
+    durations = load_durations(record)
+    files = order(sorted(root.rglob("test_*.py")), root, durations)
     totals = dict.fromkeys(COUNTS, 0)
     bad = []
+    took: dict[str, float] = {}
     t0 = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="jaxjudge-tests-"))
     running: dict[str, tuple[subprocess.Popen, object, float]] = {}
 
     def start(f: Path) -> None:
-        name = f.relative_to(HERE).as_posix()
+        name = f.relative_to(root).as_posix()
         log = open(tmp / (name.replace("/", "__") + ".log"), "w+")
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                f"--basetemp={tmp / name.replace('/', '__').removesuffix('.py')}", *argv, str(f)]
@@ -82,12 +110,13 @@ def main(argv: list[str]) -> int:
 
     def finish(name: str) -> None:
         proc, log, began = running.pop(name)
+        took[name] = time.perf_counter() - began
         log.seek(0)
         out = log.read()
         log.close()
         lines = out.rstrip().splitlines()
         last = lines[-1] if lines else "(no output)"
-        print(f"{name}: {last} [{time.perf_counter() - began:.0f} s of wall time]", flush=True)
+        print(f"{name}: {last} [{took[name]:.0f} s of wall time]", flush=True)
         for n, what in re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)", last):
             totals[what] += int(n)
         if proc.returncode not in (0, 5):  # 5: no test collected (every test deselected)
@@ -100,10 +129,9 @@ def main(argv: list[str]) -> int:
                 if proc.poll() is not None:
                     finish(name)
                     return
-            time.sleep(0.5)
+            time.sleep(0.2)
 
-    for f in files:
-        alone = f.relative_to(HERE).as_posix() in ALONE
+    for f, alone in files:
         while running and (alone or len(running) >= jobs):
             wait_for_one()
         start(f)
@@ -112,9 +140,18 @@ def main(argv: list[str]) -> int:
     while running:
         wait_for_one()
     shutil.rmtree(tmp, ignore_errors=True)
+    wall = time.perf_counter() - t0
+    if len(took) == len(files) and not any(a.startswith(("-k", "-m")) for a in argv):
+        # Every file ran with no selection: this run's times order the next run.
+        record.write_text(json.dumps({"note": "wall seconds per test file in the last full run of "
+                                               "tests/run_by_file.py (it orders the next run)",
+                                      "seconds": {k: round(v, 1) for k, v in sorted(took.items())}},
+                                     indent=1) + "\n")
+    longest = sorted(took.items(), key=lambda kv: -kv[1])[:5]
     failed = totals["failed"] + totals["error"] + totals["errors"]
-    print(f"\n{len(files)} files in {time.perf_counter() - t0:.0f} s, {jobs} at a time"
+    print(f"\n{len(files)} files in {wall:.0f} s, {jobs} at a time"
           + (f"; failing: {', '.join(bad)}" if bad else ""))
+    print("longest: " + ", ".join(f"{k} {v:.0f} s" for k, v in longest))
     print(f"{totals['passed']} passed, {failed} failed, {totals['skipped']} skipped")
     return 1 if bad or failed else 0
 

@@ -21,6 +21,7 @@ from jaxjudge import engine
 from jaxjudge.prompts import ScoreScale
 
 TESTS = Path(__file__).resolve().parent
+pytestmark = pytest.mark.alone  # it starts processes of its own
 sys.path.insert(0, str(TESTS))
 
 from test_engine import make_prompts, tiny_judge  # noqa: E402

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 TESTS = Path(__file__).resolve().parent
+pytestmark = pytest.mark.alone  # it starts processes of its own
 
 WORKER = """
 import sys

@@ -30,6 +30,7 @@ from jaxjudge.models import sharding as S
 from jaxjudge.models.slices import ReadCounter, layout_groups, lazy_safetensors, read_block
 
 TESTS = Path(__file__).resolve().parent
+pytestmark = pytest.mark.alone  # it starts processes of its own
 
 
 def _lazy_one(tmp_path, array, key="w"):
