@@ -2,7 +2,8 @@
 data file, an unknown engine option and a store extracted under another config each end with
 exit code 2 and one line naming the file or field, no traceback, and before any forward pass.
 
-Slow: each case starts a fresh interpreter, and two read the embedded SmolLM2 file.
+Slow: each case starts a fresh interpreter. The judge is the tiny random one with SmolLM2's
+tokenizer (tests/tiny_judge.py): these check refusals and keys, not the judge's numbers.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.registry import SMOLLM2
 from jaxjudge.experiment import ModelSpec, TaskSpec, config_to_dict
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,9 +103,11 @@ def _stsb_folder(tmp_path: Path, test_rows: str) -> Path:
     return folder
 
 
-def test_cli_refuses_empty_data_file_and_unknown_engine_option(tmp_path):
+def test_cli_refuses_empty_data_file_and_unknown_engine_option(tmp_path, tiny_gguf):
+    from tests.tiny_judge import spec as tiny_spec
+
     folder = _stsb_folder(tmp_path, "")
-    spec = _experiment(tmp_path, _stsb_config(tmp_path, SMOLLM2, folder), "stsb")
+    spec = _experiment(tmp_path, _stsb_config(tmp_path, tiny_spec(tiny_gguf), folder), "stsb")
     empty = _cli(tmp_path, "extract", str(spec), "--quiet")
     _assert_one_line_error(empty, str(folder / "stsb_test.jsonl"), "no rows")
     assert not (tmp_path / "stores").exists() or not any((tmp_path / "stores").rglob("*.npz"))
@@ -113,32 +115,34 @@ def test_cli_refuses_empty_data_file_and_unknown_engine_option(tmp_path):
     _assert_one_line_error(option, "ExperimentConfig.engine", "unknown engine option 'batchsize'", "batch_size")
 
 
-def test_cli_refuses_flipped_byte_model(tmp_path):
-    from jaxjudge.models.gguf import default_model_path
+def test_cli_refuses_flipped_byte_model(tmp_path, tiny_gguf):
+    from tests.tiny_judge import sha256
 
-    data = bytearray(default_model_path().read_bytes())
+    want = sha256(tiny_gguf)
+    data = bytearray(tiny_gguf.read_bytes())
     data[-1000] ^= 0x01  # inside the last tensor
     model = tmp_path / "flipped.gguf"
     model.write_bytes(bytes(data))
     folder = _stsb_folder(tmp_path, json.dumps({"genre": "g", "filename": "f", "year": "2012", "sid": "2",
                                                 "score": 1.0, "sentence1": "x", "sentence2": "y"}) + "\n")
-    spec = _experiment(tmp_path, _stsb_config(tmp_path, ModelSpec("smollm2-135m", str(model), SMOLLM2.sha256),
-                                              folder), "flipped")
+    spec = _experiment(tmp_path, _stsb_config(tmp_path, ModelSpec("tiny", str(model), want), folder), "flipped")
     for extra in ((), ("--verify",)):
         proc = _cli(tmp_path, "extract", str(spec), "--quiet", *extra)
-        _assert_one_line_error(proc, "model 'smollm2-135m'", str(model), f"the config expects {SMOLLM2.sha256}")
+        _assert_one_line_error(proc, "model 'tiny'", str(model), f"the config expects {want}")
     cache = tmp_path / "cache"
     assert not cache.exists() or not [p for p in cache.iterdir() if p.is_dir()]  # nothing converted
 
 
-def test_cli_report_refuses_a_store_extracted_under_another_config(tmp_path):
+def test_cli_report_refuses_a_store_extracted_under_another_config(tmp_path, tiny_gguf):
     """Extract with a shorter context than the model's (an engine override), then report without
     that override: refused, naming the field; with it the report runs and records the keys."""
     rows = "".join(json.dumps({"genre": "g", "filename": "f", "year": "2012", "sid": str(i), "score": i / 2,
                                "sentence1": f"A cat number {i} sat.", "sentence2": f"A dog number {i} lay."}) + "\n"
                    for i in range(4))
     folder = _stsb_folder(tmp_path, rows)
-    spec = _experiment(tmp_path, _stsb_config(tmp_path, SMOLLM2, folder), "short")
+    from tests.tiny_judge import spec as tiny_spec
+
+    spec = _experiment(tmp_path, _stsb_config(tmp_path, tiny_spec(tiny_gguf), folder), "short")
     short = ("--set", "engine={'context_length': 1024}")
     ext = _cli(tmp_path, "extract", str(spec), "--quiet", *short)
     assert ext.returncode == 0, ext.stderr[-3000:]

@@ -1,9 +1,13 @@
 """The main job end to end (reduced): `jaxjudge demo --ci`, `report` again from its stores, and
-both notebooks executed top to bottom against them.
+the notebooks executed top to bottom against them.
 
-Slow: real forward passes of the embedded SmolLM2 judge (a few minutes on 2 cores).
+The plumbing (the table, the run folder, resume from the stores, a store of another model, the
+notebooks) runs on the tiny random judge with SmolLM2's tokenizer (tests/tiny_judge.py, as a
+Hugging Face folder): what it checks does not depend on the judge's weights. One smoke test runs
+`jaxjudge demo` on the real embedded SmolLM2 file, reduced to one range.
 """
 
+import hashlib
 import json
 import os
 import subprocess
@@ -23,20 +27,79 @@ def _cli(*args, cwd):
                           capture_output=True, text=True, timeout=1800)
 
 
+# The tiny judge's folder is named so that tpu_colab.ipynb, which names a judge by its folder,
+# gives it the name the demo run stored it under.
+TINY = "tiny-judge"
+
+
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory):
+def tiny_folder(tmp_path_factory, tiny_gguf):
+    from tests.tiny_judge import write_hf_folder
+
+    return write_hf_folder(tmp_path_factory.mktemp("judge") / TINY, tiny_gguf)
+
+
+def _tiny_models(folder, sha256=None) -> str:
+    """``--set`` arguments that put the tiny judge in the demo's place, with 200 resamples
+    (a fifth of the demo's: the report's cost, not what these tests check)."""
+    spec = f"'name': '{TINY}', 'path': '{folder}'" + (f", 'sha256': '{sha256}'" if sha256 else "")
+    return f"models=[{{{spec}}}]", "--set", "n_boot=200"
+
+
+@pytest.fixture(scope="module")
+def tiny_config(tmp_path_factory, tiny_folder):
+    """experiments/demo.py:ci with the tiny judge in place of SmolLM2, as a config file (the
+    notebooks take a config by name, not overrides)."""
+    path = tmp_path_factory.mktemp("config") / "demo_tiny.py"
+    path.write_text(
+        "from jaxjudge.experiment import load_config, with_overrides\n\n\n"
+        "def get_config(arg=None):\n"
+        f"    cfg = load_config({str(REPO / 'experiments' / 'demo.py:ci')!r})\n"
+        f"    return with_overrides(cfg, {{'models': [{{'name': {TINY!r}, 'path': {str(tiny_folder)!r}}}], "
+        "'n_boot': 200})\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory, tiny_folder):
     work = tmp_path_factory.mktemp("demo")
-    proc = _cli("demo", "--ci", "--quiet", "--stores", str(work / "stores"), "--results", str(work / "results"),
-                "--run", "first", cwd=REPO)
+    from jaxjudge.models.cache import source_sha256
+
+    sha = source_sha256(tiny_folder, verify=True)
+    proc = _cli("demo", "--ci", "--quiet", "--set", *_tiny_models(tiny_folder, sha), "--stores", str(work / "stores"),
+                "--results", str(work / "results"), "--run", "first", cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return work, proc.stdout
+    return work, proc.stdout, sha
 
 
-def test_demo_prints_the_table_and_writes_a_run(demo_run):
-    work, out = demo_run
+def test_demo_on_the_embedded_judge(tmp_path):
+    """`jaxjudge demo` as a user runs it, on the real SmolLM2 file (one range, Deb-T at Tp = 10
+    beside vanilla): the embedded judge's numbers come out, under its file's sha256."""
+    from jaxjudge.models import default_model_path
+
+    proc = _cli("demo", "--ci", "--quiet", "--set", "scales=['1-5']", "--set", "methods=['vanilla', 'deb_t']",
+                "--set", "deb_tp=[10]", "--set", "temperatures=[0.2]", "--set", "primary={'method': 'deb_t_tp10', "
+                "'versus': 'vanilla', 'statistic': '1-5', 'score': 'expected@0.2'}", "--stores", str(tmp_path / "stores"),
+                "--results", str(tmp_path / "results"), "--run", "smoke", cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = proc.stdout
+    assert "smollm2-135m, summeval coherence: spearman by score range, reading expected@0.2 (95% intervals)" in out
+    assert any(line.startswith("Primary endpoint (95% interval, unadjusted): deb_t_tp10 − vanilla")
+               for line in out.splitlines())
+    meta = json.loads((tmp_path / "results" / "demo" / "smoke" / "metadata.json").read_text())
+    assert meta["models"]["smollm2-135m"]["sha256"] == hashlib.sha256(default_model_path().read_bytes()).hexdigest()
+    rows = json.loads((tmp_path / "results" / "demo" / "smoke" / "results.json").read_text())["rows"]
+    vanilla = next(r for r in rows if r["method"] == "vanilla" and r["scale"] == "1-5" and r["score"] == "expected@0.2")
+    sp = vanilla["metrics"]["spearman"]
+    assert sp["low"] <= sp["estimate"] <= sp["high"]
+    assert {r["method"] for r in rows} >= {"vanilla", "deb_t_tp10"}
+
+
+def test_demo_prints_the_table_and_writes_a_run(demo_run, tiny_folder):
+    work, out, sha = demo_run
     lines = out.splitlines()
     assert any(line.startswith("Primary endpoint (95% interval, unadjusted): deb_t_tp10 − vanilla") for line in lines)
-    assert "smollm2-135m, summeval coherence: spearman by score range, reading expected@0.2 (95% intervals)" in out
+    assert f"{TINY}, summeval coherence: spearman by score range, reading expected@0.2 (95% intervals)" in out
     head = next(line for line in lines if line.startswith("method ") and "1-5" in line)
     assert head.split() == ["method", "1-5", "3-7"]
     # Fits a 100-column terminal; 16 documents give intervals in most cells (a cell without one
@@ -56,33 +119,31 @@ def test_demo_prints_the_table_and_writes_a_run(demo_run):
     assert list((run / "figures").glob("*.png"))
     meta = json.loads((run / "metadata.json").read_text())
     assert meta["command"].startswith("python -m jaxjudge") or "demo" in meta["command"]
-    assert meta["models"]["smollm2-135m"]["sha256"] == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    assert meta["models"][TINY]["sha256"] == sha
     rows = json.loads((run / "results.json").read_text())["rows"]
     methods = {r["method"] for r in rows}
     assert {"vanilla", "generate", "deb_r_tp10", "deb_t_tp10", "contextual", "batch", "distribution"} <= methods
 
 
-def test_report_recomputes_from_the_stores_without_a_forward_pass(demo_run):
-    work, _ = demo_run
+def test_report_recomputes_from_the_stores_without_a_forward_pass(demo_run, tiny_folder):
+    work, _, _ = demo_run
     # A second extract finds every job in the store; report then reproduces the numbers.
-    again = _cli("extract", str(REPO / "experiments" / "demo.py:ci"), "--quiet", "--stores", str(work / "stores"),
-                 cwd=REPO)
+    again = _cli("extract", str(REPO / "experiments" / "demo.py:ci"), "--quiet", "--set", *_tiny_models(tiny_folder),
+                 "--stores", str(work / "stores"), cwd=REPO)
     assert again.returncode == 0, again.stderr[-4000:]
     assert "computed " not in again.stdout and again.stdout.count("cached") >= 10
-    rep = _cli("report", str(REPO / "experiments" / "demo.py:ci"), "--stores", str(work / "stores"),
-               "--results", str(work / "results"), "--run", "second", cwd=REPO)
+    rep = _cli("report", str(REPO / "experiments" / "demo.py:ci"), "--set", *_tiny_models(tiny_folder),
+               "--stores", str(work / "stores"), "--results", str(work / "results"), "--run", "second", cwd=REPO)
     assert rep.returncode == 0, rep.stderr[-4000:]
     first = json.loads((work / "results" / "demo" / "first" / "results.json").read_text())["rows"]
     second = json.loads((work / "results" / "demo" / "second" / "results.json").read_text())["rows"]
     assert first == second
 
 
-def test_a_store_from_another_model_is_refused(demo_run, tmp_path):
-    work, _ = demo_run
-    other = "0" * 64
-    rep = _cli("report", str(REPO / "experiments" / "demo.py:ci"), "--set", f"models=[{{'name': 'smollm2-135m', "
-               f"'path': 'default', 'sha256': '{other}'}}]", "--stores", str(work / "stores"),
-               "--results", str(tmp_path), cwd=REPO)
+def test_a_store_from_another_model_is_refused(demo_run, tiny_folder, tmp_path):
+    work, _, _ = demo_run
+    rep = _cli("report", str(REPO / "experiments" / "demo.py:ci"), "--set", *_tiny_models(tiny_folder, "0" * 64),
+               "--stores", str(work / "stores"), "--results", str(tmp_path), cwd=REPO)
     assert rep.returncode != 0
     assert "another model" in rep.stderr or "sha256" in rep.stderr
 
@@ -133,12 +194,12 @@ def test_ablation_notebook_without_the_data_shows_the_committed_report(tmp_path)
 
 
 @pytest.mark.parametrize("name", ["quickstart.ipynb", "score_range_ablation.ipynb", "tpu_colab.ipynb"])
-def test_notebook_runs_top_to_bottom(demo_run, name):
-    """Each notebook against the demo run's stores; its figures shown inline (no notebook forces
-    a matplotlib backend)."""
-    work, _ = demo_run
-    nb = _run_notebook(name, {"JAXJUDGE_STORES": str(work / "stores"),
-                              "JAXJUDGE_CONFIG": str(REPO / "experiments" / "demo.py:ci"), "JAXJUDGE_NB_EXAMPLES": "32",
+def test_notebook_runs_top_to_bottom(demo_run, tiny_folder, tiny_config, name):
+    """Each notebook against the demo run's stores (its judge the tiny one); its figures shown
+    inline (no notebook forces a matplotlib backend)."""
+    work, _, _ = demo_run
+    nb = _run_notebook(name, {"JAXJUDGE_STORES": str(work / "stores"), "JAXJUDGE_NB_JUDGE": str(tiny_folder),
+                              "JAXJUDGE_CONFIG": str(tiny_config), "JAXJUDGE_NB_EXAMPLES": "32",
                               "XLA_FLAGS": "--xla_force_host_platform_device_count=1"})  # one device, as a user's
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     printed = "".join(o.get("text", "") for o in outputs)
@@ -146,7 +207,7 @@ def test_notebook_runs_top_to_bottom(demo_run, name):
     assert any("image/png" in o.get("data", {}) for o in outputs)
     assert "matplotlib.use" not in "".join(c.source for c in nb.cells)
     if name == "tpu_colab.ipynb":
-        # On this CPU: the embedded judge on a one-device mesh; every job read from the demo's stores.
+        # On this CPU: the judge on a one-device mesh; every job read from the demo's stores.
         assert "cpu: 1 device(s)" in printed and "mesh: {'data': 1, 'model': 1}" in printed
         assert "0 computed now" in printed and "Primary endpoint" in printed
         assert sum("image/png" in o.get("data", {}) for o in outputs) >= 2

@@ -1,7 +1,9 @@
 """The hardware a config names: dtype, mesh and compile cache, checked before any model loads.
 
-The mesh test runs the embedded SmolLM2 judge (slow): a 2 x 2 mesh over four of the eight host
-devices (tests/conftest.py) gives the same score log-probabilities as one device.
+The mesh test runs the tiny random judge with SmolLM2's tokenizer (tests/tiny_judge.py; slow): a
+2 x 2 mesh over four of the eight host devices (tests/conftest.py) gives the same score
+log-probabilities as one device. The parameter bytes are those of the tiny judge's file, and the
+refusal of a judge too large reads the real SmolLM2 file's header (no weights).
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from jaxjudge.report import StoreLookupError, report_from_store
 from jaxjudge.store import Store
 
 
-def _cfg(tmp_path, **kw):
+def _cfg(tmp_path, model=SMOLLM2, **kw):
     docs = SUMMEVAL_SUBSET_DOC_IDS[:2]
-    base = dict(name="hw", models=(SMOLLM2,),
+    base = dict(name="hw", models=(model,),
                 tasks=(TaskSpec("summeval", ("coherence",), data="embedded", split="fixed_docs", dev_docs=docs[:1],
                                 subset=SubsetSpec(reason="test", doc_ids=docs)),),
                 scales=("1-5",), methods=("vanilla",), temperatures=(1.0,), greedy=False, lambdas_extended=None,
@@ -63,11 +65,13 @@ def test_mesh_is_built_over_the_devices_or_refused_by_field(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_mesh_gives_the_same_scores_and_a_dtype_is_kept_apart(tmp_path, monkeypatch):
+def test_a_mesh_gives_the_same_scores_and_a_dtype_is_kept_apart(tmp_path, monkeypatch, tiny_gguf):
+    from tests.tiny_judge import spec
+
     monkeypatch.setenv("JAXJUDGE_XLA_CACHE", "")
-    one = _cfg(tmp_path / "one")
+    one = _cfg(tmp_path / "one", spec(tiny_gguf))
     run_extractions(one, progress=False)
-    meshed = _cfg(tmp_path / "mesh", mesh={"data": 2, "model": 2})
+    meshed = _cfg(tmp_path / "mesh", spec(tiny_gguf), mesh={"data": 2, "model": 2})
     run_extractions(meshed, progress=False)
     la, lb = (Store.open(next((tmp_path / d / "stores").rglob("manifest.json")).parent).load()["cand_logprobs"]
               for d in ("one", "mesh"))
@@ -78,17 +82,16 @@ def test_a_mesh_gives_the_same_scores_and_a_dtype_is_kept_apart(tmp_path, monkey
         report_from_store(one.store_root, with_overrides(one, ["dtype=bfloat16"]))
 
 
-def test_parameter_bytes_per_device_are_the_loaded_judges(tmp_path):
+def test_parameter_bytes_per_device_are_the_loaded_judges(tmp_path, tiny_gguf):
     """From the file's config alone, the bytes each device holds: equal to the shards of the judge
     `models.load` places on the same mesh (float32 whole, bfloat16 on data 2 x model 2)."""
     from flax import nnx
 
     from jaxjudge import models
     from jaxjudge.experiment.hardware import parameter_bytes_per_device
-    from jaxjudge.models.gguf import default_model_path
     from jaxjudge.models.sharding import make_mesh
 
-    path = default_model_path()
+    path = tiny_gguf
     whole = models.load(path, cache_dir=tmp_path)
     assert parameter_bytes_per_device(path, "float32") == sum(
         x.nbytes for x in jax.tree.leaves(nnx.state(whole.model)))

@@ -1,7 +1,8 @@
-"""Jobs run on the embedded SmolLM2 judge through `run_extractions`: what each kind writes equals
-the engine called directly on the same prompts, and a second call computes nothing.
+"""Jobs run through `run_extractions` on the tiny random judge with SmolLM2's tokenizer and chat
+template (tests/tiny_judge.py): what each kind writes equals the engine called directly on the
+same prompts, and a second call computes nothing.
 
-Slow: real forward passes (one document of the embedded SummEval subset, 16 summaries).
+Slow: forward passes over one document of the embedded SummEval subset (16 summaries).
 """
 
 from __future__ import annotations
@@ -9,11 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from experiments.registry import SMOLLM2
 from jaxjudge import models as M
 from jaxjudge.data.tasks import load_task_data
 from jaxjudge.engine import contrastive_generate_scores, extract
-from jaxjudge.experiment import ExperimentConfig, ModelSpec, SubsetSpec, TaskSpec, resolve_model_path, run_extractions
+from jaxjudge.experiment import ExperimentConfig, ModelSpec, SubsetSpec, TaskSpec, run_extractions
 from jaxjudge.jobs import ContentFreeJob, ContrastiveGenerateJob, ScoreJob
 from jaxjudge.prompts import ScoreScale, chat_format, render_all
 from jaxjudge.store import Store
@@ -21,11 +21,13 @@ from jaxjudge.store import Store
 pytestmark = pytest.mark.slow
 
 
-def test_contrastive_generation_and_content_free_jobs_write_what_the_engine_gives(tmp_path):
+def test_contrastive_generation_and_content_free_jobs_write_what_the_engine_gives(tmp_path, tiny_gguf):
+    from tests.tiny_judge import sha256
+
     # The same file under a second name stands in for the assistant (it shares the tokenizer).
-    path = str(resolve_model_path(SMOLLM2))
+    path = str(tiny_gguf)
     cfg = ExperimentConfig(
-        name="run", models=(ModelSpec("main", path, SMOLLM2.sha256), ModelSpec("asst", path, SMOLLM2.sha256)),
+        name="run", models=(ModelSpec("main", path, sha256(path)), ModelSpec("asst", path, sha256(path))),
         pairs=(("main", "asst"),),
         tasks=(TaskSpec("summeval", ("coherence",), data="embedded", split="kfold", n_folds=2,
                         subset=SubsetSpec("one document: a short test", n_docs=1)),),

@@ -2,7 +2,8 @@
 chunks; one killed with SIGKILL mid-run leaves its chunks to the other, and the store equals an
 uninterrupted run's.
 
-Slow: three extractions of the embedded SmolLM2 judge (subprocesses).
+Slow: three extractions (subprocesses) on the tiny random judge with SmolLM2's tokenizer
+(tests/tiny_judge.py): what is checked is the claims, not the judge's numbers.
 """
 
 from __future__ import annotations
@@ -18,17 +19,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.registry import SMOLLM2
 from jaxjudge.experiment import ExperimentConfig, SubsetSpec, TaskSpec, config_to_dict
 from jaxjudge.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # alone: it starts processes of its own
 
 
-def _experiment(tmp_path: Path) -> Path:
+def _experiment(tmp_path: Path, judge: Path) -> Path:
+    from tests.tiny_judge import spec
+
     cfg = ExperimentConfig(
-        name="workers", models=(SMOLLM2,),
+        name="workers", models=(spec(judge),),
         tasks=(TaskSpec("summeval", ("coherence",), data="embedded", split="kfold", n_folds=2,
                         subset=SubsetSpec("two documents: a short test", n_docs=2)),),
         scales=("1-5",), methods=("vanilla", "contextual"), temperatures=(1.0,),
@@ -54,18 +56,19 @@ def _arrays(root: Path) -> dict[str, dict[str, np.ndarray]]:
     return {str(m.parent.relative_to(root)): Store.open(m.parent).load() for m in sorted(root.rglob("manifest.json"))}
 
 
-def test_a_killed_workers_chunks_are_done_by_the_other(tmp_path):
-    config = _experiment(tmp_path)
+def test_a_killed_workers_chunks_are_done_by_the_other(tmp_path, tiny_gguf):
+    config = _experiment(tmp_path, tiny_gguf)
     shared, alone = tmp_path / "shared", tmp_path / "alone"
     a = _start(tmp_path, config, shared, "a.log")
     b = _start(tmp_path, config, shared, "b.log")
-    score = shared / "smollm2-135m" / "score-summeval-coherence-1-5" / "chunks"
+    score = shared / "tiny" / "score-summeval-coherence-1-5" / "chunks"
     deadline = time.time() + 600
     while not (score.is_dir() and any(p.suffix == ".npz" for p in score.iterdir())):
         assert a.poll() is None and time.time() < deadline, (tmp_path / "a.log").read_text()[-2000:]
         time.sleep(0.05)
     a.send_signal(signal.SIGKILL)  # mid-run: 16 chunks of 2 summaries, the first just written
     a.wait()
+    assert len(list(score.glob("*.npz"))) < 16  # killed with work left
     assert b.wait(timeout=600) == 0, (tmp_path / "b.log").read_text()[-2000:]
     manifest = json.loads((score.parent / "manifest.json").read_text())
     assert len(list(score.glob("*.npz"))) == manifest["n_chunks"] == 16

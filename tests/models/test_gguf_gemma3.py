@@ -148,7 +148,9 @@ def test_gemma3_models_load_bfloat16_bound(gemma3, tmp_path_factory):
         return float((np.abs(x - exact).max(-1) / np.abs(exact).max(-1)).max())
 
     rel, rel16, agree, agree16 = [], [], [], []
-    for text in PROMPTS:
+    # The short prompts and one past the 512-token window (the 945-token one, read in float32
+    # above, adds two minutes of bfloat16 forwards on this CPU and no other layout).
+    for text in PROMPTS[:4]:
         ids = judge.encode(text)
         read = sorted(set(range(0, len(ids), 61)) | {len(ids) - 1})
         tokens = np.asarray([ids], np.int32)
@@ -164,9 +166,10 @@ def test_gemma3_models_load_bfloat16_bound(gemma3, tmp_path_factory):
     print(f"\nGemma-3-270M vs transformers float32, largest error over the row's largest logit, "
           f"per prompt: ours bfloat16 {np.round(rel, 4).tolist()}, transformers bfloat16 "
           f"{np.round(rel16, 4).tolist()}; argmax agreement {np.mean(agree):.3f} and {np.mean(agree16):.3f}")
-    # Measured (AMD EPYC, jax 0.10.2, transformers 5.25): ours 0.011-0.067, transformers'
-    # bfloat16 0.013-0.183 (both worst on the 945-token prompt); argmax agreement 1.000 ours,
-    # 0.946 transformers' bfloat16.
+    # Measured over all five prompts (AMD EPYC, jax 0.10.2, transformers 5.25): ours 0.011-0.067,
+    # transformers' bfloat16 0.013-0.183 (both worst on the 945-token prompt); argmax agreement
+    # 1.000 ours, 0.946 transformers' bfloat16. Another run of the same: ours 0.011-0.192,
+    # transformers' 0.012-0.198, agreement 0.946 both.
     assert max(rel) <= 1.25 * max(rel16), (rel, rel16)
     assert np.mean(agree) >= min(0.95, np.mean(agree16))
 
