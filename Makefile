@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # other command or test starts looking for a TPU. Its version is the one jax[tpu] asks for.
 LIBTPU := $(VENV)/libtpu/.installed
 
-.PHONY: demo test test-fast venv bench clean
+.PHONY: demo test test-fast coverage venv bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -29,6 +29,16 @@ test: $(STAMP) $(LIBTPU)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The suite as `make test` runs it, under coverage.py (every process it starts), then the report.
+coverage: $(STAMP) $(LIBTPU)
+	rm -rf .coverage-data && mkdir -p .coverage-data
+	COV_SOURCE=$(CURDIR)/jaxjudge COV_DATA=$(CURDIR)/.coverage-data/.coverage \
+	  $(BIN)/python -m coverage run --rcfile=tests/coverage.rc tests/run_by_file.py; \
+	COV_SOURCE=$(CURDIR)/jaxjudge COV_DATA=$(CURDIR)/.coverage-data/.coverage \
+	  $(BIN)/python -m coverage combine --rcfile=tests/coverage.rc -q && \
+	COV_SOURCE=$(CURDIR)/jaxjudge COV_DATA=$(CURDIR)/.coverage-data/.coverage \
+	  $(BIN)/python -m coverage report --rcfile=tests/coverage.rc --precision=2 | tail -1
 
 bench: $(STAMP)
 	for f in benchmarks/*.py; do $(BIN)/python $$f || exit 1; done

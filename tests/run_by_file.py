@@ -19,9 +19,14 @@ Scheduling, from the files themselves and the last run, never from a list kept h
   ones (it may be long).
 
 Each file gets its own ``--basetemp`` (concurrent pytest processes then never clean up each
-other's folders) and no pytest cache.
+other's folders) and no pytest cache. The run shares one XLA compile cache, a fresh folder each
+run (``JAX_COMPILATION_CACHE_DIR`` for every process, ``JAXJUDGE_XLA_CACHE`` for the
+``jaxjudge`` commands), so a program compiled by one file is read by the next.
 
-    python tests/run_by_file.py [--jobs N] [--root DIR] [pytest options...]
+    python tests/run_by_file.py [--jobs N] [--root DIR] [--logs DIR] [pytest options...]
+
+``--logs DIR`` keeps each file's whole pytest output there (``--durations=N`` then shows where
+a file's time went).
 """
 
 from __future__ import annotations
@@ -84,11 +89,15 @@ def order(files: list[Path], root: Path, durations: dict[str, float]) -> list[tu
 def main(argv: list[str]) -> int:
     jobs = min(2, os.cpu_count() or 1)
     root = HERE
-    while argv[:1] in (["--jobs"], ["--root"]):
+    logs = None
+    while argv[:1] in (["--jobs"], ["--root"], ["--logs"]):
         if argv[0] == "--jobs":
             jobs = max(1, int(argv[1]))
-        else:
+        elif argv[0] == "--root":
             root = Path(argv[1]).resolve()
+        else:
+            logs = Path(argv[1]).resolve()
+            logs.mkdir(parents=True, exist_ok=True)
         argv = argv[2:]
     record = root / "durations.json"
     durations = load_durations(record)
@@ -99,13 +108,19 @@ def main(argv: list[str]) -> int:
     t0 = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="jaxjudge-tests-"))
     running: dict[str, tuple[subprocess.Popen, object, float]] = {}
+    # One compile cache for the run, new each run (timings stay those of a cold start; nothing
+    # is left in the home folder): every process the tests start reads JAX's own variable (the
+    # test processes, notebook kernels, workers), the `jaxjudge` commands theirs too.
+    env = dict(os.environ)
+    env.setdefault("JAX_COMPILATION_CACHE_DIR", str(tmp / "xla"))
+    env.setdefault("JAXJUDGE_XLA_CACHE", env["JAX_COMPILATION_CACHE_DIR"])
 
     def start(f: Path) -> None:
         name = f.relative_to(root).as_posix()
-        log = open(tmp / (name.replace("/", "__") + ".log"), "w+")
+        log = open((logs or tmp) / (name.replace("/", "__") + ".log"), "w+")
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                f"--basetemp={tmp / name.replace('/', '__').removesuffix('.py')}", *argv, str(f)]
-        running[name] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True), log,
+        running[name] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env=env), log,
                          time.perf_counter())
 
     def finish(name: str) -> None:

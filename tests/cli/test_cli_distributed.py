@@ -74,6 +74,7 @@ def _env(tmp_path: Path, tag: str, devices: int = 1) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "JAXJUDGE_CACHE": str(tmp_path / f"cache-{tag}"),
            "JAXJUDGE_XLA_CACHE": "", "JAX_PLATFORMS": "cpu",
            "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)  # no compile cache under jax.distributed here
     return env
 
 

@@ -36,7 +36,7 @@ def _experiment(tmp_path: Path, cfg, name: str) -> Path:
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO), "JAXJUDGE_CACHE": str(tmp_path / "cache"),
-           "JAXJUDGE_XLA_CACHE": "", "JAX_PLATFORMS": "cpu"}
+           "JAX_PLATFORMS": "cpu"}
     env.pop("XLA_FLAGS", None)
     return subprocess.run([sys.executable, "-m", "jaxjudge.cli", *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)
