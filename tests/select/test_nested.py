@@ -8,6 +8,8 @@ literally resampled data (repeated rows), and an explicit loop with scipy's Spea
 
 from __future__ import annotations
 
+import copy
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -116,13 +118,24 @@ def _options(**kw):
                          n_boot=60, seed=4, **kw)
 
 
-# The three tests through evaluate_cell compile the report's own bootstrap: 10-70 s each.
+# The three tests through evaluate_cell compile the report's own bootstrap: 10-70 s each. The
+# reports they share are computed once for the module (evaluate_cell is deterministic given its
+# options and seed; each test reads its own copy).
+_REPORTS: dict = {}
+
+
+def _report(cell, **kw):
+    key = tuple(sorted(kw.items()))
+    if key not in _REPORTS:
+        arrays, splits = cell
+        _REPORTS[key] = evaluate_cell(arrays, splits, _options(**kw))
+    return copy.deepcopy(_REPORTS[key])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("select_per_group", [False, True])
 def test_nested_estimate_is_the_reports_own(cell, select_per_group):
-    arrays, splits = cell
-    on = evaluate_cell(arrays, splits, _options(nested=True, select_per_group=select_per_group,
-                                                per_group=select_per_group))
+    on = _report(cell, nested=True, select_per_group=select_per_group, per_group=select_per_group)
     name = "spearman_doc" if select_per_group else "spearman"
     tuned = [r for r in on.rows if r["method"] in ("temperature", "contrastive")]
     assert len(tuned) == 4  # two methods, read two ways
@@ -140,9 +153,8 @@ def test_nested_estimate_is_the_reports_own(cell, select_per_group):
 
 @pytest.mark.slow
 def test_the_option_off_changes_nothing(cell):
-    arrays, splits = cell
-    off = evaluate_cell(arrays, splits, _options())
-    on = evaluate_cell(arrays, splits, _options(nested=True))
+    off = _report(cell)
+    on = _report(cell, nested=True, select_per_group=False, per_group=False)
     added = {"nested", "delta_nested", "delta_matched_nested"}
     assert not any(added & set(r) for r in off.rows)
     assert [{k: v for k, v in r.items() if k not in added} for r in on.rows] == off.rows
@@ -154,7 +166,7 @@ def test_grid_predictions_at_the_chosen_point_are_the_reports_predictions(cell):
     opts = _options()
     preds = {}
     evaluate_cell(arrays, splits, opts, predictions=preds)
-    report = evaluate_cell(arrays, splits, opts)
+    report = _report(cell)
     row = next(r for r in report.rows if r["method"] == "contrastive" and r["score"] == "expected@1")
     from jaxjudge.data import to_prompt_range  # noqa: PLC0415
 
