@@ -91,20 +91,6 @@ def hf_config(vocab_size: int, bos: int, eos: int) -> dict:
     }
 
 
-def _permute(w: np.ndarray, heads: int) -> np.ndarray:
-    """Hugging Face's q/k rows -> llama.cpp's (interleaved rotary pairs), as its converter does."""
-    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-_BLOCK = {
-    "input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
-}
-
-
 def write_gguf(path: str | Path, seed: int = 0) -> Path:
     """Writes the tiny judge as a GGUF file at ``path`` (float32 tensors); returns the path."""
     import gguf
@@ -129,16 +115,18 @@ def write_gguf(path: str | Path, seed: int = 0) -> Path:
     w.add_vocab_size(len(vocab))
     for key, (value, kind, sub) in fields.items():
         w.add_key_value(key, value, kind, sub_type=sub)
+    from jaxjudge.models import gguf as jg
+    from tests.models.test_gguf import _permute  # HF's q/k rows -> llama.cpp's, as its converter does
+
+    # The library's own name tables, read backwards (GGUF name -> Hugging Face name there).
+    names = {hf: g for g, hf in jg._GLOBAL_TENSORS.items()}
+    leaves = {hf: g for g, hf in jg._BLOCK_TENSORS.items()}
     for name, arr in hf_state(vocab, seed).items():
-        if name == "model.embed_tokens.weight":
-            out = "token_embd.weight"
-        elif name == "lm_head.weight":
-            out = "output.weight"
-        elif name == "model.norm.weight":
-            out = "output_norm.weight"
+        if name in names:
+            out = names[name]
         else:
             layer, leaf = name.split(".")[2], ".".join(name.split(".")[3:])
-            out = f"blk.{layer}.{_BLOCK[leaf]}"
+            out = f"blk.{layer}.{leaves[leaf]}"
             if leaf == "self_attn.q_proj.weight":
                 arr = _permute(arr, s["heads"])
             elif leaf == "self_attn.k_proj.weight":
