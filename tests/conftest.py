@@ -46,7 +46,8 @@ def tiny_gguf(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_hf(tmp_path_factory, tiny_gguf):
-    """The same judge as a Hugging Face folder (config.json, safetensors, tokenizer files)."""
+    """The same judge as a Hugging Face folder (config.json, safetensors, tokenizer files), named
+    ``tiny-judge`` (a notebook names a judge by its folder)."""
     from tests.tiny_judge import write_hf_folder
 
-    return write_hf_folder(tmp_path_factory.mktemp("tiny-hf"), tiny_gguf)
+    return write_hf_folder(tmp_path_factory.mktemp("tiny-hf") / "tiny-judge", tiny_gguf)

@@ -33,13 +33,12 @@ TINY = "tiny-judge"
 
 
 @pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory, tiny_gguf):
-    from tests.tiny_judge import write_hf_folder
+def tiny_folder(tiny_hf):
+    assert tiny_hf.name == TINY
+    return tiny_hf
 
-    return write_hf_folder(tmp_path_factory.mktemp("judge") / TINY, tiny_gguf)
 
-
-def _tiny_models(folder, sha256=None) -> str:
+def _tiny_models(folder, sha256=None) -> tuple[str, str, str]:
     """``--set`` arguments that put the tiny judge in the demo's place, with 200 resamples
     (a fifth of the demo's: the report's cost, not what these tests check)."""
     spec = f"'name': '{TINY}', 'path': '{folder}'" + (f", 'sha256': '{sha256}'" if sha256 else "")
