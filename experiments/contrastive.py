@@ -55,6 +55,8 @@ stores in ``results/stores/summeval_qwen05``, beside the 0.5B judge's of
 from jaxjudge.data import SUMMEVAL_SUBSET_DOC_IDS
 from jaxjudge.experiment import Endpoint, ExperimentConfig, TaskSpec, pick_variant
 from registry import (
+    CONFIRM_SEMREL,
+    CONFIRM_STSB,
     CONTRASTIVE_SEMREL,
     CONTRASTIVE_STSB,
     CPU_RUN_CHANGES,
@@ -69,6 +71,12 @@ from registry import (
 # `temperature`), averaged over the four ranges, on the expected score at temperature 1 (the
 # probability-weighted score of the contrastive-decoding paper). Everything else is secondary.
 PRIMARY = Endpoint(method="contrastive", versus="temperature", statistic="mean", score="expected@1")
+
+# The confirmatory runs' primary: the same comparison, with the smallest effect of interest
+# declared before their extraction (after the exploratory runs were read): 0.02 of Spearman's
+# rho, averaged over the four ranges.
+CONFIRM_PRIMARY = Endpoint(method="contrastive", versus="temperature", statistic="mean", score="expected@1",
+                           margin=0.02)
 
 # Grids of the committed STS-B, SemRel and SummEval runs, widened where the first runs' choices
 # sat at an edge: t_main reached 5 (the top) in most `temperature` cells and some contrastive
@@ -167,6 +175,34 @@ VARIANTS = {
         tasks=(TaskSpec("semrel", ("relatedness",), split="original", subset=CONTRASTIVE_SEMREL),),
         run="semrel",
         store_root="results/stores/contrastive_semrel",
+    ),
+    # Confirmations of the pair tasks' primary endpoint, registered before extraction (see the
+    # module docstring): the primary family only, on the exploratory runs' wide grids.
+    "stsb_confirm": dict(
+        PAIR_TASKS,
+        description="Confirmation of contrastive decoding against its matched temperature baseline on "
+        "STS-B pairs no contrastive run has scored (registered before extraction).",
+        tasks=(TaskSpec("stsb", ("similarity",), split="original", subset=CONFIRM_STSB),),
+        methods=("vanilla", "temperature", "contrastive"),
+        temperatures=(1.0,),
+        comparisons=(),
+        changes=(),
+        primary=CONFIRM_PRIMARY,
+        run="stsb_confirm",
+        store_root="results/stores/contrastive_stsb_confirm",
+    ),
+    "semrel_confirm": dict(
+        PAIR_TASKS,
+        description="Confirmation of contrastive decoding against its matched temperature baseline on "
+        "SemRel2024 train groups no contrastive run has scored (registered before extraction).",
+        tasks=(TaskSpec("semrel", ("relatedness",), split="original", subset=CONFIRM_SEMREL),),
+        methods=("vanilla", "temperature", "contrastive"),
+        temperatures=(1.0,),
+        comparisons=(),
+        changes=(),
+        primary=CONFIRM_PRIMARY,
+        run="semrel_confirm",
+        store_root="results/stores/contrastive_semrel_confirm",
     ),
     "summeval": dict(
         COMMON,

@@ -20,6 +20,10 @@ __all__ = [
     "CPU_RUN_CHANGES",
     "STSB_SELECTION",
     "SEMREL_SELECTION",
+    "CONTRASTIVE_STSB",
+    "CONTRASTIVE_SEMREL",
+    "CONFIRM_STSB",
+    "CONFIRM_SEMREL",
 ]
 
 # -- the judges the experiments use ----------------------------------------------------------
@@ -115,3 +119,25 @@ CONTRASTIVE_SEMREL = SubsetSpec(
     max_per_split={"train": 300},
     seed=0,
 )
+
+# Confirmatory cuts (experiments/contrastive.py:stsb_confirm|semrel_confirm): rows no contrastive
+# run has scored, the selection side the exploratory runs' own. Their analysis plans are
+# registered in the store root before the first forward pass (jaxjudge.store.registration).
+CONFIRM_STSB = SubsetSpec(
+    reason="confirmation of contrastive decoding on STS-B: reported on the 879 test pairs outside "
+    "the exploratory run's seeded 500-pair test sample (seed 0), selection of (lambda, t) on that "
+    "run's 200 dev pairs",
+    max_per_split={"dev": 200},
+    exclude={"test": 500},
+    seed=0,
+)
+CONFIRM_SEMREL = SubsetSpec(
+    reason="confirmation of contrastive decoding on SemRel2024: selection of (lambda, t) on the "
+    "exploratory run's seeded sample of train groups (seed 0, at most 300 pairs), reported on a "
+    "seeded sample (seed 1, at most 500 pairs) of the train groups outside it, in place of the "
+    "dev split the exploratory run reported on",
+    max_per_split={"train": 300},
+    held_out={"train": 500},
+    seed=0,
+)
+

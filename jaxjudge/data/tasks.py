@@ -183,12 +183,27 @@ def load_task_data(task: Any) -> TaskData:
             protected = set(dev_docs or ())
             others = sorted(set(groups[keep].tolist()) - protected)
             keep &= np.isin(groups, sorted(protected) + others[: sub.n_docs])
-        if sub.max_per_split is not None:
-            for s, limit in sub.max_per_split.items():
+        for field in ("exclude", "max_per_split", "held_out"):
+            for s in getattr(sub, field, None) or {}:
                 if s not in set(labels.tolist()):
-                    raise DataError(folder or "embedded SummEval subset", None, "subset.max_per_split",
+                    raise DataError(folder or "embedded SummEval subset", None, f"subset.{field}",
                                     f"task {task.task!r}: names split {s!r}, not loaded")
-                keep &= _sample_groups(examples, labels, s, limit, sub.seed)
+        for s, limit in (getattr(sub, "exclude", None) or {}).items():
+            keep &= ~(_sample_groups(examples, labels, s, limit, sub.seed) & (labels == s))
+        held = np.zeros(len(examples), bool)
+        for s, limit in (getattr(sub, "held_out", None) or {}).items():
+            # the groups of split s outside its selection sample, sampled with the next seed
+            in_sample = _sample_groups(examples, labels, s, sub.max_per_split[s], sub.seed) & (labels == s)
+            rest = labels == s
+            rest &= ~in_sample
+            pool = np.where(rest, labels, "")  # only the rest is eligible
+            held |= _sample_groups(examples, pool, s, limit, sub.seed + 1) & rest
+        for s, limit in (sub.max_per_split or {}).items():
+            keep &= _sample_groups(examples, labels, s, limit, sub.seed) | held
+        if held.any():
+            report = TASKS[task.task]["original"][1]
+            keep &= (labels != report) | held
+            labels = np.where(held, report, labels).astype(object)
         examples = [ex for ex, k in zip(examples, keep) if k]
         labels = labels[keep]
         n_groups = len({ex.group for ex in examples})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from jaxjudge.experiment.typed import ConfigError, Typed
+from jaxjudge.experiment.typed import ConfigError, Typed, opt
 from jaxjudge.prompts import ScoreScale
 from jaxjudge.report.methods import REFERENCE
 
@@ -36,6 +36,10 @@ class Endpoint(Typed):
         reading), so it carries the selection's variability; ``"conditional"``: the report's
         interval, hyper-parameters held as chosen on the full dev side (as every secondary
         comparison is read). An endpoint with no tuned side is the same either way.
+      margin: the smallest effect of interest (on the statistic's own scale, e.g. 0.02 of
+        Spearman), declared with the endpoint: the verdict is "better" when the whole interval
+        lies above +margin, "worse" below -margin, "equivalent" inside [-margin, +margin],
+        otherwise "inconclusive". None: no verdict beyond the interval.
     """
 
     method: str
@@ -46,6 +50,7 @@ class Endpoint(Typed):
     task: str | None = None
     aspect: str | None = None
     selection: Literal["nested", "conditional"] = "nested"
+    margin: float | None = opt(None, min=0)
 
     def check(self) -> None:
         if self.versus is None and self.statistic not in ("mean", "spread"):

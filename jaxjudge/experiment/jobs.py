@@ -26,7 +26,7 @@ import jax
 from jaxjudge import models as M
 from jaxjudge.data.tasks import load_task_data
 from jaxjudge.experiment.checks import check_tokenizer, validate_config
-from jaxjudge.experiment.distributed import plan_line
+from jaxjudge.experiment.distributed import is_leader, plan_line
 from jaxjudge.experiment.hardware import check_fits, mesh_for
 from jaxjudge.experiment.plan import extraction_plan
 from jaxjudge.experiment.schema import ConfigError, ExperimentConfig, engine_options, resolve_model_path
@@ -40,6 +40,7 @@ from jaxjudge.models.tokenizer import tokenizer_from_gguf_metadata
 from jaxjudge.prompts import as_tokenizer, chat_format
 from jaxjudge.report.stores import check_store_model, key_mismatches
 from jaxjudge.store import Store
+from jaxjudge.store.registration import register
 
 __all__ = ["CONTENT_FREE", "GENERATE_CHUNK_ROWS", "JobResult", "load_tokenizer", "job_store_path",
            "run_extractions", "upgrade_stores"]
@@ -118,6 +119,11 @@ def run_extractions(
     _check_models(cfg, paths, companions, verify)
     for n, path in paths.items():  # parameters that fit the mesh's devices, before any weights load
         check_fits(n, path, cfg.dtype, mesh)
+    # The analysis plan is on record before the first forward pass (kept if already there).
+    if is_leader():
+        where, record = register(cfg, root)
+        log(f"analysis plan {record['plan_sha256'][:12]} registered {record['registered_utc']} "
+            f"({where.relative_to(root)})")
 
     engine = EngineOptions(**cfg.engine, mesh=None)
     data = {t.task: load_task_data(t) for t in cfg.tasks}

@@ -113,6 +113,15 @@ class SubsetSpec(Typed):
       max_per_split: data split -> largest number of examples kept, by a seeded sample of whole
         groups (e.g. ``{"train": 500}`` for SemRel's selection side).
       seed: seed of that sample.
+      exclude: data split -> size of a seeded sample (``seed``, drawn as ``max_per_split``
+        draws it) whose groups are left out: the rows an earlier run sampled, so that a
+        confirmatory run reads only rows no earlier run scored (``{"test": 500}``: the test
+        groups outside the 500-example sample).
+      held_out: data split -> largest number of examples of a seeded sample (seed ``seed + 1``)
+        of the groups of that split left outside its ``max_per_split`` sample, relabelled as the
+        report split (the task's second original split, whose own rows are then dropped): a
+        confirmation on held-out rows of the selection split (SemRel's train groups outside the
+        selection sample, its test labels not being distributed).
     """
 
     reason: str
@@ -120,10 +129,15 @@ class SubsetSpec(Typed):
     n_docs: int | None = opt(None, min=1)
     max_per_split: Mapping[str, int] | None = opt(None, min=1, empty=False)
     seed: int = opt(0, min=0)
+    exclude: Mapping[str, int] | None = opt(None, min=1, empty=False)
+    held_out: Mapping[str, int] | None = opt(None, min=1, empty=False)
 
     def check(self) -> None:
-        if self.doc_ids is None and self.n_docs is None and self.max_per_split is None:
-            raise ConfigError("SubsetSpec: set at least one of doc_ids, n_docs, max_per_split")
+        if self.doc_ids is None and self.n_docs is None and self.max_per_split is None and self.exclude is None:
+            raise ConfigError("SubsetSpec: set at least one of doc_ids, n_docs, max_per_split, exclude")
+        for s in self.held_out or {}:
+            if s not in (self.max_per_split or {}):
+                raise ConfigError(f"SubsetSpec.held_out: split {s!r} has no max_per_split sample to hold rows out of")
 
 
 @dataclass(frozen=True)

@@ -68,10 +68,23 @@ def primary_line(results: Results) -> str:
             if iv.get("p_holm") is not None:
                 text += f" (Holm over the {len(prim['endpoints'])} co-primary: {iv['p_holm']:.2g})"
         lines.append(text)
+    reg = registration_words(ep.get("registration"))
     if len(lines) == 1:
-        return f"**Primary endpoint** (95% interval, unadjusted): {lines[0]}. {count}"
-    return "\n".join(["**Primary endpoint**, once per judge, task and aspect (95% intervals, unadjusted):", ""]
+        return f"**Primary endpoint** ({reg}95% interval, unadjusted): {lines[0]}. {count}"
+    return "\n".join([f"**Primary endpoint**, once per judge, task and aspect ({reg}95% intervals, unadjusted):", ""]
                      + [f"- {t}" for t in lines] + ["", count])
+
+
+def registration_words(reg: dict | None) -> str:
+    """``"registered before extraction (plan 1a2b3c4d5e6f, 2026-12-06T03:00:00+00:00); "`` and the
+    like, from `jaxjudge.store.registration.registration_status`; empty for results that predate it."""
+    if not reg:
+        return ""
+    status = reg["status"]
+    if reg.get("registered_utc") is None:
+        return f"{status}; "
+    return (f"{status}: plan {reg['plan_sha256'][:12]}, record {reg['registered_plan_sha256'][:12]} of "
+            f"{reg['registered_utc']}; ")
 
 
 def ranges_table(results: Results, score: str | None = None) -> str:

@@ -27,14 +27,18 @@ from jaxjudge.report.methods import METHODS
 from jaxjudge.report.ranges import endpoints, range_statistics
 from jaxjudge.report.results import Results
 from jaxjudge.report.stores import Cell, ExtractionJob, StoreIndex, cells, load_cells, store_match
+from jaxjudge.store.registration import read_registrations, registration_status
 
 __all__ = ["report_from_arrays", "report_from_store"]
 
 
 def _as_dict(spec: Any) -> dict[str, Any] | None:
-    if spec is None or isinstance(spec, Mapping):
-        return None if spec is None else dict(spec)
-    return dataclasses.asdict(spec)
+    if spec is None:
+        return None
+    d = dict(spec) if isinstance(spec, Mapping) else dataclasses.asdict(spec)
+    if d.get("margin") is None:  # no smallest effect declared: the spec as before the field existed
+        d.pop("margin", None)
+    return d
 
 
 def _splits_for(task: Any, arrays: CellArrays, dev_docs):
@@ -139,4 +143,8 @@ def report_from_store(
     arrays = load_cells(cfg, index, task_data, check_model=check_model)
     if stores_read is not None:
         stores_read.update(index.read)
-    return report_from_arrays(arrays, cfg, notes=notes, progress=progress)
+    results = report_from_arrays(arrays, cfg, notes=notes, progress=progress)
+    created = [s.meta.get("created") for s in index.stores if str(s.root) in index.read]
+    results.endpoints["registration"] = registration_status(
+        cfg, read_registrations(store_root), [c for c in created if c])
+    return results

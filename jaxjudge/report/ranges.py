@@ -246,7 +246,8 @@ def find_primary(rows: Sequence[dict[str, Any]], ranges: Sequence[dict[str, Any]
     the others (no tuned side) keep the report's interval. A spec without ``selection`` is
     ``"conditional"``.
     """
-    want = {k: v for k, v in primary.items() if k != "selection" and (v is not None or k == "versus")}
+    want = {k: v for k, v in primary.items()
+            if k not in ("selection", "margin") and (v is not None or k == "versus")}
     hits = [(d, iv) for d, iv in all_comparisons(rows, ranges) if all(d.get(k) == v for k, v in want.items())]
     if primary.get("selection", "conditional") != "nested":
         return hits
