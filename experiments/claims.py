@@ -8,9 +8,11 @@ contrastive-decoding paper's probability-weighted score (T = 1). The equivalence
 "Tp barely matters" (0.03 Spearman) was set before the verdicts were read.
 """
 
-from jaxjudge.report.claims import Claim
+from jaxjudge.report.claims import Claim, Run
 
-SCORE_RANGE_RUNS = ("score_range_bias/stsb", "score_range_bias/stsb_qwen15", "score_range_bias/stsb_smollm2",
+# stsb_qwen15 reads the contrastive STS-B stores, the 0.5B assistant's too: the claim is the 1.5B judge's.
+SCORE_RANGE_RUNS = ("score_range_bias/stsb", Run("score_range_bias/stsb_qwen15", "qwen2.5-coder-1.5b"),
+                    "score_range_bias/stsb_smollm2",
                     "score_range_bias/stsb_gemma3", "score_range_bias/semrel", "score_range_bias/summeval")
 RANDOM_RUNS = ("random_number_debias/stsb", "random_number_debias/semrel", "random_number_debias/summeval")
 CONTRASTIVE_RUNS = ("contrastive/stsb", "contrastive/semrel")
@@ -28,9 +30,9 @@ CLAIMS = [
     Claim("Deb-R with lambda up to 10 beats the vanilla judge (mean over ranges)", RANDOM_RUNS,
           "deb_r_tp10_ext", "vanilla", "mean", "expected@0.2", "higher"),
     Claim("Deb-T beats the best calibration baseline (chosen on dev)", RANDOM_RUNS,
-          "deb_t_tp10", "@calibration", "mean", "expected@0.2", "higher"),
+          "deb_t_tp10", None, "mean", "expected@0.2", "higher", role="calibration"),
     Claim("Deb-R with lambda up to 10 beats the best calibration baseline (chosen on dev)", RANDOM_RUNS,
-          "deb_r_tp10_ext", "@calibration", "mean", "expected@0.2", "higher"),
+          "deb_r_tp10_ext", None, "mean", "expected@0.2", "higher", role="calibration"),
     Claim("Deb-T is more stable across ranges than the vanilla judge (spread)", RANDOM_RUNS,
           "deb_t_tp10", "vanilla", "spread", "expected@0.2", "lower"),
     Claim("Deb-T adds to plain random-number prompts (Deb-T minus Deb-R)", RANDOM_RUNS,

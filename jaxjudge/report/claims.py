@@ -29,10 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jaxjudge.report.ranges import all_comparisons
+from jaxjudge.metrics.multiplicity import holm
+from jaxjudge.report.ranges import typed_comparisons
 from jaxjudge.report.results import Results
 
-__all__ = ["Claim", "RULE", "verdict", "claims_table", "main"]
+__all__ = ["Claim", "Run", "RULE", "verdict", "claims_table", "main"]
 
 BEGIN, END = "<!-- claims: begin -->", "<!-- claims: end -->"
 
@@ -50,31 +51,52 @@ RULE = (
 
 
 @dataclass(frozen=True)
+class Run:
+    """A committed run a claim is read on, and which of its judges (needed where it has several)."""
+
+    path: str
+    judge: str | None = None
+
+    def label(self) -> str:
+        return self.path if self.judge is None else f"{self.path} ({self.judge})"
+
+
+@dataclass(frozen=True)
 class Claim:
-    """One claim of the papers, as a comparison of committed runs.
+    """One claim of the papers, as a comparison of committed runs, by typed keys
+    (`jaxjudge.report.ranges.typed_comparisons`), never by display text.
 
     Attributes:
       text: the claim as stated.
-      runs: run folders under the results root (``"contrastive/stsb"``); one verdict each.
+      runs: the runs (`Run`, or a run folder under the results root such as
+        ``"contrastive/stsb"`` for a run of one judge); one verdict each.
       method: the row (method variant) the claim is about.
-      versus: its comparator: a row name, ``"@calibration"`` (the calibration baseline with the
-        best dev metric, as the report picks it) or None (the method's own range differences).
+      versus: its comparator's row name, or None (the method's own range differences).
+      role: instead of ``versus``, the comparator's role in the report (``"calibration"``: the
+        calibration baseline with the best dev metric, as the report picks it).
       statistic: ``"mean"``, ``"spread"``, ``"relative"``, a range (``"1-5"``) or
-        ``"range pairs"`` (with ``versus=None``).
+        ``"range pairs"`` (with neither ``versus`` nor ``role``).
       score: the reading, e.g. ``"expected@0.2"``.
       expect: ``"higher"``, ``"lower"`` or ``"equivalent"`` (the difference, method minus
         comparator; for ``"range pairs"``: ``"differs"``).
       margin: the equivalence margin.
+      holm_across_runs: the claim is one family over its runs (confirmatory primaries on several
+        data sets): each run's p-value is Holm-adjusted across them and read at 0.05.
     """
 
     text: str
-    runs: tuple[str, ...]
+    runs: tuple[Run | str, ...]
     method: str
     versus: str | None
     statistic: str
     score: str
     expect: str
     margin: float = 0.05
+    role: str | None = None
+    holm_across_runs: bool = False
+
+    def run_refs(self) -> tuple[Run, ...]:
+        return tuple(Run(r) if isinstance(r, str) else r for r in self.runs)  # (a Run of `python -m` is __main__.Run)
 
 
 def _fmt(iv: dict[str, Any]) -> str:
@@ -99,50 +121,58 @@ def _side(iv: dict[str, Any], primary: bool, alpha: float = 0.05) -> int:
     return 1 if iv["low"] > 0 else -1 if iv["high"] < 0 else 0
 
 
-def _find(res: Results, claim: Claim) -> list[tuple[dict, dict]]:
+def _find(res: Results, claim: Claim, judge: str | None) -> list[tuple[dict, dict]]:
     hits = []
-    for d, iv in all_comparisons(res.rows, res.ranges):
-        if (d["method"], d["score"]) != (claim.method, claim.score):
+    for d, iv in typed_comparisons(res.rows, res.ranges):
+        if (d["method"], d["score"]) != (claim.method, claim.score) or (judge is not None and d["judge"] != judge):
             continue
         if claim.statistic == "range pairs":
-            if d["versus"] is None and " − " in d["statistic"]:
+            if d["kind"] == "range pair":
                 hits.append((d, iv))
-            continue
-        if d["statistic"] != claim.statistic:
-            continue
-        if claim.versus == "@calibration":
-            rec = next((r for r in res.ranges if all(r[k] == d[k] for k in ("judge", "task", "aspect", "score",
-                                                                          "method"))), None)
-            roles = {v["baseline"]: v["role"] for v in (rec or {}).get("versus", [])}
-            if roles.get(d["versus"]) == "calibration":
-                hits.append((d, iv))
-        elif d["versus"] == claim.versus:
+        elif d["kind"] in ("range", "over ranges") and d["statistic"] == claim.statistic and (
+                d["role"] == claim.role if claim.role is not None else d["versus"] == claim.versus):
             hits.append((d, iv))
+    judges = sorted({d["judge"] for d, _ in hits})
+    if len(judges) > 1:
+        raise ValueError(f"claim {claim.text!r}: a run of experiment {res.experiment} has judges {judges}; name one "
+                         "(Run(path, judge))")
     return hits
 
 
-def verdict(res: Results, claim: Claim) -> tuple[str, str, str]:
-    """``(verdict, the comparison quoted, its interval)`` of one claim on one run."""
-    hits = _find(res, claim)
+def _comparison(claim: Claim, res: Results, run: Run) -> tuple[dict, dict, bool]:
+    """The comparison a (non range-pair) claim reads on a run: ``(description, interval, primary)``;
+    a run's primary endpoint is quoted with its own interval (the selection redone inside it
+    where its config asks)."""
+    hits = _find(res, claim, run.judge)
     if not hits:
-        raise ValueError(f"claim {claim.text!r}: no comparison {claim.method} vs {claim.versus}, {claim.statistic}, "
-                         f"{claim.score} in run {res.experiment}")
-    # A primary endpoint is quoted with its own interval (with the selection redone inside it
-    # where its config asks; its description then says so), the comparison otherwise the same.
-    prim = [({k: v for k, v in e["description"].items() if k != "selection"}, e["interval"])
-            for e in ((res.endpoints or {}).get("primary") or {}).get("endpoints", [])]
+        raise ValueError(f"claim {claim.text!r}: no comparison {claim.method} vs {claim.versus or claim.role}, "
+                         f"{claim.statistic}, {claim.score} in run {run.label()}")
+    if len(hits) > 1:
+        raise ValueError(f"claim {claim.text!r}: {len(hits)} comparisons match in run {run.label()}; "
+                         "the claims name one judge, task and aspect per run")
+    d, iv = hits[0]
+    keys = ("judge", "task", "aspect", "score", "method", "versus", "statistic")
+    for e in ((res.endpoints or {}).get("primary") or {}).get("endpoints", []):
+        if all(e["description"].get(k) == d[k] for k in keys) and e["description"].get("metric") == d["metric"]:
+            return d, e["interval"], True
+    return d, iv, False
+
+
+def verdict(res: Results, claim: Claim, run: Run | str | None = None,
+            p_family: float | None = None) -> tuple[str, str, str]:
+    """``(verdict, the comparison quoted, its interval)`` of one claim on one run; ``p_family``:
+    the run's p-value Holm-adjusted across the claim's runs (``holm_across_runs``)."""
+    run = Run(res.experiment) if run is None else Run(run) if isinstance(run, str) else run
     if claim.statistic == "range pairs":
+        hits = _find(res, claim, run.judge)
+        if not hits:
+            raise ValueError(f"claim {claim.text!r}: no range pairs of {claim.method}, {claim.score} in run "
+                             f"{run.label()}")
         tested = [(d, iv) for d, iv in hits if iv.get("p_holm") is not None]
         d, iv = min(tested or hits, key=lambda h: h[1].get("p_holm") if h[1].get("p_holm") is not None else 2.0)
         word = "holds" if _side(iv, False) != 0 else "not shown"
-        return word, f"{d['method']}, ranges {d['statistic']}", _fmt(iv)
-    if len(hits) > 1:
-        raise ValueError(f"claim {claim.text!r}: {len(hits)} comparisons match in run {res.experiment}; "
-                         "the claims name one judge, task and aspect per run")
-    d, iv = hits[0]
-    own = next((piv for pd, piv in prim if pd == d), None)
-    is_primary = own is not None
-    iv = own if is_primary else iv
+        return word, f"{d['method']}, ranges {' − '.join(d['scales'])}", _fmt(iv)
+    d, iv, is_primary = _comparison(claim, res, run)
     label = f"{d['method']} − {d['versus']}, {d['statistic']}" + (" (*primary*)" if is_primary else "")
     if claim.expect == "equivalent":
         if iv.get("low") is None or iv.get("reason"):
@@ -154,7 +184,12 @@ def verdict(res: Results, claim: Claim) -> tuple[str, str, str]:
         else:
             word = "not shown"
         return word, label, _fmt(iv)
-    side = _side(iv, is_primary)
+    if p_family is not None:
+        iv = {**iv, "p_holm": p_family}
+        side = _side(iv, False)
+        label += ", Holm across runs"
+    else:
+        side = _side(iv, is_primary)
     want = {"higher": 1, "lower": -1}[claim.expect]
     word = "holds" if side == want else "contradicted" if side == -want else "not shown"
     return word, label, _fmt(iv)
@@ -165,10 +200,15 @@ def claims_table(claims: Sequence[Claim], results_root: str | Path = "results") 
     lines = [RULE, "", "| claim | run | reading | comparison | difference [95% interval] | verdict |",
              "|---|---|---|---|---|---|"]
     for c in claims:
-        for run in c.runs:
-            res = Results.load_json(Path(results_root) / run / "results.json")
-            word, label, interval = verdict(res, c)
-            lines.append(f"| {c.text} | {run} | {c.score} | {label} | {interval} | **{word}** |")
+        refs = c.run_refs()
+        results = [Results.load_json(Path(results_root) / r.path / "results.json") for r in refs]
+        family: list[float | None] = [None] * len(refs)
+        if c.holm_across_runs:
+            ps = [_comparison(c, res, r)[1].get("p") for res, r in zip(results, refs)]
+            family = holm(ps)
+        for res, run, p in zip(results, refs, family):
+            word, label, interval = verdict(res, c, run, p)
+            lines.append(f"| {c.text} | {run.label()} | {c.score} | {label} | {interval} | **{word}** |")
     return "\n".join(lines)
 
 

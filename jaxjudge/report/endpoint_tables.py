@@ -83,8 +83,10 @@ def registration_words(reg: dict | None) -> str:
     status = reg["status"]
     if reg.get("registered_utc") is None:
         return f"{status}; "
-    return (f"{status}: plan {reg['plan_sha256'][:12]}, record {reg['registered_plan_sha256'][:12]} of "
-            f"{reg['registered_utc']}; ")
+    if reg["registered_plan_sha256"] == reg["plan_sha256"]:
+        return f"{status}, plan {reg['plan_sha256'][:12]} of {reg['registered_utc']}; "
+    return (f"{status}: plan {reg['plan_sha256'][:12]}, the record before extraction {reg['registered_plan_sha256'][:12]} "
+            f"of {reg['registered_utc']}; ")
 
 
 def ranges_table(results: Results, score: str | None = None) -> str:

@@ -40,7 +40,7 @@ from jaxjudge.metrics.multiplicity import bootstrap_p_value, holm
 from jaxjudge.report.methods import REFERENCE, Role, role_of
 
 __all__ = ["REFERENCE_ROLE", "all_comparisons", "comparisons", "endpoints", "find_primary", "nested_comparisons",
-           "range_statistics"]
+           "range_statistics", "typed_comparisons"]
 
 REFERENCE_ROLE = "vanilla"
 """The ``role`` label of the comparison with the reference judge in a record's ``versus``
@@ -289,6 +289,37 @@ def all_comparisons(rows, ranges) -> Iterator[tuple[dict, dict]]:
             for stat in ("mean", "spread", "relative"):
                 key = "relative" if stat == "relative" else f"{stat}_diff"
                 yield {**labels, "versus": v["baseline"], "statistic": stat, "metric": rec["metric"]}, v[key]
+
+
+def typed_comparisons(rows, ranges) -> Iterator[tuple[dict, dict]]:
+    """Every comparison of a report keyed by typed fields, read from the records themselves (no
+    display label is parsed): ``judge``, ``task``, ``aspect``, ``score``, ``method``, ``kind``
+    (``"range"``: one range against a comparator; ``"over ranges"``: a statistic over ranges
+    against a comparator; ``"own"``: the method's own mean or spread; ``"range pair"``: the
+    method's difference between two ranges), ``versus`` (the comparator's row, or None),
+    ``role`` (the comparator's role: ``"vanilla"``, ``"matched"``, ``"calibration"`` or
+    ``"listed"``, a pair of the config's ``comparisons``), ``statistic`` (a range, ``"mean"``, ``"spread"``, ``"relative"``, or
+    ``"pair"``), ``scales`` (the two ranges of a pair, else None) and ``metric``."""
+    for r in rows:
+        labels = {k: r.get(k) for k in ("judge", "task", "aspect", "score", "method")}
+        for field, versus, role in (("delta", REFERENCE, REFERENCE_ROLE),
+                                    ("delta_matched", r.get("matched_baseline"), "matched")):
+            for metric, iv in (r.get(field) or {}).items():
+                yield {**labels, "kind": "range", "versus": versus, "role": role, "statistic": r["scale"],
+                       "scales": None, "metric": metric}, iv
+    for rec in ranges:
+        labels = {k: rec.get(k) for k in ("judge", "task", "aspect", "score", "method")}
+        for stat in ("mean", "spread"):
+            yield {**labels, "kind": "own", "versus": None, "role": None, "statistic": stat, "scales": None,
+                   "metric": rec["metric"]}, rec[stat]
+        for d in rec.get("range_diffs", ()):
+            yield {**labels, "kind": "range pair", "versus": None, "role": None, "statistic": "pair",
+                   "scales": tuple(d["scales"]), "metric": rec["metric"]}, d["diff"]
+        for v in rec["versus"]:
+            for stat in ("mean", "spread", "relative"):
+                key = "relative" if stat == "relative" else f"{stat}_diff"
+                yield {**labels, "kind": "over ranges", "versus": v["baseline"], "role": v.get("role"),
+                       "statistic": stat, "scales": None, "metric": rec["metric"]}, v[key]
 
 
 def endpoints(rows: list[dict[str, Any]], ranges: list[dict[str, Any]], primary: Mapping[str, Any] | None,

@@ -10,6 +10,7 @@ Hugging Face folder): what it checks does not depend on the judge's weights. One
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -87,8 +88,8 @@ def test_demo_on_the_embedded_judge(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = proc.stdout
     assert "smollm2-135m, summeval coherence: spearman by score range, reading expected@0.2 (95% intervals)" in out
-    assert any(line.startswith("Primary endpoint (95% interval, unadjusted): deb_r_tp10 − vanilla")
-               for line in out.splitlines())
+    assert re.search(r"Primary endpoint \(registered before extraction, plan [0-9a-f]{12} of \S+; 95% interval, "
+                     r"unadjusted\): deb_r_tp10 − vanilla", " ".join(out.split()))
     meta = json.loads((tmp_path / "results" / "demo" / "smoke" / "metadata.json").read_text())
     assert meta["models"]["smollm2-135m"]["sha256"] == hashlib.sha256(default_model_path().read_bytes()).hexdigest()
     rows = json.loads((tmp_path / "results" / "demo" / "smoke" / "results.json").read_text())["rows"]
@@ -102,7 +103,8 @@ def test_demo_on_the_embedded_judge(tmp_path):
 def test_demo_prints_the_table_and_writes_a_run(demo_run, tiny_folder):
     work, out, sha = demo_run
     lines = out.splitlines()
-    assert any(line.startswith("Primary endpoint (95% interval, unadjusted): deb_t_tp10 − vanilla") for line in lines)
+    assert re.search(r"Primary endpoint \(registered before extraction, plan [0-9a-f]{12} of \S+; 95% interval, "
+                     r"unadjusted\): deb_t_tp10 − vanilla", " ".join(out.split()))
     assert f"{TINY}, summeval coherence: spearman by score range, reading expected@0.2 (95% intervals)" in out
     head = next(line for line in lines if line.startswith("method ") and "1-5" in line)
     assert head.split() == ["method", "1-5", "3-7"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jaxjudge.report import Results
-from jaxjudge.report.claims import BEGIN, END, Claim, _replace_block, verdict
+from jaxjudge.report.claims import BEGIN, END, Claim, Run, _replace_block, claims_table, verdict
 
 LAB = {"judge": "j", "task": "t", "aspect": "a", "score": "expected@1", "metric": "spearman",
        "scales": ["1-5", "3-7"]}
@@ -56,7 +56,7 @@ def test_spread_equivalence_calibration_and_range_pairs():
     assert verdict(res, _claim(statistic="spread", expect="lower"))[0] == "holds"
     assert verdict(res, _claim(expect="equivalent", margin=0.03))[0] == "holds (within ±0.03)"
     assert verdict(res, _claim(expect="equivalent", margin=0.02))[0] == "not shown"
-    assert verdict(res, _claim(versus="@calibration"))[0] == "contradicted"
+    assert verdict(res, _claim(versus=None, role="calibration"))[0] == "contradicted"
     word, label, _ = verdict(res, _claim(method="vanilla", versus=None, statistic="range pairs", expect="differs"))
     assert (word, label) == ("holds", "vanilla, ranges 1-5 − 3-7")
     with pytest.raises(ValueError, match="no comparison"):
@@ -79,3 +79,40 @@ def test_a_nested_primary_is_quoted_with_its_own_interval():
     word, label, text = verdict(res, _claim())
     assert (word, label) == ("not shown", "m − vanilla, mean (*primary*)")
     assert text == "+0.100 [-0.010, +0.210]"
+
+
+def _two_judges() -> Results:
+    """A run of two judges whose vanilla range pairs differ: the small one's pair has the smaller p."""
+    big, small = _results(_iv(0, -1, 1, 1.0), _iv(0, -1, 1, 1.0), _iv(0.15, 0.1, 0.2, 1e-3)), \
+        _results(_iv(0, -1, 1, 1.0), _iv(0, -1, 1, 1.0), _iv(-0.25, -0.3, -0.2, 1e-9))
+    for rec in big.ranges:
+        rec["judge"] = "big"
+    for rec in small.ranges:
+        rec["judge"] = "small"
+    return Results("two", rows=[], ranges=big.ranges + small.ranges)
+
+
+def test_a_run_of_two_judges_is_read_for_the_judge_named():
+    res = _two_judges()
+    pairs = _claim(method="vanilla", versus=None, statistic="range pairs", expect="differs")
+    word, label, text = verdict(res, pairs, Run("r", "big"))
+    assert (word, text) == ("holds", "+0.150 [+0.100, +0.200], Holm p 0.001")
+    assert verdict(res, pairs, Run("r", "small"))[2].startswith("-0.250")
+    with pytest.raises(ValueError, match=r"has judges \['big', 'small'\]; name one"):
+        verdict(res, pairs)
+    with pytest.raises(ValueError, match=r"has judges"):
+        verdict(res, _claim())
+
+
+def test_holm_across_runs(tmp_path):
+    # two confirmatory primaries, unadjusted p 0.03 and 0.04: each clears 0.05 alone, Holm across
+    # the two gives 0.06 and 0.06 (0.03 x 2, then max(0.06, 0.04 x 1)): neither holds
+    for name, p in (("a", 0.03), ("b", 0.04)):
+        res = _results({**_iv(0.1, 0.01, 0.2), "p": p}, _iv(0, -1, 1, 1.0), _iv(0, -1, 1, 1.0), primary=True)
+        (tmp_path / name).mkdir()
+        res.save_json(tmp_path / name / "results.json")
+    lines = claims_table([_claim(runs=("a", "b"), holm_across_runs=True)], tmp_path).splitlines()[4:]
+    assert len(lines) == 2 and all("Holm across runs" in line and "Holm p 0.06" in line for line in lines)
+    assert all(line.endswith("**not shown** |") for line in lines)
+    alone = claims_table([_claim(runs=("a", "b"))], tmp_path).splitlines()[4:]
+    assert all(line.endswith("**holds** |") for line in alone)
