@@ -5,7 +5,10 @@
 
 Readings follow each paper: the random-number paper's expected score at T = 0.2, the
 contrastive-decoding paper's probability-weighted score (T = 1). The equivalence margin of
-"Tp barely matters" (0.03 Spearman) was set before the verdicts were read.
+"Tp barely matters" (0.03 Spearman) came in the same commit that first printed the verdicts
+(480cf25): nothing records that it was set before they were read. The confirmatory claim reads
+the two registered runs (`contrastive.py:stsb_confirm`, `:semrel_confirm`) as one family, Holm
+across the data sets, once both are committed.
 """
 
 from jaxjudge.report.claims import Claim, Run

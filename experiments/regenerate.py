@@ -43,6 +43,7 @@ from jaxjudge.report import report_from_store  # noqa: E402
 from jaxjudge.report.few_labels import run_few_labels  # noqa: E402
 from jaxjudge.report.results import Results  # noqa: E402
 from jaxjudge.report.tables import markdown_report  # noqa: E402
+from jaxjudge.store.registration import registration_of_stores  # noqa: E402
 
 
 RATIO_FIELDS = ("vs_vanilla", "vs_generate")
@@ -115,8 +116,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--markdown", action="store_true",
                     help="rewrite results.md from the committed results.json and metadata.json (no recomputation)")
+    ap.add_argument("--registration", action="store_true",
+                    help="record in each report run's results.json whether its analysis plan was registered before "
+                    "extraction (from its stores' manifests and the store root's records; no recomputation), then "
+                    "rewrite its results.md")
     args = ap.parse_args(argv)
     os.chdir(REPO)
+    if args.registration:
+        for name, words in runs(args.runs):
+            if words[0] != "jaxjudge":
+                continue
+            folder = REPO / "results" / name
+            cfg = load_config(words[2], [words[i + 1] for i, w in enumerate(words) if w == "--set"])
+            meta = json.loads((folder / "metadata.json").read_text())
+            res = Results.load_json(folder / "results.json")
+            res.registration = registration_of_stores(cfg, cfg.store_root, [REPO / s["store"] for s in meta["stores"]])
+            res.save_json(folder / "results.json")
+            print(f"{name}: {res.registration['status']}")
+        args.markdown = True
     if args.markdown:
         for name, words in runs(args.runs):
             if words[0] != "jaxjudge":

@@ -23,7 +23,11 @@ other's folders) and no pytest cache. The run shares one XLA compile cache, a fr
 run (``JAX_COMPILATION_CACHE_DIR`` for every process, ``JAXJUDGE_XLA_CACHE`` for the
 ``jaxjudge`` commands), so a program compiled by one file is read by the next.
 
-    python tests/run_by_file.py [--jobs N] [--root DIR] [--logs DIR] [pytest options...]
+    python tests/run_by_file.py [--jobs N] [--root DIR] [--logs DIR] [--optimized] [pytest options...]
+
+Programs are compiled without most of XLA's backend optimisations (`compile_mode`; ``--optimized``
+compiles as a user's run does), and every program goes into the run's cache however short its
+compile.
 
 ``--logs DIR`` keeps each file's whole pytest output there (``--durations=N`` then shows where
 a file's time went).
@@ -86,11 +90,25 @@ def order(files: list[Path], root: Path, durations: dict[str, float]) -> list[tu
     return sorted(((f, runs_alone(f)) for f in files), key=key)
 
 
+def compile_mode(optimized: bool) -> dict[str, str]:
+    """Environment of the test processes for XLA's compiler. By default the suite compiles with
+    JAX's ``jax_disable_most_optimizations`` (LLVM's backend optimisation level 0 and none of its
+    expensive passes): the same HLO programs and the same operations, lowered to slower machine
+    code in about a third less compile time, which is most of the suite's time (its programs are
+    small and run once). ``--optimized`` compiles as a user's run does."""
+    return {} if optimized else {"JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}
+
+
 def main(argv: list[str]) -> int:
     jobs = min(2, os.cpu_count() or 1)
     root = HERE
     logs = None
-    while argv[:1] in (["--jobs"], ["--root"], ["--logs"]):
+    optimized = False
+    while argv[:1] in (["--jobs"], ["--root"], ["--logs"], ["--optimized"]):
+        if argv[0] == "--optimized":
+            optimized = True
+            argv = argv[1:]
+            continue
         if argv[0] == "--jobs":
             jobs = max(1, int(argv[1]))
         elif argv[0] == "--root":
@@ -114,6 +132,10 @@ def main(argv: list[str]) -> int:
     env = dict(os.environ)
     env.setdefault("JAX_COMPILATION_CACHE_DIR", str(tmp / "xla"))
     env.setdefault("JAXJUDGE_XLA_CACHE", env["JAX_COMPILATION_CACHE_DIR"])
+    # Every program is cached, not only those that took a second to compile (JAX's default):
+    # most of the suite's programs compile in a fraction of one, and many recur across files.
+    env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    env.update(compile_mode(optimized))
 
     def start(f: Path) -> None:
         name = f.relative_to(root).as_posix()

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxjudge.metrics.multiplicity import holm
+from jaxjudge.report.intervals_text import format_p
 from jaxjudge.report.ranges import typed_comparisons
 from jaxjudge.report.results import Results
 
@@ -108,7 +109,7 @@ def _fmt(iv: dict[str, Any]) -> str:
     else:
         text += f" (no interval: {iv.get('reason')})"
     if iv.get("p_holm") is not None:
-        text += f", Holm p {iv['p_holm']:.2g}"
+        text += f", Holm p {format_p(iv['p_holm'], iv.get('n_boot'))}"
     return text
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jaxjudge.report.intervals_text import format_interval
+from jaxjudge.report.intervals_text import format_interval, format_p
 from jaxjudge.report.ranges import comparisons
 from jaxjudge.report.results import Results
 
@@ -34,8 +34,8 @@ SECONDARY_NOTE = (
 def _p(iv: dict[str, Any] | None) -> str:
     if not iv or iv.get("p") is None:
         return ""
-    held = f", Holm {iv['p_holm']:.2g}" if iv.get("p_holm") is not None else ""
-    return f" (p {iv['p']:.2g}{held})"
+    held = f", Holm {format_p(iv['p_holm'], iv.get('n_boot'))}" if iv.get("p_holm") is not None else ""
+    return f" (p {format_p(iv['p'], iv.get('n_boot'))}{held})"
 
 
 def _describe(d: dict[str, Any]) -> str:
@@ -64,11 +64,14 @@ def primary_line(results: Results) -> str:
         iv = e["interval"]
         text = f"{_describe(e['description'])}: {format_interval(iv)}"
         if iv.get("p") is not None:
-            text += f", p {iv['p']:.2g}"
+            text += f", p {format_p(iv['p'], iv.get('n_boot'))}"
             if iv.get("p_holm") is not None:
-                text += f" (Holm over the {len(prim['endpoints'])} co-primary: {iv['p_holm']:.2g})"
+                text += (f" (Holm over the {len(prim['endpoints'])} co-primary: "
+                         f"{format_p(iv['p_holm'], iv.get('n_boot'))})")
+        if e.get("verdict"):
+            text += f"; {e['verdict']} at the declared margin ±{prim['spec']['margin']:g}"
         lines.append(text)
-    reg = registration_words(ep.get("registration"))
+    reg = registration_words(results.registration)
     if len(lines) == 1:
         return f"**Primary endpoint** ({reg}95% interval, unadjusted): {lines[0]}. {count}"
     return "\n".join([f"**Primary endpoint**, once per judge, task and aspect ({reg}95% intervals, unadjusted):", ""]
@@ -137,6 +140,6 @@ def secondary_table(results: Results) -> str:
     for d, iv in comparisons(results.rows, results.ranges):
         if d in prim:
             continue
-        lines.append(f"| {_describe(d)} | {format_interval(iv)} | {iv['p']:.2g} | "
-                     f"{'-' if iv.get('p_holm') is None else format(iv['p_holm'], '.2g')} |")
+        lines.append(f"| {_describe(d)} | {format_interval(iv)} | {format_p(iv['p'], iv.get('n_boot'))} | "
+                     f"{format_p(iv.get('p_holm'), iv.get('n_boot'))} |")
     return "\n".join(lines)

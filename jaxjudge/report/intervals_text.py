@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["format_interval"]
+__all__ = ["format_interval", "format_p"]
 
 
 def format_interval(iv: dict[str, Any] | None, digits: int = 3) -> str:
@@ -27,3 +27,15 @@ def format_interval(iv: dict[str, Any] | None, digits: int = 3) -> str:
     if iv.get("docs") is not None:
         notes.append(f"{iv['docs_defined']}/{iv['docs']} docs defined")
     return text + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def format_p(p: float | None, n_boot: int | None = None) -> str:
+    """A p-value as printed: two significant digits, or ``"<0.001"`` (``1 / n_boot``) where it lies
+    below what the bootstrap that gave its standard error resolves (a Wald p-value of 1e-60 from
+    1,000 resamples says no more than one below 0.001)."""
+    if p is None:
+        return "-"
+    if n_boot and p < 1.0 / n_boot:
+        return f"<{1.0 / n_boot:.2g}"
+    return f"{p:.2g}"
+

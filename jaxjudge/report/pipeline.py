@@ -27,7 +27,7 @@ from jaxjudge.report.methods import METHODS
 from jaxjudge.report.ranges import endpoints, range_statistics
 from jaxjudge.report.results import Results
 from jaxjudge.report.stores import Cell, ExtractionJob, StoreIndex, cells, load_cells, store_match
-from jaxjudge.store.registration import read_registrations, registration_status
+from jaxjudge.store.registration import registration_of_stores
 
 __all__ = ["report_from_arrays", "report_from_store"]
 
@@ -144,7 +144,5 @@ def report_from_store(
     if stores_read is not None:
         stores_read.update(index.read)
     results = report_from_arrays(arrays, cfg, notes=notes, progress=progress)
-    created = [s.meta.get("created") for s in index.stores if str(s.root) in index.read]
-    results.endpoints["registration"] = registration_status(
-        cfg, read_registrations(store_root), [c for c in created if c])
+    results.registration = registration_of_stores(cfg, store_root, sorted(index.read))
     return results

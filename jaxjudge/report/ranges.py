@@ -40,7 +40,7 @@ from jaxjudge.metrics.multiplicity import bootstrap_p_value, holm
 from jaxjudge.report.methods import REFERENCE, Role, role_of
 
 __all__ = ["REFERENCE_ROLE", "all_comparisons", "comparisons", "endpoints", "find_primary", "nested_comparisons",
-           "range_statistics", "typed_comparisons"]
+           "range_statistics", "three_way", "typed_comparisons"]
 
 REFERENCE_ROLE = "vanilla"
 """The ``role`` label of the comparison with the reference judge in a record's ``versus``
@@ -291,6 +291,23 @@ def all_comparisons(rows, ranges) -> Iterator[tuple[dict, dict]]:
                 yield {**labels, "versus": v["baseline"], "statistic": stat, "metric": rec["metric"]}, v[key]
 
 
+def three_way(iv: Mapping[str, Any], margin: float) -> str:
+    """The verdict of an interval against a smallest effect of interest ``margin`` (> 0 side:
+    the method better): ``"better"`` when the interval lies above +margin, ``"worse"`` below
+    -margin, ``"equivalent"`` within [-margin, +margin], ``"inconclusive"`` otherwise (also
+    when no interval is given)."""
+    lo, hi = iv.get("low"), iv.get("high")
+    if lo is None or hi is None or iv.get("reason"):
+        return "inconclusive"
+    if lo > margin:
+        return "better"
+    if hi < -margin:
+        return "worse"
+    if -margin <= lo and hi <= margin:
+        return "equivalent"
+    return "inconclusive"
+
+
 def typed_comparisons(rows, ranges) -> Iterator[tuple[dict, dict]]:
     """Every comparison of a report keyed by typed fields, read from the records themselves (no
     display label is parsed): ``judge``, ``task``, ``aspect``, ``score``, ``method``, ``kind``
@@ -349,9 +366,12 @@ def endpoints(rows: list[dict[str, Any]], ranges: list[dict[str, Any]], primary:
     adjusted = holm([iv["p"] for _, iv in family])
     for (_, iv), p in zip(family, adjusted):
         iv["p_holm"] = p
+    margin = (primary or {}).get("margin")
     return {
         "primary": None if not hits else {
-            "spec": dict(primary), "endpoints": [{"description": d, "interval": iv} for d, iv in hits]},
+            "spec": dict(primary),
+            "endpoints": [{"description": d, "interval": iv,
+                           **({"verdict": three_way(iv, margin)} if margin is not None else {})} for d, iv in hits]},
         "secondary": {"adjustment": "holm", "count": len(family), "alpha": alpha,
                       "significant": sum(1 for p in adjusted if p is not None and p < alpha)},
     }

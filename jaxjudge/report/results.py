@@ -28,6 +28,8 @@ class Results:
       ranges: statistics over score ranges with intervals (`jaxjudge.report.ranges`).
       endpoints: the primary endpoint and the count of Holm-adjusted secondary comparisons
         (`jaxjudge.report.ranges.endpoints`); empty for results that predate them.
+      registration: whether the config's analysis plan was registered before extraction
+        (`jaxjudge.store.registration.registration_status`); empty where not known.
     """
 
     experiment: str
@@ -36,17 +38,20 @@ class Results:
     notes: list[str] = field(default_factory=list)
     ranges: list[dict[str, Any]] = field(default_factory=list)
     endpoints: dict[str, Any] = field(default_factory=dict)
+    registration: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "experiment": self.experiment, "rows": self.rows, "aux": self.aux, "notes": self.notes,
-                "ranges": self.ranges, "endpoints": self.endpoints}
+                "ranges": self.ranges, "endpoints": self.endpoints,
+                **({"registration": self.registration} if self.registration else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Results:
         if d.get("format") != FORMAT:
             raise ValueError(f"not a results file: format {d.get('format')!r}, expected {FORMAT!r}")
         return cls(experiment=d["experiment"], rows=list(d["rows"]), aux=list(d["aux"]), notes=list(d.get("notes", [])),
-                   ranges=list(d.get("ranges", [])), endpoints=dict(d.get("endpoints", {})))
+                   ranges=list(d.get("ranges", [])), endpoints=dict(d.get("endpoints", {})),
+                   registration=dict(d.get("registration", {})))
 
     def save_json(self, path: str | os.PathLike) -> Path:
         path = Path(path)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["LOGISTICS", "REGISTERED", "DECLARED_AFTER", "NOT_REGISTERED", "analysis_plan", "plan_sha256",
-           "plans_agree", "register", "read_registrations", "registration_status"]
+           "plans_agree", "register", "read_registrations", "registration_of_stores", "registration_status"]
 
 REGISTERED = "registered before extraction"
 DECLARED_AFTER = "declared after extraction"
@@ -190,3 +190,19 @@ def registration_status(cfg: Any, records: Iterable[Mapping[str, Any]],
         status, rec = NOT_REGISTERED, None
     return {"status": status, "plan_sha256": digest, "registered_utc": rec and rec["registered_utc"],
             "registered_plan_sha256": rec and rec["plan_sha256"], "first_store_utc": first}
+
+
+def registration_of_stores(cfg: Any, root: str | os.PathLike, folders: Iterable[str | os.PathLike]) -> dict[str, Any]:
+    """`registration_status` of ``cfg`` for the stores in ``folders`` (their manifests' creation
+    times) against the records under the store root ``root``."""
+    created = []
+    for folder in folders:
+        manifest = Path(folder) / "manifest.json"
+        try:
+            when = json.loads(manifest.read_text(encoding="utf-8")).get("created")
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{manifest}: unreadable store manifest ({e!r})") from None
+        if when:
+            created.append(when)
+    return registration_status(cfg, read_registrations(root), created)
+

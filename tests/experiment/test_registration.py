@@ -98,21 +98,21 @@ def test_a_primary_changed_after_extraction_is_reported_as_declared_after(tmp_pa
     assert any(line.startswith("analysis plan ") and "registered" in line for line in logs)
 
     same = report_from_store(cfg.store_root, cfg)
-    assert same.endpoints["registration"]["status"] == REGISTERED
+    assert same.registration["status"] == REGISTERED
     assert "registered before extraction" in primary_line(same)
 
     changed = dataclasses.replace(
         cfg, primary=Endpoint(method="temperature", versus="vanilla", score="expected@1", statistic="2-6"))
     later = report_from_store(cfg.store_root, changed)
-    assert later.endpoints["registration"]["status"] == DECLARED_AFTER
+    assert later.registration["status"] == DECLARED_AFTER
     assert "declared after extraction" in primary_line(later)
     # extracting again under the changed plan records it, but after the stores: still "declared after"
     run_extractions(changed, progress=False, log=logs.append)
     assert len(read_registrations(cfg.store_root)) == 2
-    assert report_from_store(cfg.store_root, changed).endpoints["registration"]["status"] == DECLARED_AFTER
+    assert report_from_store(cfg.store_root, changed).registration["status"] == DECLARED_AFTER
 
     for rec in (tmp_path / "stores" / "registrations").iterdir():
         rec.unlink()
     none = report_from_store(cfg.store_root, cfg)
-    assert none.endpoints["registration"]["status"] == NOT_REGISTERED
+    assert none.registration["status"] == NOT_REGISTERED
     assert "not registered" in primary_line(none)

@@ -116,3 +116,10 @@ def test_holm_across_runs(tmp_path):
     assert all(line.endswith("**not shown** |") for line in lines)
     alone = claims_table([_claim(runs=("a", "b"))], tmp_path).splitlines()[4:]
     assert all(line.endswith("**holds** |") for line in alone)
+
+
+def test_p_values_below_the_bootstraps_resolution_are_printed_as_such():
+    from jaxjudge.report.intervals_text import format_p
+
+    assert format_p(7.7e-67, 1000) == "<0.001" and format_p(0.0004, 2000) == "<0.0005"
+    assert format_p(0.0012, 1000) == "0.0012" and format_p(7.7e-67) == "7.7e-67" and format_p(None) == "-"

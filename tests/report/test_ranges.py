@@ -19,7 +19,7 @@ from jaxjudge.prompts import ScoreScale
 from jaxjudge.report import CellArrays, markdown_report
 from jaxjudge.report.cell_inputs import CellReport
 from jaxjudge.report.pipeline import report_from_arrays
-from jaxjudge.report.ranges import endpoints, range_statistics
+from jaxjudge.report.ranges import endpoints, range_statistics, three_way
 from jaxjudge.report.stores import Cell
 
 
@@ -295,3 +295,12 @@ def test_findings_tables_show_the_over_range_intervals():
     assert "| 0.200 [0.120, 0.280] | 0.400 [0.310, 0.490] |" in line
     # Without the report's record (older results), the bare spread and mean of the estimates.
     assert "| 0.200 | 0.400 |" in range_markdown(Results("x", rows=rows)).splitlines()[4]
+
+
+@pytest.mark.parametrize("low, high, want", [
+    (0.03, 0.10, "better"), (-0.10, -0.03, "worse"), (-0.01, 0.015, "equivalent"), (-0.02, 0.02, "equivalent"),
+    (0.01, 0.05, "inconclusive"), (-0.05, 0.05, "inconclusive"), (-0.03, -0.01, "inconclusive"),
+    (None, None, "inconclusive"),
+])
+def test_three_way_verdict_at_a_margin(low, high, want):
+    assert three_way({"estimate": 0.0, "low": low, "high": high}, 0.02) == want
