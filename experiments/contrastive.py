@@ -50,6 +50,19 @@ stores in ``results/stores/summeval_qwen05``, beside the 0.5B judge's of
 
     jaxjudge extract experiments/contrastive.py:stsb
     jaxjudge report experiments/contrastive.py:stsb
+
+``"stsb_confirm"`` and ``"semrel_confirm"`` confirm the pair tasks' primary endpoint (contrastive
+− ``temperature``, mean over ranges, expected score at T = 1, with a smallest effect of interest
+of 0.02 declared with it) on rows no contrastive run has scored: the 879 STS-B test pairs
+outside the 500-pair sample (``CONFIRM_STSB``), and a seeded sample of at most 500 SemRel train
+pairs from the groups outside the 300-pair selection sample (``CONFIRM_SEMREL``), selection on
+the exploratory runs' own dev data. Vanilla, ``temperature`` and ``contrastive`` only, on the
+wide grids; stores in ``results/stores/contrastive_stsb_confirm`` and ``..._semrel_confirm``,
+whose ``registrations/`` folder holds the analysis plan as `jaxjudge extract` recorded it
+before the first forward pass.
+
+    jaxjudge extract experiments/contrastive.py:stsb_confirm
+    jaxjudge report experiments/contrastive.py:stsb_confirm
 """
 
 from jaxjudge.data import SUMMEVAL_SUBSET_DOC_IDS

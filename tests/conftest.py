@@ -15,10 +15,33 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+# Under tests/run_by_file.py (JAXJUDGE_TEST_FAST_COMPILE=1, unless --optimized) programs compile
+# with JAX's jax_disable_most_optimizations: the same HLO, lowered to slower machine code in about
+# a third less compile time. Most tests compile many small programs and run each once; a test
+# whose time goes into running them (real weights, simulations) is marked `optimized` and
+# compiles as a user's run does. The mode is set before each test's setup (its module fixtures
+# included) and passed to the processes it starts through JAX's own variable.
+FAST_COMPILE = os.environ.get("JAXJUDGE_TEST_FAST_COMPILE") == "1"
+if FAST_COMPILE:
+    os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", False)
+
+
+def _compile_fast(fast: bool) -> None:
+    jax.config.update("jax_disable_most_optimizations", fast)
+    if fast:
+        os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
+    else:
+        os.environ.pop("JAX_DISABLE_MOST_OPTIMIZATIONS", None)
+
+
+def pytest_runtest_setup(item):
+    if FAST_COMPILE:
+        _compile_fast(item.get_closest_marker("optimized") is None)
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
-"""Run the test suite one file per pytest process, two files at a time, then print the totals.
+"""Run the test suite in one pytest process per file (short files a few to a process), two
+processes at a time, then print the totals.
 
-`make test` uses this. Why one process a file: one long process running every file crashed
+`make test` uses this. Why not one process for the suite: one long process running every file crashed
 twice at the same place (inside an XLA compile in `test_select.py`, late in the run: a
 segmentation fault, then an abort) while that file passes alone; and pytest alone has no way
 to keep two cores busy (pytest-xdist is not a dependency). A fresh interpreter per file keeps
@@ -13,6 +14,9 @@ Scheduling, from the files themselves and the last run, never from a list kept h
 - A file whose module sets ``pytestmark`` with ``pytest.mark.alone`` (it starts processes of
   its own: ``jax.distributed`` over gloo, workers sharing a store) runs with nothing beside it,
   so that its processes get the cores they were written for. Those files run first.
+- Files that took under `SHORT_S` in the last run share a process with other short ones, up to
+  `BATCH_S` of last-run time each (the process start-up, a few seconds, is paid once), their
+  times read back from pytest's JUnit XML.
 - The others start longest first, by the wall time each took in the last run
   (``tests/durations.json``, rewritten after every run that ran every file), so that the last
   file to finish is a short one. A file the record does not know yet starts before the known
@@ -90,13 +94,63 @@ def order(files: list[Path], root: Path, durations: dict[str, float]) -> list[tu
     return sorted(((f, runs_alone(f)) for f in files), key=key)
 
 
+SHORT_S = 25.0
+"""A file that took less than this in the last run shares a pytest process with other short
+ones (a process costs a few seconds of start-up: the interpreter, JAX, the collection)."""
+BATCH_S = 60.0
+"""The most seconds of last-run time packed into one shared process."""
+
+
+def units(files: list[tuple[Path, bool]], root: Path, durations: dict[str, float]) -> list[tuple[list[Path], bool]]:
+    """The pytest processes of a run, in `order`'s order: a file that runs alone, a long or
+    unknown file, or several short ones (each under `SHORT_S` in the last run, together at most
+    `BATCH_S`), which start where their longest would have."""
+    out: list[tuple[list[Path], bool]] = []
+    batch: list[Path] = []
+    total = 0.0
+    for f, alone in files:
+        t = durations.get(f.relative_to(root).as_posix())
+        if alone or t is None or t >= SHORT_S:
+            out.append(([f], alone))
+            continue
+        if batch and total + t > BATCH_S:
+            batch, total = [], 0.0
+        if not batch:
+            out.append((batch, False))
+        batch.append(f)
+        total += t
+    return out
+
+
+def split_times(report: Path, files: list[str], wall: float) -> dict[str, float]:
+    """Per-file seconds of a shared process, from pytest's JUnit XML (each file's test times),
+    the process's remaining time (start-up, collection) shared equally."""
+    import xml.etree.ElementTree as ET
+
+    own = dict.fromkeys(files, 0.0)
+    try:
+        cases = ET.parse(report).getroot().iter("testcase")
+    except (OSError, ET.ParseError):
+        return {f: wall / len(files) for f in files}
+    for case in cases:
+        mod = case.get("classname", "").split(".")
+        for f in files:
+            parts = f.removesuffix(".py").split("/")
+            if mod[-len(parts):] == parts or mod[-len(parts) - 1:-1] == parts:  # test function or class
+                own[f] += float(case.get("time", 0.0))
+                break
+    rest = max(0.0, wall - sum(own.values())) / len(files)
+    return {f: own[f] + rest for f in files}
+
+
 def compile_mode(optimized: bool) -> dict[str, str]:
-    """Environment of the test processes for XLA's compiler. By default the suite compiles with
+    """Environment of the test processes for XLA's compiler. By default the tests compile with
     JAX's ``jax_disable_most_optimizations`` (LLVM's backend optimisation level 0 and none of its
     expensive passes): the same HLO programs and the same operations, lowered to slower machine
     code in about a third less compile time, which is most of the suite's time (its programs are
-    small and run once). ``--optimized`` compiles as a user's run does."""
-    return {} if optimized else {"JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}
+    small and run once); tests marked ``optimized`` (real weights, simulations) compile as a
+    user's run does (tests/conftest.py). ``--optimized`` compiles every test that way."""
+    return {} if optimized else {"JAXJUDGE_TEST_FAST_COMPILE": "1"}
 
 
 def main(argv: list[str]) -> int:
@@ -137,23 +191,34 @@ def main(argv: list[str]) -> int:
     env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     env.update(compile_mode(optimized))
 
-    def start(f: Path) -> None:
-        name = f.relative_to(root).as_posix()
-        log = open((logs or tmp) / (name.replace("/", "__") + ".log"), "w+")
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               f"--basetemp={tmp / name.replace('/', '__').removesuffix('.py')}", *argv, str(f)]
+    members: dict[str, list[str]] = {}
+
+    def start(group: list[Path]) -> None:
+        names = [f.relative_to(root).as_posix() for f in group]
+        name = names[0] if len(names) == 1 else " + ".join(names)
+        stem = names[0].replace("/", "__").removesuffix(".py") + ("" if len(names) == 1 else f"__and_{len(names) - 1}")
+        log = open((logs or tmp) / (stem + ".log"), "w+")
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={tmp / stem}",
+               *([f"--junitxml={tmp / stem}.xml"] if len(names) > 1 else []), *argv, *map(str, group)]
+        members[name] = names
         running[name] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env=env), log,
                          time.perf_counter())
 
     def finish(name: str) -> None:
         proc, log, began = running.pop(name)
-        took[name] = time.perf_counter() - began
+        wall = time.perf_counter() - began
+        names = members[name]
+        if len(names) == 1:
+            took[name] = wall
+        else:
+            stem = names[0].replace("/", "__").removesuffix(".py") + f"__and_{len(names) - 1}"
+            took.update(split_times(tmp / f"{stem}.xml", names, wall))
         log.seek(0)
         out = log.read()
         log.close()
         lines = out.rstrip().splitlines()
         last = lines[-1] if lines else "(no output)"
-        print(f"{name}: {last} [{took[name]:.0f} s of wall time]", flush=True)
+        print(f"{name}: {last} [{wall:.0f} s of wall time]", flush=True)
         for n, what in re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)", last):
             totals[what] += int(n)
         if proc.returncode not in (0, 5):  # 5: no test collected (every test deselected)
@@ -168,10 +233,10 @@ def main(argv: list[str]) -> int:
                     return
             time.sleep(0.2)
 
-    for f, alone in files:
+    for group, alone in units(files, root, durations):
         while running and (alone or len(running) >= jobs):
             wait_for_one()
-        start(f)
+        start(group)
         if alone:
             wait_for_one()
     while running:
@@ -181,7 +246,9 @@ def main(argv: list[str]) -> int:
     if len(took) == len(files) and not any(a.startswith(("-k", "-m")) for a in argv):
         # Every file ran with no selection: this run's times order the next run.
         record.write_text(json.dumps({"note": "wall seconds per test file in the last full run of "
-                                               "tests/run_by_file.py (it orders the next run)",
+                                               "tests/run_by_file.py (it orders and batches the next run; a "
+                                               "file that shared a process has its tests' time and a share "
+                                               "of the process's start-up)",
                                       "seconds": {k: round(v, 1) for k, v in sorted(took.items())}},
                                      indent=1) + "\n")
     longest = sorted(took.items(), key=lambda kv: -kv[1])[:5]

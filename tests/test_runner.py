@@ -69,6 +69,30 @@ def test_order_puts_alone_files_first_then_unknown_then_the_longest(tmp_path):
         ("test_a.py", False)]
 
 
+def test_short_files_share_processes_up_to_the_batch_budget_and_their_times_are_split(tmp_path):
+    rb = _runner()
+    names = ["test_long.py", "test_s1.py", "test_s2.py", "test_s3.py", "test_alone.py", "test_new.py"]
+    for n in names:
+        (tmp_path / n).write_text("import pytest\n" + ("pytestmark = pytest.mark.alone\n" if n == "test_alone.py" else ""))
+    # SHORT_S 25, BATCH_S 60: s1 + s2 (24 + 20 = 44) fit one process, s3 (20) would pass 60;
+    # the alone file stays alone even when short; the unknown one runs on its own.
+    durations = {"test_long.py": 90.0, "test_s1.py": 24.0, "test_s2.py": 20.0, "test_s3.py": 20.0,
+                 "test_alone.py": 3.0}
+    got = rb.units(rb.order([tmp_path / n for n in names], tmp_path, durations), tmp_path, durations)
+    assert [([f.name for f in fs], alone) for fs, alone in got] == [
+        (["test_alone.py"], True), (["test_new.py"], False), (["test_long.py"], False),
+        (["test_s1.py", "test_s2.py"], False), (["test_s3.py"], False)]
+    # a shared process's wall time: each file's tests, then the rest split equally
+    xml = tmp_path / "r.xml"
+    xml.write_text('<testsuites><testsuite>'
+                   '<testcase classname="tests.sub.test_a" name="t1" time="3.0"/>'
+                   '<testcase classname="tests.sub.test_a.TestK" name="t2" time="1.0"/>'
+                   '<testcase classname="tests.test_b" name="t3" time="2.0"/>'
+                   '</testsuite></testsuites>')
+    assert rb.split_times(xml, ["sub/test_a.py", "test_b.py"], 10.0) == {"sub/test_a.py": 6.0, "test_b.py": 4.0}
+    assert rb.split_times(tmp_path / "missing.xml", ["a.py", "b.py"], 10.0) == {"a.py": 5.0, "b.py": 5.0}
+
+
 @pytest.mark.slow
 def test_a_new_marked_file_runs_with_nothing_beside_it(tmp_path):
     """Three new files, two at a time: the marked one shares no second of its run with the

@@ -119,11 +119,7 @@ def run_extractions(
     _check_models(cfg, paths, companions, verify)
     for n, path in paths.items():  # parameters that fit the mesh's devices, before any weights load
         check_fits(n, path, cfg.dtype, mesh)
-    # The analysis plan is on record before the first forward pass (kept if already there).
-    if is_leader():
-        where, record = register(cfg, root)
-        log(f"analysis plan {record['plan_sha256'][:12]} registered {record['registered_utc']} "
-            f"({where.relative_to(root)})")
+    _register(cfg, root, log)
 
     engine = EngineOptions(**cfg.engine, mesh=None)
     data = {t.task: load_task_data(t) for t in cfg.tasks}
@@ -154,6 +150,14 @@ def run_extractions(
         loaded.clear()  # the models go before the next judge loads
         del judge, rc
     return results
+
+
+def _register(cfg: ExperimentConfig, root: Path, log: Callable[[str], None]) -> None:
+    """The analysis plan on record (``<root>/registrations/<sha256>.json``, kept if already there)
+    before the first forward pass, written by one process."""
+    if is_leader():
+        _, record = register(cfg, root)
+        log(f"analysis plan {record['plan_sha256'][:12]} registered {record['registered_utc']}")
 
 
 def _check_attention(cfg: ExperimentConfig, mesh: Any) -> None:

@@ -72,6 +72,7 @@ def demo_run(tmp_path_factory, tiny_folder):
     return work, proc.stdout, sha
 
 
+@pytest.mark.optimized
 def test_demo_on_the_embedded_judge(tmp_path):
     """`jaxjudge demo` as a user runs it, on the real SmolLM2 file, reduced: one range, 10 of the
     16 documents (the fewest that still give the grouped bootstrap its interval), Deb-R at

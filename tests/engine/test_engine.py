@@ -935,6 +935,7 @@ def smollm2():
     return jm.load(jm.default_model_path())
 
 
+@pytest.mark.optimized
 @pytest.mark.slow
 def test_smollm2_summeval_parity(smollm2):
     """One SummEval document x 4 summaries, coherence 1-5, on the real weights: prefix cache +
@@ -967,6 +968,7 @@ def test_smollm2_summeval_parity(smollm2):
     print(json.dumps({"smollm2_parity_max_abs_diff": float(diff)}))
 
 
+@pytest.mark.optimized
 @pytest.mark.slow
 def test_smollm2_chat_random_number_nll_is_the_request_given_the_instruction(smollm2):
     """Deb-T prompts in SmolLM2's chat format behind the SummEval instruction: the stored NLL is

@@ -14,6 +14,9 @@ import pytest
 
 from jaxjudge.models import gguf as jg
 
+# Its time goes into running programs (see tests/conftest.py): full XLA optimisation.
+pytestmark = pytest.mark.optimized
+
 FILE = "gemma-3-270m-q4_k_m.gguf"
 
 _WORDS = ("the judge reads a summary of the article and rates its coherence from one to five "
@@ -116,9 +119,8 @@ def test_gemma3_logits_match_transformers(gemma3):
 
 @pytest.mark.slow
 @pytest.mark.large
-def test_gemma3_models_load_bfloat16_bound(gemma3, tmp_path_factory):
-    """``models.load(file, dtype=jnp.bfloat16)`` (converted, then restored from the cache):
-    bfloat16 parameters, float32 logits, and as far from transformers' float32 forward as
+def test_gemma3_models_load_bfloat16_bound(gemma3):
+    """``models.load(file, dtype="bfloat16")``: bfloat16 parameters, float32 logits, and as far from transformers' float32 forward as
     transformers' own bfloat16 forward of the same file is (the rule the families' bfloat16 test
     uses): bfloat16's error depends on the prompt, the libraries' versions and the CPU, so a fixed
     bound measured once does not carry to another machine."""
@@ -131,10 +133,10 @@ def test_gemma3_models_load_bfloat16_bound(gemma3, tmp_path_factory):
     from jaxjudge import models
 
     path, _, ref, _, _ = gemma3
-    cache = tmp_path_factory.mktemp("converted")
-    first = models.load(path, dtype=jnp.bfloat16, cache_dir=cache)
-    judge = models.load(path, dtype="bfloat16", cache_dir=cache)  # from the cache
-    assert judge.config == first.config and judge.config.model_type == "gemma3_text"
+    # (A bfloat16 load restored from the converted-weights cache equals the converted one:
+    # test_load.py's SmolLM2 and cache round-trip tests; here the conversion alone.)
+    judge = models.load(path, dtype="bfloat16", use_cache=False)
+    assert judge.config.model_type == "gemma3_text"
     assert {x.dtype for x in jax.tree.leaves(nnx.state(judge.model, nnx.Param))} == {jnp.dtype(jnp.bfloat16)}
     # transformers' bfloat16 forward of the same (dequantised) tensors: a plain bfloat16 model
     # built from the reference's config and state, not a second GGUF load (its quantised kernels

@@ -88,6 +88,7 @@ def smollm2(tmp_path_factory):
     return path, cache, first, second, ref
 
 
+@pytest.mark.optimized
 @pytest.mark.slow
 def test_smollm2_logits_match_transformers(smollm2):
     _, _, first, _, ref = smollm2
@@ -95,6 +96,7 @@ def test_smollm2_logits_match_transformers(smollm2):
     print(f"SmolLM2 max |logit diff| vs transformers: {worst:.2e}")
 
 
+@pytest.mark.optimized
 @pytest.mark.slow
 def test_smollm2_cached_load_is_identical(smollm2):
     path, cache, first, second, _ = smollm2
@@ -114,6 +116,7 @@ def test_smollm2_cached_load_is_identical(smollm2):
                                   calls.next_token_logits(first, PROMPTS[:2]))
 
 
+@pytest.mark.optimized
 @pytest.mark.slow
 @pytest.mark.large
 def test_qwen05_tensors_and_logits_match_transformers():

@@ -12,6 +12,9 @@ import pytest
 from jaxjudge.metrics import expanded_levels
 from jaxjudge.report.coverage import interval_coverage
 
+# Its time goes into running programs (see tests/conftest.py): full XLA optimisation.
+pytestmark = pytest.mark.optimized
+
 
 def test_expanded_levels_hand_computed():
     # G = 20: sqrt(20/19) * t_19(0.975) = 1.02598 * 2.09302 = 2.14739; Phi(-2.14739) = 0.01588
