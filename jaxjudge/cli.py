@@ -41,6 +41,7 @@ from jaxjudge.experiment.distributed import cluster_from_flags, is_leader
 from jaxjudge.experiment.distributed import start as start_processes
 from jaxjudge.experiment import (
     ConfigError,
+    check_location,
     check_run_name,
     collect_metadata,
     load_config,
@@ -220,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         enable_compile_cache(cfg.compile_cache)
         if args.run is not None:  # checked before any work: a run is one folder under the results root
             check_run_name("--run", args.run)
+        for flag in ("stores", "results"):
+            check_location(f"--{flag}", getattr(args, flag, None))
         start_processes(cluster)  # before anything touches a device
         if args.command in ("extract", "sweep", "demo"):
             _extract(cfg, args)

@@ -101,13 +101,24 @@ def start(cluster: Cluster | None, timeout_s: int = 300) -> bool:
                                        initialization_timeout=timeout_s)
     elif _cloud_tpu():
         # JAX reads the slice's hosts from the TPU VM's metadata (or GKE's environment); a host
-        # it finds no cluster for stays a single process.
+        # it finds no cluster for stays a single process, unless the environment names several
+        # workers: then every host would run the whole sweep as process 0 of 1, so the run stops.
         try:
             jax.distributed.initialize(initialization_timeout=timeout_s)
         except (ValueError, RuntimeError) as e:
+            workers = _named_workers()
+            if len(workers) > 1:
+                raise ConfigError(
+                    f"joining the TPU slice's {len(workers)} workers (TPU_WORKER_HOSTNAMES) failed: "
+                    f"{str(e).splitlines()[0] if str(e) else type(e).__name__}; nothing was run") from None
             warnings.warn(f"jaxjudge: no multi-host TPU slice detected ({e}); running as one process",
                           stacklevel=2)
     return jax.process_count() > 1
+
+
+def _named_workers() -> list[str]:
+    """The slice's workers the environment names (GKE's and the TPU VM's ``TPU_WORKER_HOSTNAMES``)."""
+    return [h for h in os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]
 
 
 def is_leader() -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -69,6 +70,7 @@ __all__ = [
     "SubsetSpec",
     "TaskSpec",
     "ExperimentConfig",
+    "check_location",
     "check_run_name",
     "config_from_dict",
     "config_to_dict",
@@ -256,6 +258,8 @@ class ExperimentConfig(Typed):
             choose(f"{w}.ci_metrics[{i}]", m, self.metrics)
         if self.run is not None:
             check_run_name(f"{w}.run", self.run)
+        for field in ("store_root", "results_root", "compile_cache"):
+            check_location(f"{w}.{field}", getattr(self, field))
         for i, pair in enumerate(self.comparisons):
             for name in pair:
                 self.check_row_name(f"{w}.comparisons[{i}]", name)
@@ -338,6 +342,22 @@ def config_from_dict(d: Mapping[str, Any]) -> ExperimentConfig:
     if not isinstance(d, Mapping):
         raise ConfigError(f"config must be a dict, got {type(d).__name__}")
     return from_dict(ExperimentConfig, d)
+
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/")
+
+
+def check_location(name: str, value: str | None) -> None:
+    """A folder the run reads or writes is a local (or mounted) path: a URL such as
+    ``gs://bucket/stores``, or a typo of one such as ``gs:/bucket``, is refused naming the field,
+    never taken for a local folder called ``gs:``."""
+    if value is None:
+        return
+    m = _SCHEME.match(str(value))
+    if m:
+        raise ConfigError(
+            f"{name}: {value!r} names a {m.group(1)!r} location; this version reads and writes local or mounted "
+            "folders only (on a TPU pod, mount the bucket on every host, e.g. with gcsfuse, and give its path)")
 
 
 def config_to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
