@@ -95,6 +95,8 @@ def claimed_chunks(store: Store, todo: Sequence[int], make: Callable[[int], dict
         if waiting:
             time.sleep(CLAIM_POLL_S)
         pending = waiting
+    if lead:
+        store.clear_dead_claims(todo, stale_after=lease)
     if spmd:
         # Every chunk is written (by process 0) before any process reads the store.
         barrier(f"jaxjudge-claimed-{store.key_hash[:16]}")

@@ -527,3 +527,24 @@ def test_generation_job_resumes_at_its_first_missing_chunk(tmp_path, monkeypatch
     legacy = Store.open(tmp_path / "legacy", key, n_chunks=1)
     legacy.write_chunk(0, replies)
     assert jobs.row_chunks(tmp_path / "legacy", key, 7, make) == (False, 7) and calls == []
+
+
+def test_a_claim_left_on_a_written_chunk_by_a_dead_worker_is_cleared(tmp_path):
+    """A worker killed between publishing chunk 0 and releasing its claim: the next worker's pass
+    over the store removes the claim (its holder's pid is gone), and keeps a live holder's."""
+    import socket
+
+    from jaxjudge.store.work import claimed_chunks
+
+    store = Store.open(tmp_path / "s", {"k": 1}, n_chunks=2)
+    store.write_chunk(0, {"x": np.zeros(2)})
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    holder = {"host": socket.gethostname(), "pid": dead.pid, "token": "t"}
+    store.claim_path(0).write_text(json.dumps(holder))
+    assert claimed_chunks(store, [0, 1], lambda i: {"x": np.full(2, float(i))}) == [1]
+    assert not store.claim_path(0).exists() and not store.claim_path(1).exists()
+    # a live holder (this process) keeps its claim on a written chunk
+    store.claim_path(0).write_text(json.dumps({**holder, "pid": os.getpid()}))
+    assert claimed_chunks(store, [0, 1], lambda i: {"x": np.zeros(2)}) == []
+    assert store.claim_path(0).exists()
