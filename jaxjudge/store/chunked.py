@@ -50,15 +50,8 @@ from typing import Any
 import numpy as np
 
 from jaxjudge import __version__
-from jaxjudge.store.files import (
-    CLAIM_STALE_S,
-    ChunkClaim,
-    _take_over_stale,
-    claim_file,
-    fsync_dir,
-    tmp_name,
-    write_atomic,
-)
+from jaxjudge.store.files import (CLAIM_STALE_S, ChunkClaim, claim_file, clear_dead_claim, fsync_dir, tmp_name,
+                                  write_atomic)
 from jaxjudge.store.keys import canonical_key, content_sha256, hash_key, key_differences
 
 __all__ = [
@@ -252,16 +245,9 @@ class Store:
         the claim fresh meanwhile and removes it at the end (also on an error).
         """
         if self.has_chunk(i):
-            self.clear_dead_claims((i,), stale_after=stale_after)
+            clear_dead_claim(self.claim_path(i), stale_after)  # its holder died before releasing it
             return None
         return claim_file(self.claim_path(i), lambda: self.has_chunk(i), stale_after=stale_after)
-
-    def clear_dead_claims(self, chunks, *, stale_after: float = CLAIM_STALE_S) -> None:
-        """Remove the claims left on written chunks by holders now dead or silent (a worker killed
-        between publishing a chunk and releasing its claim)."""
-        for i in chunks:
-            if self.claim_path(i).exists() and self.has_chunk(i):
-                _take_over_stale(self.claim_path(i), stale_after)
 
     def _total(self, n_chunks: int | None) -> int:
         n = n_chunks if n_chunks is not None else self.n_chunks

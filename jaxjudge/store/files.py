@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CLAIM_STALE_S", "ChunkClaim", "claim_file", "fsync_dir", "tmp_name", "write_atomic"]
+__all__ = ["CLAIM_STALE_S", "ChunkClaim", "claim_file", "clear_dead_claim", "fsync_dir", "tmp_name", "write_atomic"]
 
 CLAIM_STALE_S = 120.0  # a claim without a heartbeat for this long is abandoned
 
@@ -108,6 +108,13 @@ def claim_file(path: Path, written: Callable[[], bool], *, stale_after: float = 
             return None
         return claim
     return None
+
+
+def clear_dead_claim(path: Path, stale_after: float = CLAIM_STALE_S) -> None:
+    """Remove the claim of a written chunk if its holder is dead or silent (a worker killed between
+    publishing the chunk and releasing the claim); a live holder's stays."""
+    if path.exists():
+        _take_over_stale(path, stale_after)
 
 
 def _claim_is_stale(path: Path, text: str, stale_after: float) -> bool:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from jaxjudge.store.chunked import Store
-from jaxjudge.store.files import CLAIM_STALE_S
+from jaxjudge.store.files import CLAIM_STALE_S, clear_dead_claim
 
 __all__ = ["CLAIM_POLL_S", "claimed_chunks", "agree", "barrier"]
 
@@ -95,8 +95,10 @@ def claimed_chunks(store: Store, todo: Sequence[int], make: Callable[[int], dict
         if waiting:
             time.sleep(CLAIM_POLL_S)
         pending = waiting
-    if lead:
-        store.clear_dead_claims(todo, stale_after=lease)
+    if lead:  # claims left on written chunks by workers that died before releasing them
+        for i in todo:
+            if store.has_chunk(i):
+                clear_dead_claim(store.claim_path(i), lease)
     if spmd:
         # Every chunk is written (by process 0) before any process reads the store.
         barrier(f"jaxjudge-claimed-{store.key_hash[:16]}")
