@@ -120,8 +120,10 @@ def test_gemma3_logits_match_transformers(gemma3):
 @pytest.mark.slow
 @pytest.mark.large
 def test_gemma3_models_load_bfloat16_bound(gemma3):
-    """``models.load(file, dtype="bfloat16")``: bfloat16 parameters, float32 logits, and as far from transformers' float32 forward as
-    transformers' own bfloat16 forward of the same file is (the rule the families' bfloat16 test
+    """The file's tensors built as a bfloat16 judge (`Judge.from_parts(..., dtype="bfloat16")`, what
+    ``models.load(file, dtype="bfloat16")`` does after reading the file; the fixture's tensors,
+    not a second read): bfloat16 parameters, float32 logits, and as far from transformers' float32
+    forward as transformers' own bfloat16 forward of the same file is (the rule the families' bfloat16 test
     uses): bfloat16's error depends on the prompt, the libraries' versions and the CPU, so a fixed
     bound measured once does not carry to another machine."""
     torch = pytest.importorskip("torch")
@@ -130,12 +132,10 @@ def test_gemma3_models_load_bfloat16_bound(gemma3):
     import transformers
     from flax import nnx
 
-    from jaxjudge import models
+    from jaxjudge.models.judge import Judge
 
-    path, _, ref, _, _ = gemma3
-    # (A bfloat16 load restored from the converted-weights cache equals the converted one:
-    # test_load.py's SmolLM2 and cache round-trip tests; here the conversion alone.)
-    judge = models.load(path, dtype="bfloat16", use_cache=False)
+    path, ck, ref, _, _ = gemma3
+    judge = Judge.from_parts(*ck, dtype="bfloat16", source=str(path))
     assert judge.config.model_type == "gemma3_text"
     assert {x.dtype for x in jax.tree.leaves(nnx.state(judge.model, nnx.Param))} == {jnp.dtype(jnp.bfloat16)}
     # transformers' bfloat16 forward of the same (dequantised) tensors: a plain bfloat16 model
