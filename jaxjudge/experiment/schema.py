@@ -357,7 +357,7 @@ def check_location(name: str, value: str | None) -> None:
     if m:
         raise ConfigError(
             f"{name}: {value!r} names a {m.group(1)!r} location; this version reads and writes local or mounted "
-            "folders only (on a TPU pod, mount the bucket on every host, e.g. with gcsfuse, and give its path)")
+            "folders only (on a TPU pod, give a filesystem every host mounts at the same path, e.g. NFS)")
 
 
 def config_to_dict(cfg: ExperimentConfig) -> dict[str, Any]:

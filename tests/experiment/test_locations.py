@@ -37,8 +37,8 @@ def test_the_cli_refuses_a_bucket_before_any_work(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "jaxjudge extract: --stores: 'gs://bucket/stores' names a 'gs' location; this version reads and writes "
-        "local or mounted folders only (on a TPU pod, mount the bucket on every host, e.g. with gcsfuse, and give "
-        "its path)"]
+        "local or mounted folders only (on a TPU pod, give a filesystem every host mounts at the same path, "
+        "e.g. NFS)"]
     assert not any(tmp_path.iterdir())  # no folder named gs: (nor anything else)
 
 
