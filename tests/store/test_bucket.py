@@ -159,3 +159,61 @@ def test_claims_are_exclusive_renewed_released_and_taken_over_after_the_lease(gc
         assert store.claim_chunk(1, stale_after=lease) is None
         assert time.monotonic() - t0 < 10 * lease
         time.sleep(0.05)
+
+
+def test_a_judge_converted_on_a_mesh_is_cached_in_the_bucket_and_loaded_again_without_its_source(
+        gcs_bucket, tiny_gguf, monkeypatch, tmp_path):
+    import jax
+    from flax import nnx
+
+    import jaxjudge.models as jm
+    from jaxjudge.models import gguf, sharding
+    from jaxjudge.store import keys
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # the local sha256 memo goes here, not in the user's home
+    mesh = sharding.make_mesh(data=4, model=2)
+    cache = f"{gcs_bucket}/converted"
+    first = jm.load(tiny_gguf, cache_dir=cache, mesh=mesh)
+    entries = [p for p in location(cache).iterdir()]
+    assert len(entries) == 1 and (entries[0] / "meta.json").is_file()
+    meta = json.loads((entries[0] / "meta.json").read_text())
+    assert (entries[0] / meta["params"] / "commit_success.txt").is_file()  # Orbax's commit marker in a bucket
+
+    # The second load reads no byte of the checkpoint: neither its tensors nor, for its hash, the file.
+    def refuse(*_, **__):
+        raise AssertionError("the cached load read the source checkpoint")
+
+    monkeypatch.setattr(gguf, "load_gguf", refuse)
+    monkeypatch.setattr(keys, "file_sha256", refuse)
+    monkeypatch.setattr("jaxjudge.models.cache.file_sha256", refuse)
+    second = jm.load(tiny_gguf, cache_dir=cache, mesh=mesh)
+    a, b = nnx.to_pure_dict(first.state), nnx.to_pure_dict(second.state)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        assert y.sharding.is_equivalent_to(x.sharding, x.ndim)
+        np.testing.assert_array_equal(np.asarray(y), np.asarray(x))
+    assert second.tokenizer.to_str() == first.tokenizer.to_str()
+
+
+def test_a_run_folder_in_a_bucket_holds_what_a_local_one_does(gcs_bucket, tmp_path):
+    from jaxjudge.experiment import load_config, run_dir
+    from jaxjudge.report import write_run
+    from jaxjudge.report.results import Results
+
+    iv = {"estimate": 0.25, "low": 0.1, "high": 0.4}
+    res = Results(experiment="x", rows=[{"experiment": "x", "judge": "j", "task": "summeval", "aspect": "coherence",
+                                         "scale": "1-5", "method": "vanilla", "score": "expected@0.2", "n": 64,
+                                         "metrics": {"spearman": iv}}], notes=["a note"])
+    meta = {"command": "jaxjudge report x.py"}
+    cfg = load_config(str(REPO / "experiments" / "demo.py:ci"))
+    out = run_dir(cfg, "r1", root=f"{gcs_bucket}/results")
+    assert str(out) == f"{gcs_bucket}/results/{cfg.name}/r1"
+    remote = write_run(res, out, meta)
+    local = write_run(res, tmp_path / "run", meta)
+    assert sorted(remote) == sorted(local)
+    for name, path in local.items():
+        assert str(remote[name]) == f"{out}/{path.relative_to(tmp_path / 'run').as_posix()}"
+        if name != "metadata":  # its finishing time differs
+            assert remote[name].read_bytes() == path.read_bytes(), name
+    got = json.loads(remote["metadata"].read_text())
+    assert got["files"] == json.loads(local["metadata"].read_text())["files"]
+    assert Results.load_json(remote["json"]).rows == Results.load_json(str(remote["json"])).rows == res.rows
