@@ -249,13 +249,11 @@ class BucketPath:
         return self.read_bytes().decode(encoding)
 
     def open(self, mode: str = "rb", encoding: str | None = None, newline: str | None = None) -> Any:
-        """A file object: reading reads the whole object; writing uploads it whole on close."""
-        if "r" in mode:
-            data = io.BytesIO(self.read_bytes())
-            return data if "b" in mode else io.TextIOWrapper(data, encoding=encoding or "utf-8", newline=newline)
-        if "w" in mode:
-            return _Upload(self, text="b" not in mode, encoding=encoding or "utf-8", newline=newline)
-        raise ValueError(f"{self}: mode {mode!r} is not served (read or write whole objects)")
+        """A file object reading the whole object (objects are written whole: `write_bytes`)."""
+        if mode not in ("r", "rb", "rt"):
+            raise ValueError(f"{self}: mode {mode!r} is not served (read whole objects; write them with write_bytes)")
+        data = io.BytesIO(self.read_bytes())
+        return data if "b" in mode else io.TextIOWrapper(data, encoding=encoding or "utf-8", newline=newline)
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -315,31 +313,6 @@ class BucketPath:
         except FileNotFoundError:
             if not missing_ok:
                 raise
-
-
-class _Upload(io.BytesIO):
-    """What `BucketPath.open` gives for writing: bytes kept in memory, uploaded whole on close."""
-
-    def __init__(self, target: BucketPath, *, text: bool, encoding: str, newline: str | None):
-        super().__init__()
-        self._target, self._text, self._encoding, self._newline = target, text, encoding, newline
-        self._failed = False
-
-    def write(self, data: Any) -> int:  # type: ignore[override]
-        if self._text:
-            if self._newline not in (None, "", "\n"):
-                data = data.replace("\n", self._newline)
-            return super().write(data.encode(self._encoding)) and len(data)
-        return super().write(data)
-
-    def __exit__(self, exc_type: Any, *rest: Any) -> None:
-        self._failed = exc_type is not None
-        super().__exit__(exc_type, *rest)
-
-    def close(self) -> None:
-        if not self.closed and not self._failed:
-            self._target.write_bytes(self.getvalue())
-        super().close()
 
 
 # -- claims ---------------------------------------------------------------------------------------

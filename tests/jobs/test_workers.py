@@ -47,12 +47,12 @@ def _experiment(tmp_path: Path, judge: Path) -> Path:
     return path
 
 
-def _start(tmp_path: Path, config: Path, stores, log: str) -> subprocess.Popen:
+def _start(tmp_path: Path, config: Path, stores, log: str, command: str = "extract", *more: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
     env.pop("XLA_FLAGS", None)
     out = open(tmp_path / log, "w")
-    return subprocess.Popen([sys.executable, "-m", "jaxjudge.cli", "extract", str(config), "--quiet",
-                             "--stores", str(stores)], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    return subprocess.Popen([sys.executable, "-m", "jaxjudge.cli", command, str(config), "--quiet",
+                             "--stores", str(stores), *more], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
 def _arrays(root) -> dict[str, dict[str, np.ndarray]]:
@@ -104,3 +104,13 @@ def test_a_killed_workers_chunks_are_done_by_the_other(tmp_path, tiny_gguf, root
     assert again.wait(timeout=600) == 0
     log = (tmp_path / "again.log").read_text()
     assert "computed " not in log and log.count("cached") == 2, log
+
+    # The report of the shared stores, its run folder beside them (in the bucket) and on the local
+    # disk: the same results.json.
+    results = {"beside": shared.parent / "results", "local": tmp_path / "local-results"}
+    for name, where in results.items():
+        report = _start(tmp_path, config, shared, f"report-{name}.log", "report", "--results", str(where), "--run", "r1")
+        assert report.wait(timeout=600) == 0, (tmp_path / f"report-{name}.log").read_text()[-2000:]
+    folders = {name: where / "workers" / "r1" for name, where in results.items()}
+    assert folders["beside"].joinpath("results.json").read_bytes() == folders["local"].joinpath("results.json").read_bytes()
+    assert (folders["beside"] / "metadata.json").is_file()

@@ -50,6 +50,11 @@ def test_a_bucket_path_is_never_a_local_path(gcs_bucket, tmp_path, monkeypatch):
     with pytest.raises(TypeError, match=r"is a bucket location, not a local path"):
         open(p, "w")  # noqa: SIM115
     assert not any(tmp_path.iterdir())
+    p.write_text('{"a": 1}')
+    with p.open("r") as f:
+        assert json.load(f) == {"a": 1}
+    with pytest.raises(ValueError, match=r"mode 'w' is not served"):
+        p.open("w")
     assert p.relative_to(location(gcs_bucket)).as_posix() == "x.json"
     assert (location(gcs_bucket) / "a/b").parent.name == "a" and p.suffix == ".json" and p.stem == "x"
 
