@@ -27,7 +27,7 @@ from jaxjudge.report.cell_stats import test_side_intervals
 from jaxjudge.select import Splits, fixed_split, kfold_splits, nested_bootstrap
 
 __all__ = ["TUNED_LAMS", "Coverage", "NestedCoverage", "SpreadCoverage", "expected_selected", "interval_coverage",
-           "nested_coverage", "spread_coverage"]
+           "nested_coverage", "spread_coverage", "spread_diff_coverage"]
 
 
 @dataclass(frozen=True)
@@ -448,4 +448,44 @@ def spread_coverage(
             hits["mi"] += lo <= float(est.max() - est.min()) <= hi
         out.append(SpreadCoverage(tau, spread, hits["h"] / n_sims, hits["m"] / n_sims, hits["hi"] / n_sims,
                                   hits["mi"] / n_sims, n_sims))
+    return out
+
+
+def spread_diff_coverage(
+    cov: np.ndarray,
+    pairs: tuple[tuple[float, float], ...],
+    n_sims: int,
+    *,
+    cross: float = 0.6,
+    direction: tuple[float, ...] = (-3.0, -1.0, 1.0, 3.0),
+    n_boot: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> list[tuple[float, float, float]]:
+    """Coverage of the report's interval of ``spread_diff`` (method's heterogeneity minus the
+    comparator's; `jaxjudge.report.ranges`), at the level of the range estimates: both sides
+    have noise ``cov`` across ranges, correlated ``cross`` between the two sides (they score the
+    same items), true heterogeneities ``(tau_method, tau_comparator)`` per pair. Returns
+    ``(tau_method, tau_comparator, coverage)`` per pair (percentile interval)."""
+    from jaxjudge.report.ranges import _net_sd, _noise  # noqa: PLC0415
+
+    cov = np.asarray(cov, np.float64)
+    k = cov.shape[0]
+    joint = np.block([[cov, cross * cov], [cross * cov, cov]])
+    u = np.asarray(direction, np.float64)
+    u = u - u.mean()
+    u = u / np.sqrt(np.sum(u * u) / (k - 1))
+    rng = np.random.default_rng(seed)
+    out = []
+    for tm, tb in pairs:
+        theta = np.concatenate([0.5 + tm * u, 0.4 + tb * u])
+        hits = 0
+        for _ in range(n_sims):
+            est = rng.multivariate_normal(theta, joint)
+            reps = rng.multivariate_normal(est, joint, size=n_boot).T
+            a, b = reps[:k], reps[k:]
+            d = _net_sd(a, _noise(a)[1], 2.0) - _net_sd(b, _noise(b)[1], 2.0)
+            lo, hi = np.quantile(d, [alpha / 2, 1 - alpha / 2])
+            hits += lo <= tm - tb <= hi
+        out.append((tm, tb, hits / n_sims))
     return out
