@@ -105,6 +105,8 @@ def test_a_killed_workers_chunks_are_done_by_the_other(tmp_path, tiny_gguf, root
     log = (tmp_path / "again.log").read_text()
     assert "computed " not in log and log.count("cached") == 2, log
 
+    if not str(shared).startswith("gs://"):
+        return  # on a local disk the report's folder is the report tests' subject
     # The report of the shared stores, its run folder beside them (in the bucket) and on the local
     # disk: the same results.json.
     results = {"beside": shared.parent / "results", "local": tmp_path / "local-results"}
