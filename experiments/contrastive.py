@@ -147,7 +147,7 @@ PAIR_TASKS = dict(
     COMMON,
     description="Contrastive decoding (main judge minus a smaller assistant of the same family) "
     "across score ranges, alone and with the Deb-T correction.",
-    methods=("vanilla", "deb_t", "temperature", "contrastive", "contrastive_deb_t"),
+    methods=("vanilla", "deb_t", "temperature", "contrastive", "deb_t_temperature", "contrastive_deb_t"),
     temperatures=(1.0, 0.2),
     deb_tp=(10,),
     lambdas_extended=None,
@@ -156,7 +156,11 @@ PAIR_TASKS = dict(
     # Method against method, beside the defaults (vanilla, matched baseline): does the
     # assistant add to Deb-T, and does contrastive generation beat plain generation?
     comparisons=(("contrastive_deb_t_tp10", "deb_t_tp10"),),
-    changes=WIDE_CHANGES,
+    changes=WIDE_CHANGES + (
+        "deb_t_temperature (Deb-T with the main judge's temperature tuned on the same grid: contrastive + "
+        "Deb-T at lambda = 0) added as contrastive + Deb-T's matched baseline; before, the combination "
+        "was compared with `temperature`, which has no Deb-T, and with `deb_t_tp10`, which has no "
+        "temperature",),
     **WIDE,
 )
 

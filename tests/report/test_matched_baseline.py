@@ -142,3 +142,64 @@ def test_config_names_the_temperature_rows():
     cfg = SimpleNamespace(methods=("vanilla", "temperature", "contrastive"), contrastive_fine=True, deb_tp=(10,),
                           lambdas_extended=None)
     assert method_variants(cfg) == ["vanilla", "temperature", "temperature_fine", "contrastive", "contrastive_fine"]
+
+
+# -- Deb-T with the temperature tuned: the matched baseline of contrastive decoding + Deb-T ----------
+
+
+@pytest.fixture(scope="module")
+def combined():
+    """The temperature-defect judge with a number bias ("3" favoured) in its random-number prompts."""
+    from jaxjudge.report.cell_inputs import RandomPrior  # noqa: PLC0415
+
+    arrays = temperature_only_judge(seed=1)
+    rng = np.random.default_rng(5)
+    bias = np.array([0.0, 0.5, 2.0, 0.5, 0.0])
+    rand = (bias + rng.normal(0, 0.3, (30, SCALE.size))).astype(np.float32)
+    arrays.random = {"T": RandomPrior(rand, rng.uniform(1, 3, 30))}
+    # The assistant's own random-number distributions: the combination's prior is then that of
+    # the combined judge at each grid point (at lambda = 0, the main judge's tempered by t).
+    arrays.assistant_random = {"T": RandomPrior(rng.normal(0, 1.0, (30, SCALE.size)).astype(np.float32),
+                                                rng.uniform(1, 3, 30))}
+    splits = make_splits("kfold", arrays.groups, n_folds=4, seed=0)
+    return arrays, splits
+
+
+def _combined_report(arrays, splits, lams):
+    options = MethodOptions(methods=("vanilla", "deb_t_temperature", "contrastive_deb_t"), temperatures=(1.0,),
+                            greedy=False, metrics=("spearman",), contrastive_temps=TEMPS, contrastive_lams=lams,
+                            lambdas=(0.1, 0.5, 1.0), deb_tp=(10,), n_boot=200, seed=0)
+    return evaluate_cell(arrays, splits, options, {"judge": "sim", "task": "stsb", "aspect": "sim"})
+
+
+def test_deb_t_temperature_is_the_combination_at_lambda_zero(combined):
+    arrays, splits = combined
+    rep = _combined_report(arrays, splits, (0.0,))
+    base, comb = _row(rep, "deb_t_temperature_tp10"), _row(rep, "contrastive_deb_t_tp10")
+    assert comb["matched_baseline"] == "deb_t_temperature_tp10"
+    assert comb["metrics"]["spearman"] == base["metrics"]["spearman"]
+    assert comb["delta_matched"]["spearman"]["estimate"] == pytest.approx(0.0, abs=1e-6)
+    assert [{k: h[k] for k in ("t_main", "lam_d")} for h in comb["hparams"]] == base["hparams"]
+
+
+def test_deb_t_temperature_rows_recomputed_with_numpy(combined):
+    """Each fold's chosen (t, lambda_d) applied by hand: log_softmax(main / t) + lambda_d * B, with
+    B = log(1/K) - log of the mean over the 10 least-perplexity prompts of their tempered
+    distribution (the combination's prior at lambda = 0); Spearman on the fold's test rows."""
+    from scipy.special import log_softmax, softmax  # noqa: PLC0415
+
+    arrays, splits = combined
+    rep = _combined_report(arrays, splits, (0.5,))
+    base = _row(rep, "deb_t_temperature_tp10")
+    top = np.argsort(arrays.random["T"].nll, kind="stable")[:10]
+    got = []
+    for f, hp in enumerate(base["hparams"]):
+        t, lam_d = hp["t_main"], hp["lam_d"]
+        assert t in TEMPS and lam_d in (0.1, 0.5, 1.0)
+        prior = np.maximum(softmax(arrays.random["T"].logprobs[top].astype(np.float64) / t, -1).mean(0), 1e-12)
+        b = np.log(1 / SCALE.size) - np.log(prior)
+        adj = log_softmax(arrays.logprobs / t + lam_d * b, -1)
+        score = np.exp(adj) @ SCALE.values
+        test = np.asarray(splits.test[f])
+        got.append(st.spearmanr(score[test], arrays.human[test]).statistic)
+    assert base["metrics"]["spearman"]["estimate"] == pytest.approx(np.mean(got), abs=2e-4)

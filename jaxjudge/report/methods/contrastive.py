@@ -1,6 +1,7 @@
 """Contrastive decoding (main - lambda * assistant, with temperature normalisation), its matched
-baseline ``temperature`` (lambda = 0 over the same main-model temperatures), and contrastive
-decoding combined with Deb-T."""
+baseline ``temperature`` (lambda = 0 over the same main-model temperatures), contrastive
+decoding combined with Deb-T, and that combination's matched baseline ``deb_t_temperature``
+(Deb-T with the main judge's temperature tuned on the same grid: the combination at lambda = 0)."""
 
 from __future__ import annotations
 
@@ -87,7 +88,33 @@ def _contrastive_deb_t(cx: CellContext) -> Iterator[Variant]:
                 cdata["rand_asst"] = jnp.asarray(arp.logprobs[idx]) / cx.tau(kt)
             return cdata
 
-        yield Variant(f"contrastive_deb_t_tp{tp}", data=data, grid=grid, baseline="temperature")
+        # Its matched baseline switches the assistant off and keeps everything else tuned: Deb-T
+        # with the temperature (when the config runs it; else the temperature alone).
+        baseline = f"deb_t_temperature_tp{tp}" if "deb_t_temperature" in opts.methods else "temperature"
+        yield Variant(f"contrastive_deb_t_tp{tp}", data=data, grid=grid, baseline=baseline)
+
+
+def _deb_t_temperature(cx: CellContext) -> Iterator[Variant]:
+    """``contrastive_deb_t`` at lambda = 0: Deb-T (the same Tp prompts, the same lambda_d grid) with
+    the main judge's temperature chosen on the same grid, read through the same
+    `combined_adjust`. Where the combination's prior is that of the combined judge (the
+    assistant's random-number arrays are there), the baseline's prior is the main judge's at the
+    same temperature, which is what the combination's is at lambda = 0."""
+    opts, rp = cx.options, cx.arrays.random["T"]
+    tempered_prior = (cx.arrays.assistant_random or {}).get("T") is not None
+    temps = opts.contrastive_temps if opts.contrastive_temperature == "t_main" else (1.0,)
+    for tp in opts.deb_tp:
+        idx = rp.top_indices(tp)
+        grid = product_grid(lam=(0.0,), t_main=temps, lam_d=opts.lambdas)
+
+        def data(kt: Kind, idx=idx) -> dict[str, jax.Array]:
+            main = cx.logits / cx.tau(kt)
+            out = {"main": main, "asst": jnp.zeros_like(main), "rand_main": jnp.asarray(rp.logprobs[idx]) / cx.tau(kt)}
+            if tempered_prior:
+                out["rand_asst"] = jnp.zeros_like(out["rand_main"])
+            return out
+
+        yield Variant(f"deb_t_temperature_tp{tp}", data=data, grid=grid)
 
 
 def _with_fine(family: str) -> Callable[[Any], list[str]]:
@@ -104,6 +131,9 @@ FAMILIES = (
            adjust=contrastive_adjust, params=lambda opts: ("t_main",), order=80),
     Method("contrastive", "tuned", needs=(_ASSISTANT_SCORES,), variants=_contrastive,
            rows=_with_fine("contrastive"), adjust=contrastive_adjust, params=_lam_and_temperature, order=90),
+    Method("deb_t_temperature", "tuned", needs=(RANDOM_T,), variants=_deb_t_temperature,
+           rows=per_tp_rows("deb_t_temperature", extended=False), adjust=combined_adjust,
+           params=lambda opts: ("t_main", "lam_d"), order=95),
     Method("contrastive_deb_t", "tuned", needs=(_ASSISTANT_SCORES, RANDOM_T, _ASSISTANTRANDOM_T),
            variants=_contrastive_deb_t, rows=per_tp_rows("contrastive_deb_t", extended=False),
            adjust=combined_adjust, params=lambda opts: (*_lam_and_temperature(opts), "lam_d"), order=100),
