@@ -206,7 +206,8 @@ def documents(n: int, *, prefix: int, tails: int, tail_len: int, seed: int) -> l
     def letters(k: int) -> str:
         return "".join(rng.choice(list(LETTERS), k))
 
-    return [RenderedPrompt(letters(prefix), letters(tail_len - 1) + ":", f"d{d}/{j}", f"d{d}", " ", False)
+    docs = [letters(prefix) for _ in range(n)]
+    return [RenderedPrompt(docs[d], letters(tail_len - 1) + ":", f"d{d}/{j}", f"d{d}", " ", False)
             for d in range(n) for j in range(tails)]
 
 

@@ -1,6 +1,7 @@
 """``jaxjudge aot JUDGE --topology v5e:2x4 --mesh data=2,model=4``: compile for a TPU slice here.
 
-Prints one row per step (``score``, ``decode``) of the compiled program's per-chip memory,
+Prints one row per engine step (``prefill``, ``read_rows``, their sum ``score``, ``decode``, as
+`jaxjudge.aot.compile` lowers them) of the compiled program's per-chip memory,
 collectives, flops and the roofline model; ``--json`` writes the same as one object per step,
 ``--dump DIR`` each step's compiled HLO text. A judge that does not fit the chips exits 2 with
 one line naming the bytes it needs per chip. Compiled programs and a cost model, not
@@ -34,11 +35,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--decode-rows", type=int, default=16, help="rows of a decode step")
     p.add_argument("--decode-len", type=int, default=16, help="tokens generated per row")
     p.add_argument("--layers", type=int, default=None, help="compile this many layers (default: full depth)")
-    p.add_argument("--steps", default="score,decode", help="which steps to compile")
+    p.add_argument("--steps", default="score,decode",
+                   help="which of the engine's steps to compile: prefill, read_rows, decode; score = prefill and "
+                        "read_rows, with their sum")
     p.add_argument("--attention", default="xla", choices=("xla", "splash"),
                    help="XLA's dense masked attention, or JAX's Pallas splash kernel for the prefix prefill and "
                         "the reads against it (its flops counted from the blocks it computes)")
-    p.add_argument("--dump", default=None, help="write DIR/score.hlo.txt and DIR/decode.hlo.txt")
+    p.add_argument("--dump", default=None, help="write each compiled step's HLO text as DIR/STEP.hlo.txt")
     p.add_argument("--json", dest="json_file", default=None, help="write the reports as JSON")
     return p
 
@@ -115,18 +118,20 @@ def run(args: argparse.Namespace) -> int:
     """The command; exit status 0, or 2 with one line on stderr for an anticipated problem."""
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")  # compile for the TPU, run nothing on it
-    from jaxjudge.aot.compile import DoesNotFitError, LibtpuMissingError, Workload, aot_compile, tpu_devices
+    from jaxjudge.aot.compile import (DoesNotFitError, LibtpuMissingError, Workload, aot_compile,
+                                      describe_host_for_libtpu, tpu_devices)
     from jaxjudge.aot.presets import judge_config
     from jaxjudge.models.config import UnsupportedConfigError
 
     try:
         hf = judge_config(args.judge)
+        describe_host_for_libtpu(args.topology)
         devices = tpu_devices(args.topology)
         mesh = parse_mesh(args.mesh, len(devices))
         steps = tuple(s.strip() for s in args.steps.split(",") if s.strip())
-        bad = sorted(set(steps) - {"score", "decode"})
+        bad = sorted(set(steps) - {"score", "prefill", "read_rows", "decode"})
         if bad:
-            raise ValueError(f"--steps: unknown step(s) {bad} (steps: score, decode)")
+            raise ValueError(f"--steps: unknown step(s) {bad} (steps: score = prefill + read_rows, decode)")
         work = Workload(prefix=args.prefix, tails=args.tails, tail_len=args.tail_len, groups=args.groups,
                         decode_rows=args.decode_rows, decode_len=args.decode_len)
         reports = aot_compile(hf, topology=args.topology, mesh_shape=mesh, dtype=args.dtype, workload=work,
@@ -139,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
           f"{args.attention} attention, "
           f"{reports[0].layers} layers; {args.groups or mesh['data']} prefix group(s) of "
           f"{args.prefix} tokens, each with {args.tails} tails x {args.tail_len}; decode "
-          f"{args.decode_rows} rows at token {args.decode_len}")
+          f"{args.decode_rows} rows, {args.decode_len} tokens a call (its row: per generated token)")
     print(format_table(reports))
     print("Compiled TPU programs and a cost model on published chip figures, not measurements: 'MFU bound' is "
           "[collectives serialised, collectives overlapped], each an upper bound (every matmul at peak; roofline "

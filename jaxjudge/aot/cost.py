@@ -126,6 +126,16 @@ class Topology:
     def hosts(self) -> int:
         return self.chips // math.prod(self.host_bounds)
 
+    @property
+    def accelerator_type(self) -> str:
+        """The slice's Cloud TPU accelerator type (``v5litepod-8``; v5p counts TensorCores, two a chip)."""
+        gen = self.chip.name
+        if gen == "v5e":
+            return f"v5litepod-{self.chips}"
+        if gen == "v5p":
+            return f"v5p-{2 * self.chips}"
+        return f"{gen}-{self.chips}"
+
     def coords(self, index: int) -> tuple[int, ...]:
         """Physical coordinates of chip ``index`` (row-major over ``shape``, the first dimension fastest
         as libtpu numbers a slice's chips)."""

@@ -82,3 +82,9 @@ def test_group_dims_names_the_axis_the_group_spans():
     assert C.group_dims([0, 2, 4, 6], coords) == [1]
     assert C.group_dims([0, 1], coords) == [0]
     assert C.group_dims(list(range(8)), coords) == [0, 1]
+
+
+def test_accelerator_types_name_the_slices():
+    assert C.topology("v5e:2x4").accelerator_type == "v5litepod-8"
+    assert C.topology("v6e:4x4").accelerator_type == "v6e-16"
+    assert C.topology("v5p:2x2x1").accelerator_type == "v5p-8"  # 4 chips, 8 TensorCores
