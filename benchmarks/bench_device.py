@@ -74,7 +74,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from jaxjudge import engine
 from jaxjudge.aot import flops as _flops
 from jaxjudge.aot.compile import _config
-from jaxjudge.aot.presets import PRESETS, judge_config
+from jaxjudge.aot.presets import judge_config
 from jaxjudge.engine import calls
 from jaxjudge.engine import primitives as _prim
 from jaxjudge.engine.decode import generate_tokens

@@ -23,7 +23,6 @@ import numpy as np
 from jaxjudge.engine import decode as _decode
 from jaxjudge.engine import primitives as _prim
 from jaxjudge.engine.primitives import PrefixNLL, RowReads, TokenNLL, bucket_length, slot_bucket
-from jaxjudge.models import decoder as _dec
 from jaxjudge.models import sharding
 from jaxjudge.models.judge import Judge
 from jaxjudge.models.kvcache import KVCache, pad_batch
