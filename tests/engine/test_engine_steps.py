@@ -9,6 +9,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
 from flax import nnx
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
@@ -53,6 +54,7 @@ def _specs(tree) -> list[tuple]:
     return out
 
 
+@pytest.mark.slow
 def test_aot_lowers_the_step_objects_engine_extract_calls_with_their_shardings():
     mesh = sharding.make_mesh(2, 4, devices=jax.devices()[:8])
     cfg = config_from_hf(HF)
