@@ -1,6 +1,7 @@
 """``jaxjudge aot JUDGE --topology v5e:2x4 --mesh data=2,model=4``: compile for a TPU slice here.
 
-Prints one row per step (``score``, ``decode``) of the compiled program's per-chip memory,
+Prints one row per engine step (``prefill``, ``read_rows``, their sum ``score``, ``decode``, as
+`jaxjudge.aot.compile` lowers them) of the compiled program's per-chip memory,
 collectives, flops and the roofline model; ``--json`` writes the same as one object per step,
 ``--dump DIR`` each step's compiled HLO text. A judge that does not fit the chips exits 2 with
 one line naming the bytes it needs per chip. Compiled programs and a cost model, not
@@ -34,11 +35,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--decode-rows", type=int, default=16, help="rows of a decode step")
     p.add_argument("--decode-len", type=int, default=16, help="tokens generated per row")
     p.add_argument("--layers", type=int, default=None, help="compile this many layers (default: full depth)")
-    p.add_argument("--steps", default="score,decode", help="which steps to compile")
+    p.add_argument("--steps", default="score,decode",
+                   help="which of the engine's steps to compile: prefill, read_rows, decode; score = prefill and "
+                        "read_rows, with their sum")
     p.add_argument("--attention", default="xla", choices=("xla", "splash"),
                    help="XLA's dense masked attention, or JAX's Pallas splash kernel for the prefix prefill and "
                         "the reads against it (its flops counted from the blocks it computes)")
-    p.add_argument("--dump", default=None, help="write DIR/score.hlo.txt and DIR/decode.hlo.txt")
+    p.add_argument("--dump", default=None, help="write each compiled step's HLO text as DIR/STEP.hlo.txt")
     p.add_argument("--json", dest="json_file", default=None, help="write the reports as JSON")
     return p
 
@@ -88,20 +91,23 @@ def _gib(n: float) -> str:
 
 
 def format_table(reports: list[Any]) -> str:
-    """The reports as a fixed-width table (per chip unless the column says otherwise)."""
-    head = ("step", "fits", "HBM GiB", "of", "temp GiB", "copies GB", "all-red", "red-sc", "all-gath", "coll MB",
-            "useful TF", "compiled/useful", "roofline ms", "x HBM bound", "MFU", "compile s")
+    """The reports as a fixed-width table (per chip unless the column says otherwise). ``MFU bound``
+    is ``[serialised, overlapped]``: upper bounds of a cost model (`jaxjudge.aot.cost`), not measured."""
+    head = ("step", "fits", "HBM GiB", "usable", "temp GiB", "copies GB", "all-red", "red-sc", "all-gath",
+            "coll MB", "ICI ms", "useful TF", "compiled/useful", "roofline ms", "x HBM bound", "MFU bound",
+            "compile s")
     rows = [head]
     for r in reports:
         rows.append((
             r.step, "yes" if r.fits else "NO", _gib(r.hbm_per_chip), _gib(r.hbm_capacity), _gib(r.bytes["temp"]),
             f"{r.hbm_copy_bytes / 1e9:.3f}",
             str(r.collectives["all-reduce"]), str(r.collectives["reduce-scatter"]), str(r.collectives["all-gather"]),
-            f"{sum(r.collective_bytes.values()) / 1e6:.1f}", f"{r.flops_useful / 1e12:.3f}",
+            f"{sum(r.collective_bytes.values()) / 1e6:.1f}", f"{r.ici_seconds * 1e3:.3f}",
+            f"{r.flops_useful / 1e12:.3f}",
             f"{r.flops_compiled / r.flops_useful:.3f}" if r.flops_useful else "-",
             f"{r.roofline_seconds * 1e3:.3f}",
             f"{r.roofline_seconds / r.hbm_bound_seconds:.2f}" if r.hbm_bound_seconds else "-",
-            f"{100 * r.mfu_modelled:.1f}%", f"{r.compile_seconds:.1f}"))
+            f"[{100 * r.mfu_bound[0]:.1f}%, {100 * r.mfu_bound[1]:.1f}%]", f"{r.compile_seconds:.1f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -112,18 +118,20 @@ def run(args: argparse.Namespace) -> int:
     """The command; exit status 0, or 2 with one line on stderr for an anticipated problem."""
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")  # compile for the TPU, run nothing on it
-    from jaxjudge.aot.compile import DoesNotFitError, LibtpuMissingError, Workload, aot_compile, tpu_devices
+    from jaxjudge.aot.compile import (DoesNotFitError, LibtpuMissingError, Workload, aot_compile,
+                                      describe_host_for_libtpu, tpu_devices)
     from jaxjudge.aot.presets import judge_config
     from jaxjudge.models.config import UnsupportedConfigError
 
     try:
         hf = judge_config(args.judge)
+        describe_host_for_libtpu(args.topology)
         devices = tpu_devices(args.topology)
         mesh = parse_mesh(args.mesh, len(devices))
         steps = tuple(s.strip() for s in args.steps.split(",") if s.strip())
-        bad = sorted(set(steps) - {"score", "decode"})
+        bad = sorted(set(steps) - {"score", "prefill", "read_rows", "decode"})
         if bad:
-            raise ValueError(f"--steps: unknown step(s) {bad} (steps: score, decode)")
+            raise ValueError(f"--steps: unknown step(s) {bad} (steps: score = prefill + read_rows, decode)")
         work = Workload(prefix=args.prefix, tails=args.tails, tail_len=args.tail_len, groups=args.groups,
                         decode_rows=args.decode_rows, decode_len=args.decode_len)
         reports = aot_compile(hf, topology=args.topology, mesh_shape=mesh, dtype=args.dtype, workload=work,
@@ -136,10 +144,13 @@ def run(args: argparse.Namespace) -> int:
           f"{args.attention} attention, "
           f"{reports[0].layers} layers; {args.groups or mesh['data']} prefix group(s) of "
           f"{args.prefix} tokens, each with {args.tails} tails x {args.tail_len}; decode "
-          f"{args.decode_rows} rows at token {args.decode_len}")
+          f"{args.decode_rows} rows, {args.decode_len} tokens a call (its row: per generated token)")
     print(format_table(reports))
-    print("Compiled TPU programs and a roofline cost model on published chip figures, not measurements. "
-          "Flops and bytes: " + "; ".join(f"{r.step} from {r.cost_from}" for r in reports) + " (XLA counts a "
+    print("Compiled TPU programs and a cost model on published chip figures, not measurements: 'MFU bound' is "
+          "[collectives serialised, collectives overlapped], each an upper bound (every matmul at peak; roofline "
+          "max(compute, HBM bytes); 'ICI ms': each collective by a ring formula over its mesh axis, links without "
+          "wraparound on axes shorter than a torus, plus a latency per ring step; 'usable': the runtime's HBM "
+          "limit). Flops and bytes: " + "; ".join(f"{r.step} from {r.cost_from}" for r in reports) + " (XLA counts a "
           "loop body once). HBM bound: the step's argument bytes at the published bandwidth.")
     if args.json_file:
         with open(args.json_file, "w") as f:

@@ -4,29 +4,36 @@ With ``libtpu`` installed (``pip install -e '.[tpu]'``) JAX describes a TPU topo
 TPU present (`jax.experimental.topologies.get_topology_desc`), and ``jit(f).lower(...)
 .compile()`` on abstract arrays whose shardings live on that topology's devices returns the
 program XLA:TPU would run: its per-chip memory, its cost analysis and its HLO. This module
-compiles the two steps a sweep spends its time in, with the project's parameter shardings:
+compiles the engine's own steps, the objects `jaxjudge.engine.extract` calls
+(`jaxjudge.engine.step.Step`: the same jitted functions with their static and donated
+arguments), on abstract arguments placed as the engine places them; nothing here defines a
+forward pass:
 
-- ``score``: the engine's scoring step. P prefix groups (by default one per ``data`` shard, as
-  `jaxjudge.engine.extract` reads them) have their prefixes prefilled into one KV cache of
-  batch P (padded to the length bucket, the cache to the slot bucket, as
-  `jaxjudge.engine.calls.prefill_prefixes` does), then every group's tails continue their own
-  prefix and are read at the answer position (`read_rows`: picked log-probabilities, the
-  log-normaliser, greedy token and top-k); prefixes and their tails split over ``data``
-  together, so no data shard prefills another's prefix. The engine runs the prefill and the
-  reads as two jitted calls; here they are one program. With ``attention="splash"`` the
-  prefill's and the reads' attention is JAX's Pallas splash kernel (`jaxjudge.models.splash`).
-- ``decode``: one step of greedy decoding: one token per row through a per-row KV cache that
-  continues the shared prefix, the cache donated.
+- ``prefill`` (`jaxjudge.engine.primitives.PREFILL`): P prefix groups (by default one per
+  ``data`` shard, as `jaxjudge.engine.extract` reads them) prefilled into a fresh KV cache of
+  batch P (padded to the length bucket, the cache to the slot bucket, the cache donated), as
+  `jaxjudge.engine.calls.prefill_prefixes` calls it;
+- ``read_rows`` (`jaxjudge.engine.primitives.READ_ROWS`): every group's tails continue their own
+  prefix and are read at the answer position (picked log-probabilities, the log-normaliser,
+  greedy token and top-k), as `jaxjudge.engine.calls.read_rows` calls it; prefixes and their
+  tails split over ``data`` together, so no data shard reads another's prefix;
+- ``score``: the two above, the engine's scoring step, their costs summed (`combine`);
+- ``decode`` (`jaxjudge.engine.decode.DECODE`): the engine's greedy decoding loop for rows whose
+  per-row cache (donated) continues one prefix, reported per generated token.
 
-What comes back is a compiled program and a cost model (`StepReport`), never a measurement of a
-TPU: the roofline time assumes the compiled flops run at the chip's peak and the bytes XLA
-counts move at the published HBM bandwidth, and adds the collectives' bytes at the published
-interconnect bandwidth, not overlapped. Memory, collectives and compile time are those of the
+With ``attention="splash"`` the prefill's and the reads' attention is JAX's Pallas splash kernel
+(`jaxjudge.models.splash`).
+
+What comes back is a compiled program and a cost model (`StepReport`, `jaxjudge.aot.cost`), never
+a measurement of a TPU: compute at the chip's peak, the bytes XLA counts at the published HBM
+bandwidth, the collectives by ring formulas over their mesh axes; MFU a [serialised,
+overlapped] range of upper bounds. Memory, collectives and compile time are those of the
 full-depth program (its layers scanned). XLA's cost analysis counts a loop body once, so flops
-and bytes accessed come from programs with the layers unrolled: for the decode step (cheap to
-compile) the same step at full depth, unrolled; for the scoring step, extrapolated from the step
-compiled with 2 and 3 layers unrolled (flops add up exactly layer by layer; bytes accessed do not
-quite, since XLA fuses and prefetches differently in programs of different depths).
+and bytes accessed come from programs with the layers unrolled: for the decode loop (cheap to
+compile) the same loop at full depth, unrolled (its token loop's body, one token); for the
+prefill and the reads, extrapolated from the step compiled with 2 and 3 layers unrolled (flops
+add up exactly layer by layer; bytes accessed do not quite, since XLA fuses and prefetches
+differently in programs of different depths).
 """
 
 from __future__ import annotations
@@ -42,10 +49,13 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from jaxjudge.aot import cost as _cost
 from jaxjudge.aot import flops as _flops
 from jaxjudge.aot import hlo as _hlo
 from jaxjudge.aot.chips import Chip, chip_for_topology
 from jaxjudge.engine import primitives as _prim
+from jaxjudge.engine.decode import DECODE, Greedy
+from jaxjudge.engine.step import Step
 from jaxjudge.models import decoder as _dec
 from jaxjudge.models import sharding as _sh
 from jaxjudge.models import splash as _splash
@@ -54,7 +64,8 @@ from jaxjudge.models.convert import abstract_model
 from jaxjudge.models.decoder_config import DecoderConfig
 from jaxjudge.models.layers import as_dtype
 
-__all__ = ["Workload", "StepReport", "DoesNotFitError", "LibtpuMissingError", "tpu_devices", "aot_compile"]
+__all__ = ["Workload", "StepReport", "DoesNotFitError", "LibtpuMissingError", "tpu_devices", "aot_compile",
+           "combine", "describe_host_for_libtpu"]
 
 
 class LibtpuMissingError(RuntimeError):
@@ -123,33 +134,53 @@ class StepReport:
     bytes_accessed: float
     peak_flops: float
     hbm_bandwidth: float
-    ici_bandwidth: float
+    ici_link_bandwidth: float
     compute_seconds: float
     hbm_seconds: float
     ici_seconds: float
     roofline_seconds: float
+    seconds_overlapped: float
+    seconds_serialised: float
     hbm_bound_seconds: float
-    mfu_modelled: float
+    mfu_bound: tuple[float, float]
     compile_seconds: float
     hbm_copy_bytes: int = 0
     cost_from: str = ""
     attention: str = "xla"
-    note: str = ("compiled program and cost model, not a measurement: flops_compiled and bytes_accessed are "
-                 "XLA:TPU's cost analysis, plus the splash kernels' flops counted from the blocks they compute "
-                 "(XLA does not see into a Pallas kernel; its bytes are the kernel's operands and results); "
-                 "roofline_seconds = max(compute, HBM) + collectives at the published ICI bandwidth")
+    ici_seconds_by_kind: dict[str, float] = dataclasses.field(default_factory=dict)
+    note: str = ("compiled program and a cost model that is a bound, not a measurement (jaxjudge.aot.cost): "
+                 "flops_compiled and bytes_accessed are XLA:TPU's cost analysis, plus the splash kernels' flops "
+                 "counted from the blocks they compute; roofline_seconds = max(compute at peak, bytes at HBM "
+                 "bandwidth); ici_seconds = every collective by a ring formula over the axis its replica groups "
+                 "name, plus a latency per ring step; seconds_overlapped = max(roofline, ici), seconds_serialised "
+                 "= roofline + ici; mfu_bound = [useful flops / (chips x peak x serialised), ... overlapped]: "
+                 "upper bounds on MFU, uncalibrated; hbm_capacity is the usable HBM, not nominal")
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
-def tpu_devices(topology: str, *, chips_per_host_bounds: tuple[int, int, int] = (2, 2, 1)) -> list[Any]:
-    """The devices of a TPU topology such as ``v5e:2x4``, described without a TPU.
+def describe_host_for_libtpu(topology: str) -> None:
+    """Sets what libtpu asks of a host before it loads (unless already set): the accelerator type
+    of the slice, this host as its only worker. Without them libtpu, loaded on a host that is not
+    a TPU VM, prints its guesses and a source-location trace on stderr. For a process that only
+    compiles (`jaxjudge aot`): on a TPU VM that runs on its chips the VM's own values must win.
+    """
+    os.environ.setdefault("TPU_ACCELERATOR_TYPE", _cost.topology(topology).accelerator_type)
+    os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+    os.environ.setdefault("TPU_WORKER_ID", "0")
+
+
+def tpu_devices(topology: str, *, chips_per_host_bounds: tuple[int, int, int] | None = None) -> list[Any]:
+    """The devices of a TPU topology such as ``v5e:2x4``, described without a TPU, laid out as the
+    slice a user rents (hosts of `jaxjudge.aot.cost.topology`'s ``host_bounds`` unless given).
 
     Raises:
         LibtpuMissingError: libtpu is not installed (says how to get it).
         ValueError: libtpu does not know the topology (naming it).
     """
+    if chips_per_host_bounds is None:
+        chips_per_host_bounds = _cost.topology(topology).host_bounds
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
     # Nothing runs on a TPU here, so another process that loaded libtpu (and holds its lockfile)
     # must not stop a compile.
@@ -213,31 +244,13 @@ def _nbytes_per_chip(tree: Any) -> int:
                for x in jax.tree.leaves(tree))
 
 
-def _score_fn(cfg: DecoderConfig, dtype, prefix_slots: int, answer_read: int, topk: int, mesh):
-    def score_step(graphdef, state, prefix_tokens, prefix_mask, tokens, mask, read, pick_read, pick_token):
-        groups = prefix_tokens.shape[0]
-        cache = _dec.init_cache(cfg, groups, prefix_slots, dtype)
-        cache = jax.lax.with_sharding_constraint(cache, _sh.cache_sharding(mesh, cache))  # as sharding.new_cache
-        _, prefix = _dec.forward(graphdef, state, prefix_tokens, prefix_mask, jnp.zeros((groups, 1), jnp.int32),
-                                 None, cache, None)
-        return _prim.read_rows(graphdef, state, tokens, mask, read, pick_read, pick_token, prefix,
-                               answer_read=answer_read, topk=topk)
-    return score_step
-
-
-def _decode_step(graphdef, state, tokens_b1, cache, prefix):
-    b = tokens_b1.shape[0]
-    logits, cache = _dec.forward(graphdef, state, tokens_b1, jnp.ones((b, 1), bool), jnp.zeros((b, 1), jnp.int32),
-                                 None, cache, prefix)
-    return jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32), cache
-
-
-def _compile(fn, args, *, static=(), donate=()) -> tuple[Any, float, float]:
-    """The compiled program, its seconds, and the flops of the Pallas kernels it calls (per chip;
-    XLA's cost analysis does not count them, `jaxjudge.models.splash.count_flops`)."""
+def _compile(step: Step, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, float, float]:
+    """One engine step lowered (`Step.lower`: its own static and donated arguments) and compiled:
+    the program, its seconds, and the flops of the Pallas kernels it calls (per chip; XLA's cost
+    analysis does not count them, `jaxjudge.models.splash.count_flops`)."""
     t0 = time.perf_counter()
     with _splash.count_flops() as kernels:
-        lowered = jax.jit(fn, static_argnums=static, donate_argnums=donate).lower(*args)
+        lowered = step.lower(*args, **kwargs)
     compiled = lowered.compile()
     return compiled, time.perf_counter() - t0, kernels[0]
 
@@ -256,15 +269,30 @@ class _Cost:
 
 
 def _report(step: str, compiled, seconds: float, cost: _Cost, *, topology: str, mesh, chip: Chip, layers: int,
-            groups: int, useful: float, dump: str | None, cost_from: str, attention: str) -> StepReport:
+            groups: int, useful: float, dump: str | None, cost_from: str, attention: str,
+            collectives_from: Any = None, trips: int | None = None) -> StepReport:
+    """``collectives_from`` (default ``compiled``): the program whose collectives and copies are
+    counted, each in a loop body ``trips`` times (default ``layers``: the only loops are the
+    layer scans)."""
     mem = compiled.memory_analysis()
     text = compiled.as_text()
     if dump:
         os.makedirs(dump, exist_ok=True)
         with open(os.path.join(dump, f"{step}.hlo.txt"), "w") as f:
             f.write(text)
-    found = _hlo.collectives(text, loop_trips=layers)  # the only loops are the layer scans
+    if collectives_from is not None:
+        text = collectives_from.as_text()
+    trips = layers if trips is None else trips
+    found = _hlo.collectives(text, loop_trips=trips)
     chips = int(mesh.devices.size)
+    topo = _cost.topology(topology)
+    flat = list(mesh.devices.flat)
+    coords = ([tuple(d.coords) for d in flat] if all(hasattr(d, "coords") for d in flat)
+              else [topo.coords(i) for i in range(len(flat))])
+    ici_by_kind = dict.fromkeys(_hlo.COLLECTIVE_KINDS, 0.0)
+    for c in found:
+        replica = _cost.replica_groups(c.line) or [list(range(chips))]
+        ici_by_kind[c.kind] += c.times * _cost.collective_seconds(c.kind, c.bytes, replica[0], topo, coords)
     nbytes = {"argument": int(mem.argument_size_in_bytes), "temp": int(mem.temp_size_in_bytes),
               "output": int(mem.output_size_in_bytes), "alias": int(mem.alias_size_in_bytes),
               "code": int(mem.generated_code_size_in_bytes)}
@@ -272,19 +300,24 @@ def _report(step: str, compiled, seconds: float, cost: _Cost, *, topology: str, 
     coll_bytes = _hlo.bytes_by_kind(found)
     compute_s = cost.flops / chip.peak_flops
     hbm_s = cost.bytes_accessed / chip.hbm_bandwidth
-    ici_s = sum(coll_bytes.values()) / chip.ici_bandwidth
-    roof = max(compute_s, hbm_s) + ici_s
+    ici_s = sum(ici_by_kind.values())
+    roof = max(compute_s, hbm_s)
+    overlapped, serialised = max(roof, ici_s), roof + ici_s
+    usable = topo.links.usable_hbm
+
+    def mfu(seconds: float) -> float:
+        return float(useful) / (chips * chip.peak_flops * seconds) if seconds > 0 else 0.0
     return StepReport(
         step=step, topology=topology, mesh={k: int(v) for k, v in mesh.shape.items()}, chips=chips, layers=layers,
-        groups=groups, fits=hbm <= chip.hbm_bytes, hbm_per_chip=hbm, hbm_capacity=chip.hbm_bytes, bytes=nbytes,
+        groups=groups, fits=hbm <= usable, hbm_per_chip=hbm, hbm_capacity=usable, bytes=nbytes,
         collectives=_hlo.count_by_kind(found), collective_bytes=coll_bytes, flops_useful=float(useful),
         flops_compiled=cost.flops * chips, bytes_accessed=cost.bytes_accessed, peak_flops=chip.peak_flops,
-        hbm_bandwidth=chip.hbm_bandwidth, ici_bandwidth=chip.ici_bandwidth, compute_seconds=compute_s,
-        hbm_seconds=hbm_s, ici_seconds=ici_s, roofline_seconds=roof,
-        hbm_bound_seconds=nbytes["argument"] / chip.hbm_bandwidth,
-        mfu_modelled=float(useful) / (chips * chip.peak_flops * roof) if roof > 0 else 0.0,
-        compile_seconds=seconds, hbm_copy_bytes=_hlo.hbm_copy_bytes(text, loop_trips=layers), cost_from=cost_from,
-        attention=attention)
+        hbm_bandwidth=chip.hbm_bandwidth, ici_link_bandwidth=topo.links.bandwidth, compute_seconds=compute_s,
+        hbm_seconds=hbm_s, ici_seconds=ici_s, roofline_seconds=roof, seconds_overlapped=overlapped,
+        seconds_serialised=serialised, hbm_bound_seconds=nbytes["argument"] / chip.hbm_bandwidth,
+        mfu_bound=(mfu(serialised), mfu(overlapped)), compile_seconds=seconds,
+        hbm_copy_bytes=_hlo.hbm_copy_bytes(text, loop_trips=trips), cost_from=cost_from, attention=attention,
+        ici_seconds_by_kind=ici_by_kind)
 
 
 def aot_compile(hf_config: dict[str, Any], *, topology: str, mesh_shape: dict[str, int], dtype: Any = "bfloat16",
@@ -300,8 +333,10 @@ def aot_compile(hf_config: dict[str, Any], *, topology: str, mesh_shape: dict[st
         dtype: parameter and compute dtype.
         workload: the step shapes.
         layers: compile this many layers instead of the config's (None: full depth).
-        steps: which of ``"score"``, ``"decode"`` to compile.
-        dump: folder for each step's compiled HLO text (``score.hlo.txt``, ``decode.hlo.txt``).
+        steps: which of ``"prefill"``, ``"read_rows"``, ``"decode"`` to compile; ``"score"`` is the
+            prefill and the reads, with a report of their sum.
+        dump: folder for each compiled step's HLO text (``prefill.hlo.txt``, ``read_rows.hlo.txt``,
+            ``decode.hlo.txt``).
         devices: the topology's devices (default: described from ``topology``).
         attention: ``"xla"`` (XLA's dense masked attention) or ``"splash"`` (JAX's Pallas splash
             kernel for the prefix prefill and the reads against the prefix; decoding through a
@@ -340,68 +375,120 @@ def aot_compile(hf_config: dict[str, Any], *, topology: str, mesh_shape: dict[st
     prefix_cache = _cache_sds(cfg, groups, p_slots, dt, mesh)
     row_cache = _cache_sds(cfg, d_rows, d_slots, dt, mesh)
     needed = param_bytes + _nbytes_per_chip(prefix_cache) + (_nbytes_per_chip(row_cache) if "decode" in steps else 0)
-    if needed > chip.hbm_bytes:
+    usable = _cost.topology(topology).links.usable_hbm
+    if needed > usable:
         raise DoesNotFitError(
             f"{cfg.model_type} judge ({cfg.num_params() / 1e9:.2f} B parameters, {jnp.dtype(dt).name}) needs "
             f"{needed / 2**30:.2f} GiB per chip on {topology} with mesh data={data} x model={model} "
-            f"(parameters {param_bytes / 2**30:.2f} GiB + caches), more than the {chip.hbm_bytes / 2**30:.0f} GiB "
-            f"a {chip.name} chip has", needed, chip.hbm_bytes)
+            f"(parameters {param_bytes / 2**30:.2f} GiB + caches), more than the {usable / 2**30:.2f} GiB usable of "
+            f"the {chip.hbm_bytes / 2**30:.0f} GiB a {chip.name} chip has", needed, usable)
+
+    rows_of = lambda ndim: _sh.batch_sharding(mesh, ndim)  # noqa: E731  (Judge.put_rows: rows over data)
+    rep = NamedSharding(mesh, P())
+    i32 = jnp.int32
+
+    def rows_sds(shape, dtype_, split: bool = True):
+        return jax.ShapeDtypeStruct(shape, dtype_, sharding=rows_of(len(shape)) if split else rep)
+
+    def step_args(step: str, c: DecoderConfig, gd, st) -> tuple[Step, tuple[Any, ...], dict[str, Any]]:
+        """The engine step and the abstract arguments the engine gives it (`jaxjudge.engine.calls`)."""
+        if step == "prefill":  # calls.prefill_prefixes: groups prefixes into a fresh cache (donated)
+            split = groups % data == 0  # Judge.put_rows replicates a batch the data axis does not divide
+            fresh = jax.eval_shape(lambda: _dec.init_cache(c, groups, p_slots, dt))
+            cache = _sds(fresh, _sh.cache_sharding(mesh, fresh))
+            return _prim.PREFILL, (gd, st, rows_sds((groups, p_len), i32, split), rows_sds((groups, p_len), bool, split),
+                                   rows_sds((groups, 1), i32, split), None, cache, None), {}
+        if step == "read_rows":  # calls.read_rows: every group's tails against its prefix
+            return _prim.READ_ROWS, (gd, st, rows_sds((rows, t_len), i32), rows_sds((rows, t_len), bool),
+                                     rows_sds((rows, 1), i32), rows_sds((rows, w.candidates), i32),
+                                     rows_sds((rows, w.candidates), i32), _cache_sds(c, groups, p_slots, dt, mesh),
+                                     None), {"answer_read": 0, "topk": w.topk}
+        # decode.generate_tokens: the greedy loop through a per-row cache continuing one prefix
+        return DECODE, ((gd,), (st,), (rows_sds((d_rows, c.vocab_size), jnp.float32),),
+                        (_cache_sds(c, d_rows, d_slots, dt, mesh),), (_cache_sds(c, 1, p_slots, dt, mesh),), None), \
+            {"choice": Greedy(), "max_new_tokens": w.decode_len, "eos_ids": tuple(int(e) for e in c.eos_token_ids),
+             "pad_id": 0}
 
     def compile_step(step: str, c: DecoderConfig, unroll: bool = False):
         """One step's program for config ``c`` (its own layer count), its compile seconds and the
         flops of its Pallas kernels."""
         gd, st, _ = ((graphdef, state, param_bytes) if c is cfg and not unroll
                      else _abstract_state(c, dt, mesh, unroll, attention))
-        rep = NamedSharding(mesh, P())
-        rows2 = NamedSharding(mesh, P("data", None))
-        i32 = jnp.int32
-        if step == "score":
-            pre = rep if groups == 1 else rows2
-            args = (gd, st, jax.ShapeDtypeStruct((groups, p_len), i32, sharding=pre),
-                    jax.ShapeDtypeStruct((groups, p_len), bool, sharding=pre),
-                    jax.ShapeDtypeStruct((rows, t_len), i32, sharding=rows2),
-                    jax.ShapeDtypeStruct((rows, t_len), bool, sharding=rows2),
-                    jax.ShapeDtypeStruct((rows, 1), i32, sharding=rows2),
-                    jax.ShapeDtypeStruct((rows, w.candidates), i32, sharding=rows2),
-                    jax.ShapeDtypeStruct((rows, w.candidates), i32, sharding=rows2))
-            return _compile(_score_fn(c, dt, p_slots, 0, w.topk, mesh), args, static=(0,))
-        args = (gd, st, jax.ShapeDtypeStruct((d_rows, 1), i32, sharding=rows2),
-                _cache_sds(c, d_rows, d_slots, dt, mesh), _cache_sds(c, 1, p_slots, dt, mesh))
-        return _compile(_decode_step, args, static=(0,), donate=(3,))
+        return _compile(*step_args(step, c, gd, st))
 
-    def unrolled_cost(step: str, c: DecoderConfig) -> _Cost:
+    def unrolled(step: str, c: DecoderConfig):
         compiled, _, kernel_flops = compile_step(step, c, unroll=True)
-        return _Cost.of(compiled, kernel_flops)
+        return compiled, _Cost.of(compiled, kernel_flops)
 
     # XLA's cost analysis counts a loop body once, so flops and bytes come from programs with the
-    # layers unrolled. A decode step (one token per row) compiles unrolled at full depth in
-    # seconds to a minute, so its cost is that program's. A scoring step would take minutes: its
-    # cost is extrapolated from 2 and 3 unrolled layers (a judge of 3 layers or fewer is compiled
-    # unrolled whole). Flops add up exactly; bytes accessed only roughly, since XLA fuses and
-    # prefetches differently by depth. Not 1 and 2: the first layer's program fuses differently
-    # (its bytes grow by more from 1 to 2 layers than from 2 to 3 or 3 to 4, which agree), so a
-    # slope from 1 layer overstates every further layer's bytes. On the 8B decode step the
-    # slope from 2 and 3 layers gave 8.4 GB per chip against the full unrolled program's 5.7.
+    # layers unrolled. A decode loop's body is one token (one forward and one pick): its
+    # program unrolled at full depth (seconds to a minute) gives the cost and the collectives
+    # per generated token. A prefill or a read would take minutes at full depth: their cost is
+    # extrapolated from 2 and 3 unrolled layers (a judge of 3 layers or fewer is compiled
+    # unrolled whole, once). Flops add up exactly; bytes accessed only roughly, since XLA fuses
+    # and prefetches differently by depth. Not 1 and 2: the first layer's program fuses
+    # differently (its bytes grow by more from 1 to 2 layers than from 2 to 3 or 3 to 4, which
+    # agree), so a slope from 1 layer overstates every further layer's bytes. On the 8B decode
+    # step the slope from 2 and 3 layers gave 8.4 GB per chip against the full unrolled
+    # program's 5.7.
     n = cfg.num_hidden_layers
     lo = min(2, n)
+    useful_prefix = groups * _flops.score_flops(cfg, w.prefix, 0, w.tail_len)
+    useful = {"prefill": useful_prefix,
+              "read_rows": groups * _flops.score_flops(cfg, w.prefix, w.tails, w.tail_len) - useful_prefix,
+              "decode": _flops.decode_flops(cfg, w.decode_rows, w.prefix + w.tail_len + w.decode_len - 1)}
+    wanted = [s for s in ("prefill", "read_rows", "decode")
+              if s in steps or (s != "decode" and "score" in steps)]
     reports = []
-    for step in ("score", "decode"):
-        if step not in steps:
-            continue
-        compiled, secs, _ = compile_step(step, cfg)
-        if step == "decode" or n <= lo + 1:
-            cost, cost_from = unrolled_cost(step, cfg), "full depth unrolled"
+    for step in wanted:
+        extra: dict[str, Any] = {}
+        if n <= lo + 1:  # a shallow judge: one program per step, compiled unrolled, gives everything
+            compiled, secs, kernel_flops = compile_step(step, cfg, unroll=True)
+            cost, cost_from = _Cost.of(compiled, kernel_flops), "full depth unrolled"
+            if step == "decode":
+                extra = {"trips": 1}
         else:
-            c_lo = unrolled_cost(step, _config(hf_config, lo))
-            c_hi = unrolled_cost(step, _config(hf_config, lo + 1))
-            cost = _Cost(c_lo.flops + (n - lo) * (c_hi.flops - c_lo.flops),
-                         c_lo.bytes_accessed + (n - lo) * (c_hi.bytes_accessed - c_lo.bytes_accessed))
-            cost_from = f"{lo}-{lo + 1} unrolled layers, extrapolated"
-        if step == "score":
-            useful = groups * _flops.score_flops(cfg, w.prefix, w.tails, w.tail_len)
-        else:
-            useful = _flops.decode_flops(cfg, w.decode_rows, w.prefix + w.tail_len + w.decode_len - 1)
+            compiled, secs, _ = compile_step(step, cfg)
+            if step == "decode":
+                whole, cost = unrolled(step, cfg)
+                cost_from = "full depth unrolled"
+                extra = {"collectives_from": whole, "trips": 1}
+            else:
+                c_lo, c_hi = unrolled(step, _config(hf_config, lo))[1], unrolled(step, _config(hf_config, lo + 1))[1]
+                cost = _Cost(c_lo.flops + (n - lo) * (c_hi.flops - c_lo.flops),
+                             c_lo.bytes_accessed + (n - lo) * (c_hi.bytes_accessed - c_lo.bytes_accessed))
+                cost_from = f"{lo}-{lo + 1} unrolled layers, extrapolated"
+        if step == "decode":
+            cost_from += ", per generated token (XLA counts the token loop's body once)"
         reports.append(_report(step, compiled, secs, cost, topology=topology, mesh=mesh, chip=chip, layers=n,
-                               groups=groups if step == "score" else 1, useful=useful, dump=dump,
-                               cost_from=cost_from, attention=attention))
+                               groups=1 if step == "decode" else groups, useful=useful[step], dump=dump,
+                               cost_from=cost_from, attention=attention, **extra))
+    if "score" in steps:
+        parts = [r for r in reports if r.step in ("prefill", "read_rows")]
+        reports.insert(len(parts), combine("score", parts))
     return reports
+
+
+def combine(name: str, parts: list[StepReport]) -> StepReport:
+    """Steps the engine runs one after the other (a prefill, then the reads) as one report: flops,
+    bytes, collectives and every time term add up; the memory is the larger step's; the MFU
+    bound is recomputed from the sums."""
+    first = parts[0]
+
+    def add(field: str) -> float:
+        return sum(getattr(p, field) for p in parts)
+
+    useful, serialised, overlapped = add("flops_useful"), add("seconds_serialised"), add("seconds_overlapped")
+    denom = first.chips * first.peak_flops
+    return dataclasses.replace(
+        first, step=name, fits=all(p.fits for p in parts), hbm_per_chip=max(p.hbm_per_chip for p in parts),
+        bytes={k: max(p.bytes[k] for p in parts) for k in first.bytes},
+        collectives={k: sum(p.collectives[k] for p in parts) for k in first.collectives},
+        collective_bytes={k: sum(p.collective_bytes[k] for p in parts) for k in first.collective_bytes},
+        ici_seconds_by_kind={k: sum(p.ici_seconds_by_kind[k] for p in parts) for k in first.ici_seconds_by_kind},
+        flops_useful=useful, flops_compiled=add("flops_compiled"), bytes_accessed=add("bytes_accessed"),
+        compute_seconds=add("compute_seconds"), hbm_seconds=add("hbm_seconds"), ici_seconds=add("ici_seconds"),
+        roofline_seconds=add("roofline_seconds"), seconds_overlapped=overlapped, seconds_serialised=serialised,
+        hbm_bound_seconds=add("hbm_bound_seconds"), hbm_copy_bytes=int(add("hbm_copy_bytes")),
+        mfu_bound=(useful / (denom * serialised) if serialised else 0.0, useful / (denom * overlapped) if overlapped else 0.0),
+        compile_seconds=add("compile_seconds"), cost_from=" + ".join(f"{p.step}: {p.cost_from}" for p in parts))

@@ -17,10 +17,12 @@ an assistant judge (main minus lambda x assistant over the full vocabulary, with
 plausibility constraint), and `sequence_nll` the prompt log-perplexity used to rank
 random-number paraphrases. All of them walk their prompts with one loop
 (`jaxjudge.engine.runner`); host-side planning is in `jaxjudge.engine.plan` and
-`jaxjudge.engine.tokens`.
+`jaxjudge.engine.tokens`. Their device work goes through named step objects
+(`jaxjudge.engine.step`: the prefill, the row reads, the decoding loop, ...), the same objects
+`jaxjudge aot` compiles for a TPU slice.
 """
 
-from jaxjudge.engine import plan, runner, tokens
+from jaxjudge.engine import plan, runner, step, tokens
 from jaxjudge.engine.extract import GenerationRoomError, extract
 from jaxjudge.engine.extraction import Extraction
 from jaxjudge.engine.generate import (
@@ -48,5 +50,6 @@ __all__ = [
     "plan",
     "runner",
     "sequence_nll",
+    "step",
     "tokens",
 ]

@@ -23,7 +23,6 @@ import numpy as np
 from jaxjudge.engine import decode as _decode
 from jaxjudge.engine import primitives as _prim
 from jaxjudge.engine.primitives import PrefixNLL, RowReads, TokenNLL, bucket_length, slot_bucket
-from jaxjudge.models import decoder as _dec
 from jaxjudge.models import sharding
 from jaxjudge.models.judge import Judge
 from jaxjudge.models.kvcache import KVCache, pad_batch
@@ -63,7 +62,7 @@ def prefill_prefixes(judge: Judge, prefixes: Sequence[Sequence[int]]) -> KVCache
     p = tokens.shape[0]
     cache = sharding.new_cache(judge.config, p, slot_bucket(tokens.shape[1]), judge.dtype, judge.mesh)
     tokens, mask, read = (judge.put_rows(x) for x in (tokens, mask, np.zeros((p, 1), np.int32)))
-    _, cache = _dec.forward(judge.graphdef, judge.state, tokens, mask, read, None, cache, None)
+    _, cache = _prim.PREFILL(judge.graphdef, judge.state, tokens, mask, read, None, cache, None)
     return cache
 
 
@@ -83,17 +82,17 @@ def read_rows(judge: Judge, tokens_bt: np.ndarray, mask_bt: np.ndarray, read_br:
             put(pick_token_bm))
     if generate_tokens:
         cache = judge.new_cache(tokens_bt.shape[0], tokens_bt.shape[1] + generate_tokens)
-        return _prim.read_rows_and_generate(
+        return _prim.READ_ROWS_AND_GENERATE(
             judge.graphdef, judge.state, *args, cache, prefix, answer_read=answer_read, topk=topk,
             max_new_tokens=generate_tokens, eos_ids=tuple(int(e) for e in judge.config.eos_token_ids),
             pad_id=judge.pad_id)
     nll_use = None if nll_use_bt is None else put(nll_use_bt)
-    return _prim.read_rows(judge.graphdef, judge.state, *args, prefix, nll_use, answer_read=answer_read, topk=topk)
+    return _prim.READ_ROWS(judge.graphdef, judge.state, *args, prefix, nll_use, answer_read=answer_read, topk=topk)
 
 
 def prefix_nll(judge: Judge, ids: Sequence[int]) -> PrefixNLL:
     """Each token's NLL in a shared prefix, and the next token's log-probabilities."""
-    return _prim.prefix_nll(judge.graphdef, judge.state, *judge.put_replicated(_right_padded(judge, [ids])))
+    return _prim.PREFIX_NLL(judge.graphdef, judge.state, *judge.put_replicated(_right_padded(judge, [ids])))
 
 
 def token_nll(judge: Judge, tokens_bt: np.ndarray, mask_bt: np.ndarray, count_bt: np.ndarray | None = None, *,
@@ -101,7 +100,7 @@ def token_nll(judge: Judge, tokens_bt: np.ndarray, mask_bt: np.ndarray, count_bt
     """Summed NLL of each row's tokens after its first (or of the slots ``count_bt`` marks:
     slot j predicts the token at j + 1), and how many tokens were summed."""
     put = judge.put_rows
-    return _prim.token_nll(judge.graphdef, judge.state, put(tokens_bt), put(mask_bt),
+    return _prim.TOKEN_NLL(judge.graphdef, judge.state, put(tokens_bt), put(mask_bt),
                            None if count_bt is None else put(count_bt), chunk=chunk)
 
 

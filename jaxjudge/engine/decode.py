@@ -27,12 +27,14 @@ import numpy as np
 from flax import nnx, struct
 
 from jaxjudge.debias.contrastive import contrastive_scores
+from jaxjudge.engine.step import Step
 from jaxjudge.models.kvcache import KVCache, default_positions
 from jaxjudge.models.judge import Judge
 from jaxjudge.models.sharding import to_host
 
 __all__ = [
     "Contrastive",
+    "DECODE",
     "DecodeState",
     "Greedy",
     "Sample",
@@ -190,6 +192,10 @@ def decode(
     return st
 
 
+DECODE = Step("decode", decode, static=("graphdefs", "choice", "max_new_tokens", "eos_ids", "pad_id"),
+              donate=("caches",))
+
+
 def _check_room(cache: KVCache, max_new_tokens: int) -> None:
     if max_new_tokens < 1:
         raise ValueError("max_new_tokens must be >= 1")
@@ -235,7 +241,7 @@ def generate_tokens(
         raise ValueError("temperature must be >= 0")
     _check_room(cache, max_new_tokens)
     choice = Greedy() if temperature == 0 else Sample(float(temperature), top_k)
-    out = decode((judge.graphdef,), (judge.state,), (jnp.asarray(logits_bv),), (cache,), (prefix,),
+    out = DECODE((judge.graphdef,), (judge.state,), (jnp.asarray(logits_bv),), (cache,), (prefix,),
                  jax.random.key(seed), choice=choice, max_new_tokens=max_new_tokens,
                  eos_ids=_eos(judge) if stop_at_eos else (), pad_id=judge.pad_id)
     return to_host(out.tokens_bg), to_host(out.lengths_b)
@@ -268,7 +274,7 @@ def contrastive_decode(
         (tokens ``[B, G]`` int32, lengths ``[B]`` int32 up to and including the first EOS).
     """
     params = tuple(np.float32(x) for x in (lam, t_main, t_asst, alpha))
-    out = decode((main.graphdef, assistant.graphdef), (main.state, assistant.state), (logits_main, logits_asst),
+    out = DECODE((main.graphdef, assistant.graphdef), (main.state, assistant.state), (logits_main, logits_asst),
                  (cache_main, cache_asst), (prefix_main, prefix_asst), params, choice=Contrastive(int(vocab)),
                  max_new_tokens=max_new_tokens, eos_ids=_eos(main), pad_id=main.pad_id)
     return to_host(out.tokens_bg), to_host(out.lengths_b)

@@ -29,10 +29,17 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxjudge.engine.decode import Greedy, decode
+from jaxjudge.engine.step import Step
 from jaxjudge.models import decoder as _dec
 from jaxjudge.models.kvcache import KVCache
 
 __all__ = [
+    "PREFILL",
+    "PREFIX_NLL",
+    "READ_ROWS",
+    "READ_ROWS_AND_GENERATE",
+    "STEPS",
+    "TOKEN_NLL",
     "PrefixNLL",
     "RowReads",
     "TokenNLL",
@@ -309,3 +316,17 @@ def token_nll(graphdef: nnx.GraphDef, state: nnx.State, tokens_bt: jax.Array, ma
         use_bt = use_bt & count_bt.astype(bool)
     return TokenNLL(next_token_nll(model, h_btd, target_bt, use_bt, chunk=chunk),
                     jnp.sum(use_bt, axis=1).astype(jnp.int32))
+
+
+# ------------------------------------------------------------------------------ the named steps
+
+# The engine's device work goes through these objects only (`jaxjudge.engine.step`); `jaxjudge
+# aot` lowers the same objects. The prefill is the decoder's own jitted forward into a fresh
+# cache (donated), as `jaxjudge.engine.calls.prefill_prefixes` calls it.
+PREFILL = Step("prefill", _dec.forward, static=("graphdef",), donate=("cache",))
+READ_ROWS = Step("read_rows", read_rows, static=("graphdef", "answer_read", "topk"))
+READ_ROWS_AND_GENERATE = Step("read_rows_and_generate", read_rows_and_generate,
+                              static=("graphdef", "answer_read", "topk", "max_new_tokens", "eos_ids", "pad_id"))
+PREFIX_NLL = Step("prefix_nll", prefix_nll, static=("graphdef",))
+TOKEN_NLL = Step("token_nll", token_nll, static=("graphdef", "chunk"))
+STEPS: dict[str, Step] = {s.name: s for s in (PREFILL, READ_ROWS, READ_ROWS_AND_GENERATE, PREFIX_NLL, TOKEN_NLL)}
