@@ -40,7 +40,7 @@ import numpy as np
 from jaxjudge.experiment.typed import ConfigError
 from jaxjudge.models.sharding import spans_processes
 
-__all__ = ["Cluster", "cluster_from_flags", "start", "plan_line", "is_leader"]
+__all__ = ["Cluster", "cluster_from_flags", "start", "plan_line", "is_leader", "launch_from_environment"]
 
 _ADDRESS = re.compile(r"^\[?[A-Za-z0-9_.:-]+\]?:(\d{1,5})$")
 
@@ -119,6 +119,21 @@ def start(cluster: Cluster | None, timeout_s: int = 300) -> bool:
 def _named_workers() -> list[str]:
     """The slice's workers the environment names (GKE's and the TPU VM's ``TPU_WORKER_HOSTNAMES``)."""
     return [h for h in os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]
+
+
+def launch_from_environment() -> tuple[int, int]:
+    """``(processes, this process)`` as a Cloud TPU slice's environment names them
+    (``TPU_WORKER_HOSTNAMES``, ``TPU_WORKER_ID``), without joining: ``(1, 0)`` elsewhere."""
+    workers = _named_workers()
+    if len(workers) <= 1:
+        return 1, 0
+    try:
+        me = int(os.environ.get("TPU_WORKER_ID", "0"))
+    except ValueError:
+        raise ConfigError(f"TPU_WORKER_ID: expected an int, got {os.environ['TPU_WORKER_ID']!r}") from None
+    if not 0 <= me < len(workers):
+        raise ConfigError(f"TPU_WORKER_ID: {me} is outside the {len(workers)} workers of TPU_WORKER_HOSTNAMES")
+    return len(workers), me
 
 
 def is_leader() -> bool:

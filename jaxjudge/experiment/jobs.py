@@ -27,7 +27,7 @@ from jaxjudge import models as M
 from jaxjudge.data.tasks import load_task_data
 from jaxjudge.experiment.checks import check_tokenizer, validate_config
 from jaxjudge.experiment.distributed import is_leader, plan_line
-from jaxjudge.experiment.hardware import check_fits, mesh_for
+from jaxjudge.experiment.hardware import check_fits, mesh_and_plan, prompt_lengths
 from jaxjudge.experiment.plan import extraction_plan
 from jaxjudge.experiment.schema import ConfigError, ExperimentConfig, engine_options, resolve_model_path
 from jaxjudge.engine import EngineOptions
@@ -101,9 +101,13 @@ def run_extractions(
         before the first forward pass (and before any weights are read).
     """
     validate_config(cfg)
-    mesh = mesh_for(cfg)  # before any model loads: sizes that do not fit the devices fail here
-    _check_attention(cfg, mesh)
-    log(plan_line(mesh))
+    # Before any model loads: mesh sizes that do not fit the devices fail here. "auto" on an
+    # accelerator plans after the tokenizers are read, for the prompts' lengths.
+    planned = cfg.mesh == "auto" and jax.devices()[0].platform != "cpu"
+    if not planned:
+        mesh, _ = mesh_and_plan(cfg)
+        _check_attention(cfg, mesh)
+        log(plan_line(mesh))
     root = Path(store_root or cfg.store_root)
     plan = extraction_plan(cfg)
     names = list(dict.fromkeys(j.model for j in plan))
@@ -116,13 +120,19 @@ def run_extractions(
     companions = {n: tuple(dict.fromkeys(c for j in plan if j.model == n for c in j.companions(cfg))) for n in names}
     paths = {n: resolve_model_path(cfg.model(n))
              for n in dict.fromkeys([*names, *(c for cs in companions.values() for c in cs)])}
-    _check_models(cfg, paths, companions, verify)
+    tokenizers = _check_models(cfg, paths, companions, verify)
+    data = {t.task: load_task_data(t) for t in cfg.tasks}
+    if planned:  # the planner's mesh for the judges each process holds together, sized by their prompts
+        lengths = {n: prompt_lengths(cfg, [j for j in plan if j.model == n], tokenizers[n], data) for n in names}
+        mesh, mesh_plan = mesh_and_plan(cfg, resident=[[(m, paths[m]) for m in (n, *companions[n])] for n in names],
+                                        lengths=lengths, generates=any(j.role in _DECODING for j in plan))
+        _check_attention(cfg, mesh)
+        log(plan_line(mesh) + f"; {mesh_plan.line()}")
     for n, path in paths.items():  # parameters that fit the mesh's devices, before any weights load
         check_fits(n, path, cfg.dtype, mesh)
     _register(cfg, root, log)
 
     engine = EngineOptions(**cfg.engine, mesh=None)
-    data = {t.task: load_task_data(t) for t in cfg.tasks}
     results: list[JobResult] = []
     for n in names:
         judge, chat = _load_judge(cfg, n, paths[n], mesh)
@@ -150,6 +160,10 @@ def run_extractions(
         loaded.clear()  # the models go before the next judge loads
         del judge, rc
     return results
+
+
+_DECODING = ("generate", "contrastive_generate")
+"""Job kinds that decode tokens (a KV cache per row), for the planner's bytes."""
 
 
 def _register(cfg: ExperimentConfig, root: Path, log: Callable[[str], None]) -> None:
@@ -183,9 +197,10 @@ def _load_judge(cfg: ExperimentConfig, name: str, path: Path, mesh: Any) -> tupl
 
 
 def _check_models(cfg: ExperimentConfig, paths: dict[str, Path], companions: dict[str, tuple[str, ...]],
-                  verify: bool) -> None:
+                  verify: bool) -> dict[str, Any]:
     """Every model's hash and tokenizer, before any weights load; a judge and the models its
-    jobs load beside it (contrastive generation's assistant) must share a tokenizer."""
+    jobs load beside it (contrastive generation's assistant) must share a tokenizer. Returns the
+    tokenizers by model."""
     tokenizers = {}
     for n in paths:
         expected = cfg.model(n).sha256
@@ -206,6 +221,7 @@ def _check_models(cfg: ExperimentConfig, paths: dict[str, Path], companions: dic
             if vocab_main != vocab_asst:
                 raise ConfigError(f"contrastive_generate: the judge {main_name!r} and its assistant {asst_name!r} "
                                     "do not share a tokenizer")
+    return tokenizers
 
 
 def _default_context_length(path: Path) -> int | None:
@@ -244,6 +260,13 @@ def upgrade_stores(
         file needed for the context length that is missing; then no store is changed.
     """
     validate_config(cfg)
+    # Before any model loads: mesh sizes that do not fit the devices fail here. "auto" on an
+    # accelerator plans after the tokenizers are read, for the prompts' lengths.
+    planned = cfg.mesh == "auto" and jax.devices()[0].platform != "cpu"
+    if not planned:
+        mesh, _ = mesh_and_plan(cfg)
+        _check_attention(cfg, mesh)
+        log(plan_line(mesh))
     root = Path(store_root or cfg.store_root)
     data = {t.task: load_task_data(t) for t in cfg.tasks}
     defaults = engine_options()
