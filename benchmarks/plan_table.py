@@ -9,8 +9,8 @@ For each judge (Llama-3-8B, Qwen3-32B, Llama-3-70B, bfloat16) and slice (v5e-8, 
 token 16), its bytes per chip (a model's bound) against the chip's usable memory, or the
 refusal where no mesh fits. ``--compile`` also runs ``jaxjudge aot JUDGE --topology T --mesh
 data=D,model=M`` for each chosen mesh (libtpu needed) and adds the compiled programs' HBM per
-chip (XLA's memory analysis of the scoring and decode steps): compiled programs, not
-measurements of a TPU.
+chip (XLA's memory analysis of the steps ``--steps`` names, by default the scoring and decode
+steps): compiled programs, not measurements of a TPU.
 """
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ def aot_step(prefix: int = 700, tails: int = 16, tail_len: int = 120, decode_row
                 decode_rows=decode_rows, decode_slots=t + decode_len)
 
 
-def compiled_hbm(judge: str, topology: str, data: int, model: int) -> dict[str, float]:
+def compiled_hbm(judge: str, topology: str, data: int, model: int, steps: str) -> dict[str, float]:
     """HBM per chip (GiB) of each step as `jaxjudge aot` compiles it."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "aot.json"
         cmd = [sys.executable, "-m", "jaxjudge.cli", "aot", judge, "--topology", topology,
-               "--mesh", f"data={data},model={model}", "--json", str(out)]
+               "--mesh", f"data={data},model={model}", "--steps", steps, "--json", str(out)]
         run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
                              env={**os.environ, "PYTHONPATH": os.pathsep.join(
                                  filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
@@ -62,13 +62,14 @@ def compiled_hbm(judge: str, topology: str, data: int, model: int) -> dict[str, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--compile", action="store_true", help="also compile each chosen mesh with jaxjudge aot")
+    parser.add_argument("--steps", default="score,decode", help="the steps --compile compiles")
     parser.add_argument("--json", dest="json_file", default=None, help="write the rows as JSON")
     args = parser.parse_args(argv)
     step = aot_step()
     rows = []
     head = "| judge | slice | mesh chosen | per chip, planned (parameters + KV + activations) | usable | why |"
     if args.compile:
-        head = head[:-len(" why |")] + " compiled score / decode | why |"
+        head = head[:-len(" why |")] + f" compiled {' / '.join(args.steps.split(','))} | why |"
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for judge, jname in JUDGES.items():
@@ -101,9 +102,9 @@ def main(argv: list[str] | None = None) -> int:
                      f"{b.parameters / GIB:.2f} + {b.kv_cache / GIB:.2f} + {b.activations / GIB:.2f} = "
                      f"**{b.total / GIB:.2f} GiB**", f"{memory.usable_bytes / GIB:.2f} GiB"]
             if args.compile:
-                hbm = compiled_hbm(judge, topology, plan.data, plan.model)
+                hbm = compiled_hbm(judge, topology, plan.data, plan.model, args.steps)
                 row["compiled_gib"] = hbm
-                cells.append(hbm["error"] if "error" in hbm else f"{hbm['score']:.2f} / {hbm['decode']:.2f} GiB")
+                cells.append(hbm["error"] if "error" in hbm else " / ".join(f"{v:.2f}" for v in hbm.values()) + " GiB")
             cells.append(why)
             print("| " + " | ".join(cells) + " |", flush=True)
             rows.append(row)

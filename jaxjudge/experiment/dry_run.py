@@ -17,7 +17,7 @@ from typing import Any
 
 import jax
 
-from jaxjudge.experiment.hardware import model_shapes, prompt_lengths, step_for
+from jaxjudge.experiment.hardware import model_header, model_shapes, prompt_lengths, step_for
 from jaxjudge.experiment.plan import extraction_plan
 from jaxjudge.experiment.schema import ConfigError, ExperimentConfig, resolve_model_path
 from jaxjudge.models.mesh_plan import GIB, ChipMemory, MeshPlanError, chip_memory, plan_mesh, usable_memory
@@ -122,6 +122,12 @@ def describe_run(cfg: ExperimentConfig, launch: Launch, *, store_root: str | os.
 
     from jaxjudge.data.tasks import load_task_data
     from jaxjudge.experiment.jobs import load_tokenizer
+    from jaxjudge.models.tokenizer import tokenizer_from_gguf_metadata
+
+    def tokenizer(path: Path) -> Any:  # a GGUF's from the header already read for its shapes
+        if path.suffix == ".gguf":
+            return tokenizer_from_gguf_metadata(model_header(path)[1], source=str(path))
+        return load_tokenizer(path)[0]
 
     data: dict[str, Any] = {}
     for t in cfg.tasks:
@@ -132,7 +138,7 @@ def describe_run(cfg: ExperimentConfig, launch: Launch, *, store_root: str | os.
     lengths = {}
     for m in names:
         if m in shapes and all(j.task is None or j.task in data for j in jobs if j.model == m):
-            lengths[m] = prompt_lengths(cfg, [j for j in jobs if j.model == m], load_tokenizer(paths[m])[0], data)
+            lengths[m] = prompt_lengths(cfg, [j for j in jobs if j.model == m], tokenizer(paths[m]), data)
 
     memory = _memory(launch)
     resident = [[(m, shapes[m]) for m in (j, *companions[j]) if m in shapes] for j in names]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -16,7 +17,7 @@ from jaxjudge.models.mesh_plan import ChipMemory, MeshPlan, MeshPlanError, Step,
 from jaxjudge.models.sharding import make_mesh
 
 __all__ = ["MESH_AXES", "check_mesh", "mesh_for", "mesh_and_plan", "auto_plan", "step_for", "model_shapes",
-           "prompt_lengths", "CHAT_MARGIN",
+           "prompt_lengths", "CHAT_MARGIN", "model_header",
            "parameter_bytes_per_device", "device_memory", "check_fits"]
 
 FIT_FRACTION = 0.9
@@ -55,11 +56,27 @@ def _mesh_devices(cfg: Any, devices: Sequence[Any] | None) -> tuple[list[Any], s
 def model_shapes(path: str | Path) -> Any:
     """A judge's `DecoderConfig` from its model file's config alone (no weights read)."""
     from jaxjudge.models.config import config_from_hf
-    from jaxjudge.models.gguf import gguf_shape_config
     from jaxjudge.models.hf import read_config, resolve_source
 
     path = Path(path)
-    return config_from_hf(gguf_shape_config(path) if path.is_file() else read_config(resolve_source(path)))
+    return config_from_hf(model_header(path)[0] if path.is_file() else read_config(resolve_source(path)))
+
+
+def model_header(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A GGUF file's ``config.json``-shaped dict and its metadata, from one read of its header
+    (no tensor data), remembered per (path, size, mtime): the planner and ``--dry-run`` ask for
+    both, and the reader parses the whole tensor index each time it opens a file."""
+    st = Path(path).stat()
+    return _header(str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _header(path: str, size: int, mtime_ns: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    from jaxjudge.models import gguf
+
+    reader = gguf._open(Path(path))
+    meta = gguf.read_metadata(reader, Path(path))
+    return gguf.hf_config_from_gguf(meta, {t.name: gguf._hf_shape(t) for t in reader.tensors}, Path(path)), meta
 
 
 CHAT_MARGIN = 64

@@ -332,7 +332,7 @@ def plan_mesh(judges: Sequence[tuple[str, DecoderConfig]], dtype: Any, step: Ste
             chosen = candidate
             break
     if chosen is None:
-        m, total = tried[-1]
+        m, total = min(tried, key=lambda t: (t[1], t[0]))  # the least any size needs
         what = "no model axis makes" if model is None else f"model={model} does not make"
         raise MeshPlanError(
             f"{what} {' + '.join(n for n, _ in judges)} ({jnp.dtype(dtype).name}) fit {chips} {memory.kind} chips"
