@@ -38,7 +38,7 @@ import jax
 import numpy as np
 
 from jaxjudge.experiment.typed import ConfigError
-from jaxjudge.models.sharding import spans_processes
+from jaxjudge.multihost import is_leader, spans_processes
 
 __all__ = ["Cluster", "cluster_from_flags", "start", "plan_line", "is_leader", "launch_from_environment"]
 
@@ -134,11 +134,6 @@ def launch_from_environment() -> tuple[int, int]:
     if not 0 <= me < len(workers):
         raise ConfigError(f"TPU_WORKER_ID: {me} is outside the {len(workers)} workers of TPU_WORKER_HOSTNAMES")
     return len(workers), me
-
-
-def is_leader() -> bool:
-    """Process 0 (or the only process): the one that writes what is written once."""
-    return jax.process_index() == 0
 
 
 def plan_line(mesh: Any) -> str:

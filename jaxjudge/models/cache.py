@@ -44,8 +44,8 @@ from jaxjudge.models.config import DecoderConfig, config_from_hf
 from jaxjudge.models.convert import abstract_model
 from jaxjudge.models.decoder import Decoder
 from jaxjudge.models.layers import as_dtype
+from jaxjudge.multihost import agree, barrier
 from jaxjudge.store import file_sha256
-from jaxjudge.store.work import agree, barrier
 
 __all__ = [
     "FORMAT_VERSION",
