@@ -108,7 +108,34 @@ def describe_run(cfg: ExperimentConfig, launch: Launch, *, store_root: str | os.
     out = [f"dry run of {cfg.name}: nothing loaded, no device used beyond counting them",
            f"launch: process {me} of {n}; {launch.local_devices} {launch.platform} device(s) ({launch.kind}) "
            f"per process{f', {launch.devices} in all (each process taken to have as many)' if n > 1 else ''}"]
+    shapes, data, lengths = _judges(cfg, jobs, companions, out)
+    resident = [g for g in ([(m, shapes[m]) for m in (j, *companions[j]) if m in shapes] for j in names) if g]
+    spans = _mesh_lines(cfg, launch, resident, any(j.role in ("generate", "contrastive_generate") for j in jobs),
+                        lengths, out)
+    if n == 1:
+        share = "this process computes every chunk"
+    elif spans:
+        share = ("one SPMD program over every process's devices: every chunk computed by all processes together, "
+                 "process 0 writes the stores and the report")
+    else:
+        share = (f"each process its own devices: score chunks j with j % {n} == {me} here, other jobs' chunks "
+                 "by claim, the report by process 0")
+    out.append(f"work: {share}")
+    out += _job_lines(jobs, root, {t: len(d.examples) for t, d in data.items()}, launch, spans)
+    run = results if results is not None else Path(cfg.results_root) / cfg.name / (cfg.run or "<UTC time>")
+    out.append(f"writes: stores {root}, registration {root / 'registrations'}, report {run}")
+    return out
 
+
+def _judges(cfg: ExperimentConfig, jobs: Sequence[Any], companions: dict[str, tuple[str, ...]], out: list[str]
+            ) -> tuple[dict[str, Any], dict[str, Any], dict[str, tuple[int, int]]]:
+    """Each judge's shapes (its file's header), the tasks' data and the judges' longest prompts
+    in tokens; a line per judge (and per absent file or unreadable data) added to ``out``."""
+    from jaxjudge.data.tasks import load_task_data
+    from jaxjudge.experiment.jobs import load_tokenizer
+    from jaxjudge.models.tokenizer import tokenizer_from_gguf_metadata
+
+    names = list(companions)
     paths = {m: resolve_model_path(cfg.model(m)) for m in dict.fromkeys([*names, *(c for cs in companions.values()
                                                                                       for c in cs)])}
     shapes: dict[str, Any] = {}
@@ -119,44 +146,39 @@ def describe_run(cfg: ExperimentConfig, launch: Launch, *, store_root: str | os.
         shapes[m] = model_shapes(path)
         out.append(f"model {m}: {path} ({shapes[m].model_type}, {shapes[m].num_params() / 1e9:.3f} B parameters, "
                    f"{cfg.dtype})")
-
-    from jaxjudge.data.tasks import load_task_data
-    from jaxjudge.experiment.jobs import load_tokenizer
-    from jaxjudge.models.tokenizer import tokenizer_from_gguf_metadata
-
-    def tokenizer(path: Path) -> Any:  # a GGUF's from the header already read for its shapes
-        if path.suffix == ".gguf":
-            return tokenizer_from_gguf_metadata(model_header(path)[1], source=str(path))
-        return load_tokenizer(path)[0]
-
     data: dict[str, Any] = {}
     for t in cfg.tasks:
         try:
             data[t.task] = load_task_data(t)
         except (FileNotFoundError, OSError, ValueError) as e:
             out.append(f"data {t.task}: not readable ({str(e).splitlines()[0]})")
-    lengths = {}
-    for m in names:
-        if m in shapes and all(j.task is None or j.task in data for j in jobs if j.model == m):
-            lengths[m] = prompt_lengths(cfg, [j for j in jobs if j.model == m], tokenizer(paths[m]), data)
 
-    memory = _memory(launch)
-    resident = [[(m, shapes[m]) for m in (j, *companions[j]) if m in shapes] for j in names]
-    resident = [g for g in resident if g]
-    generates = any(j.role in ("generate", "contrastive_generate") for j in jobs)
-    spans = False
+    def tokenizer(path: Path) -> Any:  # a GGUF's from the header already read for its shapes
+        if path.suffix == ".gguf":
+            return tokenizer_from_gguf_metadata(model_header(path)[1], source=str(path))
+        return load_tokenizer(path)[0]
+
+    lengths = {m: prompt_lengths(cfg, [j for j in jobs if j.model == m], tokenizer(paths[m]), data) for m in names
+               if m in shapes and all(j.task is None or j.task in data for j in jobs if j.model == m)}
+    return shapes, data, lengths
+
+
+def _mesh_lines(cfg: ExperimentConfig, launch: Launch, resident: Sequence[Sequence[tuple[str, Any]]],
+                generates: bool, lengths: dict[str, tuple[int, int]], out: list[str]) -> bool:
+    """The mesh and each resident group's bytes per device (the planner's line under "auto"),
+    added to ``out``; returns whether the mesh spans the processes (one SPMD program)."""
+    memory, spans = _memory(launch), False
     if cfg.mesh is None or (cfg.mesh == "auto" and launch.platform == "cpu"):
         why = ("auto: no mesh on CPU devices (they share the host's RAM and cores; set mesh to split them)"
                if cfg.mesh == "auto" else "mesh None: one device")
         out.append(f"mesh: none, one device per process ({why})")
         sizes, chips, shared_by = {"data": 1, "model": 1}, 1, 1
     elif cfg.mesh == "auto":
-        sizes, chips, shared_by = None, launch.devices, 1
-        spans = n > 1
+        sizes, chips, shared_by, spans = None, launch.devices, 1, launch.processes > 1
     else:
         sizes, spans, _ = _mesh_sizes(cfg, launch)
         chips = sizes["data"] * sizes["model"]
-        shared_by = sizes["data"] * sizes["model"] if launch.platform == "cpu" and not spans else 1
+        shared_by = chips if launch.platform == "cpu" and not spans else 1
         out.append(f"mesh: data={sizes['data']} x model={sizes['model']} (as configured)")
     for group in resident:
         label = " + ".join(m for m, _ in group)
@@ -182,34 +204,27 @@ def describe_run(cfg: ExperimentConfig, launch: Launch, *, store_root: str | os.
                    f"{step.tails} rows of {step.tail_len} tokens"
                    + (f", {step.decode_rows} rows decoding" if step.decode_rows else "")
                    + "; a model's bound, not a measurement)")
+    return spans
 
-    if n == 1:
-        share = "this process computes every chunk"
-    elif spans:
-        share = ("one SPMD program over every process's devices: every chunk computed by all processes together, "
-                 "process 0 writes the stores and the report")
-    else:
-        share = (f"each process its own devices: score chunks j with j % {n} == {me} here, other jobs' chunks "
-                 "by claim, the report by process 0")
-    out.append(f"work: {share}")
 
+def _job_lines(jobs: Sequence[Any], root: Path, rows: dict[str, int], launch: Launch, spans: bool) -> list[str]:
+    """A line per job: its store folder, its task's rows, and what of it is written (read from
+    the store's manifest and chunk files; nothing is created)."""
     from jaxjudge.store import Store
 
-    rows = {t: len(d.examples) for t, d in data.items()}
-    out.append(f"jobs: {len(jobs)} under {root}")
+    n, me = launch.processes, launch.process_id
+    out = [f"jobs: {len(jobs)} under {root}"]
     for job in jobs:
         where = job.folder(root)
         try:
             store = Store.open(where)
             missing = store.missing_chunks()
             total = store.n_chunks or 0
-            status = ("complete" if not missing else f"{total - len(missing)} of {total} chunks written")
+            status = "complete" if not missing else f"{total - len(missing)} of {total} chunks written"
             if n > 1 and not spans and job.role == "score" and missing:
                 status += f", {sum(1 for i in missing if i % n == me)} of the missing ones here"
         except FileNotFoundError:
             status = "not started"
         what = f"{job.task} rows: {rows.get(job.task, '?')}" if job.task else "task-free"
         out.append(f"  {where.relative_to(root)} ({what}): {status}")
-    run = results if results is not None else Path(cfg.results_root) / cfg.name / (cfg.run or "<UTC time>")
-    out.append(f"writes: stores {root}, registration {root / 'registrations'}, report {run}")
     return out

@@ -101,13 +101,7 @@ def run_extractions(
         before the first forward pass (and before any weights are read).
     """
     validate_config(cfg)
-    # Before any model loads: mesh sizes that do not fit the devices fail here. "auto" on an
-    # accelerator plans after the tokenizers are read, for the prompts' lengths.
-    planned = cfg.mesh == "auto" and jax.devices()[0].platform != "cpu"
-    if not planned:
-        mesh, _ = mesh_and_plan(cfg)
-        _check_attention(cfg, mesh)
-        log(plan_line(mesh))
+    mesh, planned = _configured_mesh(cfg, log)
     root = Path(store_root or cfg.store_root)
     plan = extraction_plan(cfg)
     names = list(dict.fromkeys(j.model for j in plan))
@@ -122,12 +116,8 @@ def run_extractions(
              for n in dict.fromkeys([*names, *(c for cs in companions.values() for c in cs)])}
     tokenizers = _check_models(cfg, paths, companions, verify)
     data = {t.task: load_task_data(t) for t in cfg.tasks}
-    if planned:  # the planner's mesh for the judges each process holds together, sized by their prompts
-        lengths = {n: prompt_lengths(cfg, [j for j in plan if j.model == n], tokenizers[n], data) for n in names}
-        mesh, mesh_plan = mesh_and_plan(cfg, resident=[[(m, paths[m]) for m in (n, *companions[n])] for n in names],
-                                        lengths=lengths, generates=any(j.role in _DECODING for j in plan))
-        _check_attention(cfg, mesh)
-        log(plan_line(mesh) + f"; {mesh_plan.line()}")
+    if planned:
+        mesh = _planned_mesh(cfg, plan, companions, paths, tokenizers, data, log)
     for n, path in paths.items():  # parameters that fit the mesh's devices, before any weights load
         check_fits(n, path, cfg.dtype, mesh)
     _register(cfg, root, log)
@@ -160,6 +150,31 @@ def run_extractions(
         loaded.clear()  # the models go before the next judge loads
         del judge, rc
     return results
+
+
+def _configured_mesh(cfg: ExperimentConfig, log: Callable[[str], None]) -> tuple[Any, bool]:
+    """The config's mesh, checked before anything else (sizes that do not fit the devices fail
+    here) and its plan line logged; ``(None, True)`` for ``"auto"`` on an accelerator, planned
+    once the tokenizers are read (`_planned_mesh`)."""
+    if cfg.mesh == "auto" and jax.devices()[0].platform != "cpu":
+        return None, True
+    mesh, _ = mesh_and_plan(cfg)
+    _check_attention(cfg, mesh)
+    log(plan_line(mesh))
+    return mesh, False
+
+
+def _planned_mesh(cfg: ExperimentConfig, plan: Sequence[ExtractionJob], companions: dict[str, tuple[str, ...]],
+                  paths: dict[str, Path], tokenizers: dict[str, Any], data: dict[str, Any],
+                  log: Callable[[str], None]) -> Any:
+    """The planner's mesh (``mesh="auto"`` on an accelerator) for the judges each process holds
+    together, its calls sized by their prompts; its plan line logged."""
+    lengths = {n: prompt_lengths(cfg, [j for j in plan if j.model == n], tokenizers[n], data) for n in companions}
+    mesh, mesh_plan = mesh_and_plan(cfg, resident=[[(m, paths[m]) for m in (n, *cs)] for n, cs in companions.items()],
+                                    lengths=lengths, generates=any(j.role in _DECODING for j in plan))
+    _check_attention(cfg, mesh)
+    log(plan_line(mesh) + f"; {mesh_plan.line()}")
+    return mesh
 
 
 _DECODING = ("generate", "contrastive_generate")
@@ -260,13 +275,7 @@ def upgrade_stores(
         file needed for the context length that is missing; then no store is changed.
     """
     validate_config(cfg)
-    # Before any model loads: mesh sizes that do not fit the devices fail here. "auto" on an
-    # accelerator plans after the tokenizers are read, for the prompts' lengths.
-    planned = cfg.mesh == "auto" and jax.devices()[0].platform != "cpu"
-    if not planned:
-        mesh, _ = mesh_and_plan(cfg)
-        _check_attention(cfg, mesh)
-        log(plan_line(mesh))
+    mesh, planned = _configured_mesh(cfg, log)
     root = Path(store_root or cfg.store_root)
     data = {t.task: load_task_data(t) for t in cfg.tasks}
     defaults = engine_options()
