@@ -204,3 +204,22 @@ def test_an_experiments_step_counts_its_prompts_or_bounds_them_by_the_context(tm
     step = step_for(wide, shapes, generates=True, lengths=(700, 300))
     assert step.prefix_len == 768 and step.prefix_slots == 1024 and step.tail_len == 320 and step.tails == 3
     assert step.decode_slots == 320 + wide.generation_max_new_tokens
+
+
+def test_jaxjudge_aot_plans_its_default_mesh(capsys):
+    """``jaxjudge aot --mesh auto`` (the default) asks the same planner (no libtpu needed to plan)."""
+    import argparse
+
+    from jaxjudge.aot.command import add_parser, planned_mesh
+    from jaxjudge.aot.presets import PRESETS
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["aot", "llama-3-8b", "--topology", "v5e:2x4"])
+    assert args.mesh == "auto" and planned_mesh(PRESETS["llama-3-8b"], args, 8) == {"data": 4, "model": 2}
+    assert capsys.readouterr().out.startswith("mesh data=4 x model=2: auto: the smallest model axis that fits "
+                                              "(does not fit: model=1: ")
+    args = parser.parse_args(["aot", "llama-3-70b", "--topology", "v5e:2x4"])
+    with pytest.raises(MeshPlanError, match=r"no model axis makes llama-3-70b \(bfloat16\) fit 8 v5e chips: "
+                                            r"model=8 needs 16\.\d\d GiB per chip, more than 90% of the 15\.75 GiB"):
+        planned_mesh(PRESETS["llama-3-70b"], args, 8)
