@@ -18,6 +18,7 @@ from typing import Any
 import jax
 
 from jaxjudge.experiment.hardware import model_header, model_shapes, prompt_lengths, step_for
+from jaxjudge.experiment.metadata import portable_path
 from jaxjudge.experiment.plan import extraction_plan
 from jaxjudge.experiment.schema import ConfigError, ExperimentConfig, resolve_model_path
 from jaxjudge.models.mesh_plan import GIB, ChipMemory, MeshPlanError, chip_memory, plan_mesh, usable_memory
@@ -105,7 +106,8 @@ def describe_run(cfg: ExperimentConfig, launch: Launch, *, store_root: str | os.
         names = [m for m in names if m in models]
         jobs = [j for j in jobs if j.model in names]
     companions = {m: tuple(dict.fromkeys(c for j in jobs if j.model == m for c in j.companions(cfg))) for m in names}
-    out = [f"dry run of {cfg.name}: nothing loaded, no device used beyond counting them",
+    title = cfg.name + (f" (run {cfg.run})" if cfg.run else "")
+    out = [f"dry run of {title}: nothing loaded, no device used beyond counting them",
            f"launch: process {me} of {n}; {launch.local_devices} {launch.platform} device(s) ({launch.kind}) "
            f"per process{f', {launch.devices} in all (each process taken to have as many)' if n > 1 else ''}"]
     shapes, data, lengths = _judges(cfg, jobs, companions, out)
@@ -141,10 +143,11 @@ def _judges(cfg: ExperimentConfig, jobs: Sequence[Any], companions: dict[str, tu
     shapes: dict[str, Any] = {}
     for m, path in paths.items():
         if not path.exists():
-            out.append(f"model {m}: {path} is absent (its bytes cannot be planned; extract would stop here)")
+            out.append(f"model {m}: {portable_path(path)} is absent (its bytes cannot be planned; extract would "
+                       "stop here)")
             continue
         shapes[m] = model_shapes(path)
-        out.append(f"model {m}: {path} ({shapes[m].model_type}, {shapes[m].num_params() / 1e9:.3f} B parameters, "
+        out.append(f"model {m}: {portable_path(path)} ({shapes[m].model_type}, {shapes[m].num_params() / 1e9:.3f} B parameters, "
                    f"{cfg.dtype})")
     data: dict[str, Any] = {}
     for t in cfg.tasks:
@@ -169,8 +172,8 @@ def _mesh_lines(cfg: ExperimentConfig, launch: Launch, resident: Sequence[Sequen
     added to ``out``; returns whether the mesh spans the processes (one SPMD program)."""
     memory, spans = _memory(launch), False
     if cfg.mesh is None or (cfg.mesh == "auto" and launch.platform == "cpu"):
-        why = ("auto: no mesh on CPU devices (they share the host's RAM and cores; set mesh to split them)"
-               if cfg.mesh == "auto" else "mesh None: one device")
+        why = ("mesh 'auto' on CPU devices, which share the host's RAM and cores; sizes split them"
+               if cfg.mesh == "auto" else "mesh None")
         out.append(f"mesh: none, one device per process ({why})")
         sizes, chips, shared_by = {"data": 1, "model": 1}, 1, 1
     elif cfg.mesh == "auto":

@@ -50,7 +50,8 @@ def test_one_process_plan(tmp_path, capsys, nothing_runs):
     out = _dry(capsys, "--stores", str(tmp_path / "stores"))
     assert out[0] == "dry run of demo: nothing loaded, no device used beyond counting them"
     assert out[1] == f"launch: process 0 of 1; {len(jax.local_devices())} cpu device(s) (cpu) per process"
-    assert "mesh: none, one device per process (auto: no mesh on CPU devices" in "\n".join(out)
+    assert ("mesh: none, one device per process (mesh 'auto' on CPU devices, which share the host's RAM and "
+            "cores; sizes split them)") in out
     judge = next(x for x in out if x.startswith("smollm2-135m: parameters "))
     assert "per device, budget" in judge and "host RAM" in judge
     assert any("counted with the tokenizer" in x for x in out)
