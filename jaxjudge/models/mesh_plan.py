@@ -51,7 +51,8 @@ from jaxjudge.models.decoder_config import DecoderConfig
 from jaxjudge.models.sharding import logical_spec
 
 __all__ = ["SPARE", "GIB", "USABLE_HBM", "ChipMemory", "Step", "Bytes", "MeshPlan", "MeshPlanError",
-           "usable_memory", "chip_memory", "parameter_bytes", "bytes_per_chip", "plan_mesh", "device_grid"]
+           "usable_memory", "chip_memory", "parameter_bytes", "bytes_per_chip", "plan_mesh", "device_grid",
+           "build_mesh"]
 
 GIB = 1 << 30
 SPARE = 0.10
@@ -241,7 +242,7 @@ class MeshPlan:
         replicated_kv: ``(judge, kv heads)`` of each judge whose key/value heads the ``model``
             axis does not divide (whole on every chip).
         auto: chosen by the planner (False: the sizes were given, only checked).
-        devices: the chips counted, and of them the ones in this process.
+        shared_by: devices sharing ``memory`` (CPU devices of one process), each with a share.
     """
 
     data: int
@@ -340,8 +341,7 @@ def plan_mesh(judges: Sequence[tuple[str, DecoderConfig]], dtype: Any, step: Ste
             f"more than {1 - SPARE:.0%} of the {memory.usable_bytes / GIB:.2f} GiB usable ({memory.source})")
     replicated = tuple((n, cfg.num_key_value_heads) for n, cfg in judges
                        if chosen.model > 1 and cfg.num_key_value_heads % chosen.model)
-    tried_all = tuple(tried)
-    return dataclasses.replace(chosen, tried=tried_all, replicated_kv=replicated)
+    return dataclasses.replace(chosen, tried=tuple(tried), replicated_kv=replicated)
 
 
 def device_grid(devices: Sequence[Any], data: int, model: int) -> np.ndarray:
