@@ -25,6 +25,7 @@ from jaxjudge.models.mesh_plan import (
     ChipMemory,
     MeshPlanError,
     Step,
+    build_mesh,
     bytes_per_chip,
     device_grid,
     parameter_bytes,
@@ -164,6 +165,8 @@ def test_over_several_slices_model_stays_inside_one():
     for row in grid:
         assert len({d.slice_index for d in row}) == 1
     assert [row[0].slice_index for row in grid] == [0, 0, 1, 1]
+    mesh = build_mesh(jax.devices()[:8], 4, 2)  # one slice: jax.make_mesh's order
+    assert dict(mesh.shape) == {"data": 4, "model": 2} and mesh.axis_names == ("data", "model")
 
 
 def test_usable_memory_is_the_runtimes_limit():
