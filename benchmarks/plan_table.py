@@ -6,7 +6,7 @@
 For each judge (Llama-3-8B, Qwen3-32B, Llama-3-70B, bfloat16) and slice (v5e-8, v5p-8 with its
 4 chips, v6e-8, v5e-16) it prints the mesh `jaxjudge.models.mesh_plan.plan_mesh` chooses for
 `jaxjudge aot`'s default step shapes (700-token prefix, 16 tails of 120, 16 decode rows at
-token 16), its bytes per chip (a model's bound) against the chip's usable memory, or the
+token 16), its bytes per chip (a model's estimate) against the chip's usable memory, or the
 refusal where no mesh fits. ``--compile`` also runs ``jaxjudge aot JUDGE --topology T --mesh
 data=D,model=M`` for each chosen mesh (libtpu needed) and adds the compiled programs' HBM per
 chip (XLA's memory analysis of the steps ``--steps`` names, by default the scoring and decode

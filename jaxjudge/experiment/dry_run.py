@@ -206,7 +206,7 @@ def _mesh_lines(cfg: ExperimentConfig, launch: Launch, resident: Sequence[Sequen
         out.append(f"  (bytes of the engine's largest call for {counted}: a {step.prefix_len}-token prefix, "
                    f"{step.tails} rows of {step.tail_len} tokens"
                    + (f", {step.decode_rows} rows decoding" if step.decode_rows else "")
-                   + "; a model's bound, not a measurement)")
+                   + "; a model's estimate, not a measurement)")
     return spans
 
 

@@ -7,7 +7,7 @@ which every chip's bytes fit its usable memory with `SPARE` to spare, and puts t
 on ``data``. Over several slices ``data`` spans the slices (data-centre network between them)
 and ``model`` stays inside one (interconnect within a slice).
 
-The bytes per chip are a model's bound, computed from shapes alone (no weights, no device):
+The bytes per chip are a model's estimate, computed from shapes alone (no weights, no device):
 
 - parameters: each parameter's shard under the project's sharding rules
   (`jaxjudge.models.sharding`), exact for the rules (a dimension the axis does not divide is
@@ -23,8 +23,10 @@ The bytes per chip are a model's bound, computed from shapes alone (no weights, 
   and their exponentials, plus ``2 x rows x V_c x 4`` for the float32 logits read and their
   log-softmax.
 
-It is a bound for planning, not a measurement: `jaxjudge aot` compiles the program and reads
-its memory; the README's planner table puts the two side by side.
+It is an estimate for planning, not a measurement, and not an upper bound: at the meshes it chose
+for `jaxjudge aot`'s presets, the compiled programs' memory (`jaxjudge aot`, XLA:TPU's memory
+analysis) was 6-7% above it, which the `SPARE` covers; the README's planner table puts the two
+side by side.
 
 Usable memory is the runtime's own limit: a device's ``memory_stats()["bytes_limit"]`` where
 the device reports one (a TPU in this process), else `USABLE_HBM` (what libtpu reports as
