@@ -58,6 +58,14 @@ class Launch:
         return self.processes * self.local_devices
 
 
+def _shown(path: Path) -> str:
+    """A model file's path as printed: under the home folder with ``~``, else `portable_path`'s."""
+    try:
+        return str(Path("~") / Path(path).resolve().relative_to(Path.home().resolve()))
+    except ValueError:
+        return portable_path(path)
+
+
 def _memory(launch: Launch) -> ChipMemory:
     if launch.platform == "cpu":
         return chip_memory(jax.local_devices()[0])  # the host's RAM; a CPU device reports no limit
@@ -143,11 +151,11 @@ def _judges(cfg: ExperimentConfig, jobs: Sequence[Any], companions: dict[str, tu
     shapes: dict[str, Any] = {}
     for m, path in paths.items():
         if not path.exists():
-            out.append(f"model {m}: {portable_path(path)} is absent (its bytes cannot be planned; extract would "
+            out.append(f"model {m}: {_shown(path)} is absent (its bytes cannot be planned; extract would "
                        "stop here)")
             continue
         shapes[m] = model_shapes(path)
-        out.append(f"model {m}: {portable_path(path)} ({shapes[m].model_type}, {shapes[m].num_params() / 1e9:.3f} B parameters, "
+        out.append(f"model {m}: {_shown(path)} ({shapes[m].model_type}, {shapes[m].num_params() / 1e9:.3f} B parameters, "
                    f"{cfg.dtype})")
     data: dict[str, Any] = {}
     for t in cfg.tasks:
