@@ -155,8 +155,8 @@ def _judges(cfg: ExperimentConfig, jobs: Sequence[Any], companions: dict[str, tu
                        "stop here)")
             continue
         shapes[m] = model_shapes(path)
-        out.append(f"model {m}: {_shown(path)} ({shapes[m].model_type}, {shapes[m].num_params() / 1e9:.3f} B parameters, "
-                   f"{cfg.dtype})")
+        out.append(f"model {m}: {_shown(path)} ({shapes[m].model_type}, "
+                   f"{shapes[m].num_params() / 1e9:.3f} B parameters, {cfg.dtype})")
     data: dict[str, Any] = {}
     for t in cfg.tasks:
         try:
