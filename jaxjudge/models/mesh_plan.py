@@ -23,10 +23,10 @@ The bytes per chip are a model's estimate, computed from shapes alone (no weight
   and their exponentials, plus ``2 x rows x V_c x 4`` for the float32 logits read and their
   log-softmax.
 
-It is an estimate for planning, not a measurement, and not an upper bound: at the meshes it chose
-for `jaxjudge aot`'s presets, the compiled programs' memory (`jaxjudge aot`, XLA:TPU's memory
-analysis) was 6-7% above it, which the `SPARE` covers; the README's planner table puts the two
-side by side.
+It is an estimate for planning, not a measurement, and not an upper bound: for `jaxjudge aot`'s
+presets the compiled scoring programs' memory (XLA:TPU's memory analysis) came out 2.6% to 8.0%
+above it at the meshes compiled, which the `SPARE` covers; the README's planner table puts the
+two side by side.
 
 Usable memory is the runtime's own limit: a device's ``memory_stats()["bytes_limit"]`` where
 the device reports one (a TPU in this process), else `USABLE_HBM` (what libtpu reports as
