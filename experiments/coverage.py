@@ -16,14 +16,35 @@ nested interval (lambda chosen again in every resample) against the procedure's 
 population Spearman over dev draws:
 
     python experiments/coverage.py --nested             # the nested table of results/README.md
+
+With ``--spread`` it measures the intervals of the spread over score ranges
+(`jaxjudge.report.coverage.spread_coverage`): the heterogeneity (standard deviation of the
+ranges' true values, net of noise, test-inversion interval) against the percentile interval of
+max - min, with the noise of a committed run (its vanilla judge's bootstrap covariance across the
+four ranges, recomputed from its committed stores):
+
+    python experiments/coverage.py --spread             # experiments/score_range_bias.py:stsb, expected@1
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
+from pathlib import Path
 
-from jaxjudge.report.coverage import interval_coverage, nested_coverage
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from jaxjudge.report.coverage import (  # noqa: E402
+    interval_coverage,
+    nested_coverage,
+    spread_coverage,
+    spread_diff_coverage,
+)
 
 
 def main(argv=None) -> None:
@@ -37,7 +58,16 @@ def main(argv=None) -> None:
     ap.add_argument("--n-boot", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--nested", action="store_true", help="the tuned judge: conditional vs nested intervals")
+    ap.add_argument("--spread", nargs="?", const="experiments/score_range_bias.py:stsb", default=None, metavar="CONFIG",
+                    help="the spread over ranges, with the noise of CONFIG's committed stores "
+                         "(default experiments/score_range_bias.py:stsb)")
+    ap.add_argument("--reading", default="expected@1", help="with --spread: the reading whose noise is used")
+    ap.add_argument("--taus", type=float, nargs="+", default=[0.0, 0.01, 0.02, 0.05, 0.2],
+                    help="with --spread: true heterogeneities (default 0 0.01 0.02 0.05 0.2)")
     args = ap.parse_args(argv)
+    if args.spread:
+        _spread(args)
+        return
     if args.nested:
         _nested(args)
         return
@@ -83,6 +113,73 @@ def _nested(args) -> None:
                              f"(Monte Carlo se {c.expected_se:.4f})")
     print()
     print("\n".join(notes))
+
+
+def committed_noise(spec: str, method: str = "vanilla", reading: str = "expected@1"):
+    """The scales, Spearman estimates and bootstrap covariance across ranges of ``method`` read
+    as ``reading`` in the first (judge, task, aspect) of a committed run, recomputed from its
+    stores (no model)."""
+    import jaxjudge.report.pipeline as pipeline  # noqa: PLC0415
+    from jaxjudge.experiment import load_config  # noqa: PLC0415
+
+    cfg = load_config(spec)
+    seen = []
+    original = pipeline.range_statistics
+
+    def capture(reps, options, pairs=()):
+        seen.append(list(reps))
+        return original(reps, options, pairs)
+
+    pipeline.range_statistics = capture
+    try:
+        os.chdir(REPO)
+        pipeline.report_from_store(cfg.store_root, cfg)
+    finally:
+        pipeline.range_statistics = original
+    first = seen[0]
+    head = first[0][0]
+    cells = [(labels["scale"], rep) for labels, rep in first
+             if all(labels[k] == head[k] for k in ("judge", "task", "aspect"))]
+    est, reps = [], []
+    for _, rep in cells:
+        row = next(r for r in rep.rows if r["method"] == method and r["score"] == reading)
+        est.append(row["metrics"][cfg.select_metric]["estimate"])
+        reps.append(np.asarray(rep.replicates[(method, reading)], np.float64))
+    reps = np.stack(reps)
+    reps = reps[:, np.all(np.isfinite(reps), axis=0)]
+    label = f"{head['judge']}, {head['task']} {head['aspect']}, {method} {reading}"
+    return [s for s, _ in cells], np.asarray(est), np.cov(reps), label
+
+
+def _spread(args) -> None:
+    scales, est, cov, label = committed_noise(args.spread, reading=args.reading)
+    sd = np.sqrt(np.diag(cov))
+    corr = cov / np.outer(sd, sd)
+    print(f"noise: {args.spread} ({label}), ranges {', '.join(scales)}: bootstrap sd "
+          f"{', '.join(f'{x:.4f}' for x in sd)}; correlations between ranges "
+          f"{np.min(corr[np.triu_indices(len(sd), 1)]):.2f}-{np.max(corr[np.triu_indices(len(sd), 1)]):.2f}")
+    print()
+    print("| true deviations | true heterogeneity | true max - min | heterogeneity interval covers | "
+          "max - min percentile covers | estimate inside (heterogeneity, max - min) | replicates |")
+    print("|---|---|---|---|---|---|---|")
+    for name, direction in (("linear", (-3.0, -1.0, 1.0, 3.0)), ("one range off", (-3.0, 1.0, 1.0, 1.0))):
+        t0 = time.perf_counter()
+        rows = spread_coverage(cov, tuple(args.taus), args.sims, direction=direction, n_boot=args.n_boot,
+                               seed=args.seed)
+        for c in rows:
+            print(f"| {name} | {c.tau:.3f} | {c.max_min:.3f} | **{c.heterogeneity:.3f}** | {c.max_min_percentile:.3f} | "
+                  f"{c.estimate_inside:.3f}, {c.max_min_inside:.3f} | {c.n} |", flush=True)
+        print(f"({name}: {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    print()
+    print("The difference of two heterogeneities (a method's minus its comparator's, the same noise on "
+          "both sides, correlated 0.6 between them, linear deviations): how often the report's "
+          "percentile interval of spread_diff holds the true difference.")
+    print()
+    print("| method's heterogeneity | comparator's | difference | interval covers | replicates |")
+    print("|---|---|---|---|---|")
+    pairs = ((0.0, 0.0), (0.02, 0.02), (0.01, 0.05), (0.05, 0.1), (0.02, 0.2), (0.2, 0.2))
+    for tm, tb, c in spread_diff_coverage(cov, pairs, args.sims, n_boot=args.n_boot, seed=args.seed):
+        print(f"| {tm:.3f} | {tb:.3f} | {tm - tb:+.3f} | **{c:.3f}** | {args.sims} |", flush=True)
 
 
 if __name__ == "__main__":

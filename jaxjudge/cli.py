@@ -60,6 +60,7 @@ from jaxjudge.prompts.template import TemplateError
 from jaxjudge.report import StoreLookupError, report_from_store, write_run
 from jaxjudge.report.terminal import terminal_report
 from jaxjudge.store import StoreError, seal_store
+from jaxjudge.store.location import LocationError, location
 
 __all__ = ["main"]
 
@@ -119,7 +120,7 @@ def _report(cfg, args, spec: str) -> Path:
 
 
 def _seal(folder: str) -> int:
-    root = Path(folder)
+    root = location(folder, "store seal")
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: no such folder")
     stores = sorted(p.parent for p in root.rglob("manifest.json"))
@@ -151,7 +152,7 @@ def _dry_run(cfg, args, cluster) -> int:
 def _anticipated(e: BaseException) -> bool:
     """An error the library raises on purpose, with a message naming the file, row, field or
     chunk: the CLI prints it as one line (exit code 2) instead of a traceback."""
-    kinds = (ConfigError, FileNotFoundError, StoreError, StoreLookupError, DataError, ContextOverflowError,
+    kinds = (ConfigError, LocationError, FileNotFoundError, StoreError, StoreLookupError, DataError, ContextOverflowError,
              CandidateTokenizationError, TemplateError, UnsupportedConfigError, ConversionError, GGUFFormatError,
              UnsupportedGGUFError, UnsupportedTokenizerError)
     return isinstance(e, kinds)
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "store" and args.store_command == "seal":
         try:
             return _seal(args.folder)
-        except (StoreError, FileNotFoundError) as e:
+        except (StoreError, FileNotFoundError, LocationError) as e:
             print(f"jaxjudge store seal: {e}", file=sys.stderr)
             return 2
     if args.command == "store":

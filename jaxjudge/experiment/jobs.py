@@ -40,6 +40,7 @@ from jaxjudge.models.tokenizer import tokenizer_from_gguf_metadata
 from jaxjudge.prompts import as_tokenizer, chat_format
 from jaxjudge.report.stores import check_store_model, key_mismatches
 from jaxjudge.store import Store
+from jaxjudge.store.location import location
 from jaxjudge.store.registration import register
 
 __all__ = ["CONTENT_FREE", "GENERATE_CHUNK_ROWS", "JobResult", "load_tokenizer", "job_store_path",
@@ -102,7 +103,7 @@ def run_extractions(
     """
     validate_config(cfg)
     mesh, planned = _configured_mesh(cfg, log)
-    root = Path(store_root or cfg.store_root)
+    root = location(store_root or cfg.store_root, "store root")
     plan = extraction_plan(cfg)
     names = list(dict.fromkeys(j.model for j in plan))
     if models is not None:
@@ -275,8 +276,7 @@ def upgrade_stores(
         file needed for the context length that is missing; then no store is changed.
     """
     validate_config(cfg)
-    mesh, planned = _configured_mesh(cfg, log)
-    root = Path(store_root or cfg.store_root)
+    root = location(store_root or cfg.store_root, "store root")
     data = {t.task: load_task_data(t) for t in cfg.tasks}
     defaults = engine_options()
     counts = {"upgraded": 0, "current": 0, "absent": 0}

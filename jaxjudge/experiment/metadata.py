@@ -34,6 +34,7 @@ from jaxjudge.experiment.schema import (
     resolve_model_path,
 )
 from jaxjudge.store import file_sha256
+from jaxjudge.store.location import is_bucket, location
 
 __all__ = ["PACKAGES", "portable_path", "command_line", "package_versions", "git_commit", "collect_metadata",
            "run_dir"]
@@ -47,7 +48,9 @@ PACKAGES = (
 def portable_path(path: str | os.PathLike) -> str:
     """A path as it can be committed: relative to the working directory if inside it or at most
     two folders up from it (``../shared/data/stsb`` next to a checkout), else with the home
-    folder written ``~``, else as given."""
+    folder written ``~``, else as given (a bucket's ``gs://`` URL too)."""
+    if is_bucket(path):
+        return str(path)
     p = Path(path)
     if not p.is_absolute():
         return str(p)
@@ -198,4 +201,4 @@ def run_dir(cfg: ExperimentConfig, run: str | None = None, *, root: str | os.Pat
     if run is not None:
         check_run_name("run", run)
     name = run or cfg.run or _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return Path(root if root is not None else cfg.results_root) / cfg.name / name
+    return location(root if root is not None else cfg.results_root, "results root") / cfg.name / name

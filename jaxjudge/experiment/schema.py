@@ -30,6 +30,8 @@ from typing import Any, Literal
 
 from jaxjudge.experiment.endpoint import Endpoint
 from jaxjudge.experiment.hardware import check_mesh
+from jaxjudge.store.location import LocationError
+from jaxjudge.store.location import check_location as _check_location
 from jaxjudge.experiment.specs import (
     ModelSpec,
     SubsetSpec,
@@ -349,20 +351,15 @@ def config_from_dict(d: Mapping[str, Any]) -> ExperimentConfig:
     return from_dict(ExperimentConfig, d)
 
 
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/")
-
-
 def check_location(name: str, value: str | None) -> None:
-    """A folder the run reads or writes is a local (or mounted) path: a URL such as
-    ``gs://bucket/stores``, or a typo of one such as ``gs:/bucket``, is refused naming the field,
-    never taken for a local folder called ``gs:``."""
-    if value is None:
-        return
-    m = _SCHEME.match(str(value))
-    if m:
-        raise ConfigError(
-            f"{name}: {value!r} names a {m.group(1)!r} location; this version reads and writes local or mounted "
-            "folders only (on a TPU pod, give a filesystem every host mounts at the same path, e.g. NFS)")
+    """A folder the run reads or writes is a local (or mounted) path or ``gs://bucket/prefix``
+    (with the ``gcs`` extra installed; `jaxjudge.store.location`). Any other scheme, one whose
+    libraries are missing, or a typo such as ``gs:/bucket`` is refused naming the field, never
+    taken for a local folder called ``gs:``."""
+    try:
+        _check_location(name, value)
+    except LocationError as e:
+        raise ConfigError(str(e)) from None
 
 
 def config_to_dict(cfg: ExperimentConfig) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from jaxjudge.engine import EngineOptions
 from jaxjudge.multihost import spans_processes
 from jaxjudge.prompts import ScoreScale, get_template
 from jaxjudge.store import CLAIM_STALE_S, Store
+from jaxjudge.store.location import location
 from jaxjudge.store.work import claimed_chunks
 
 __all__ = [
@@ -184,7 +185,7 @@ class ExtractionJob:
     def folder(self, root: str | Path) -> Path:
         """``<root>/<model>/<role>[-<task>-<aspect>]-<scale>``: one folder per job."""
         parts = [self.role] + ([self.task, self.aspect] if self.task else []) + [self.scale]
-        return Path(root) / self.model / "-".join(parts)
+        return location(root, "store root") / self.model / "-".join(parts)
 
     def parsed_scale(self) -> ScoreScale:
         return ScoreScale.parse(self.scale)

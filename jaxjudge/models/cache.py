@@ -15,6 +15,12 @@ copied file hits the same entry and an edited one misses. An entry is written in
 folder next to it and renamed into place as the last step, so a conversion killed half way
 leaves no entry that a later load could mistake for a complete one.
 
+The cache root may be a bucket (``gs://bucket/prefix``, `jaxjudge.store.location`), which has
+no rename: there an entry's parameters go to ``<key>/params-<tag>/`` (Orbax's own commit marker
+for buckets), and ``meta.json``, written last by a single create that only the first writer
+wins (``ifGenerationMatch=0``), names the parameter folder of the complete entry; a loser
+deletes its own copy. The sha256 memo stays on the local disk (it is keyed by local files).
+
 Parameters are restored straight into the abstract state of an ``nnx.eval_shape`` skeleton,
 with each parameter's sharding when a mesh is given, so a judge that does not fit one device is
 never gathered on one.
@@ -46,6 +52,8 @@ from jaxjudge.models.decoder import Decoder
 from jaxjudge.models.layers import as_dtype
 from jaxjudge.multihost import agree, barrier
 from jaxjudge.store import file_sha256
+from jaxjudge.store.bucket import BucketPath
+from jaxjudge.store.location import Location, is_bucket, location
 
 __all__ = [
     "FORMAT_VERSION",
@@ -65,13 +73,18 @@ FORMAT_VERSION = 2  # 2: layers stacked on a leading [L] axis (version 1 held on
 _HASH_MEMO = "sha256-memo.json"
 
 
-def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The cache folder: ``cache_dir``, else ``$JAXJUDGE_CACHE``, else ``~/.cache/jaxjudge/converted``."""
+def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Location:
+    """The cache folder: ``cache_dir``, else ``$JAXJUDGE_CACHE``, else ``~/.cache/jaxjudge/converted``
+    (a local path, or ``gs://bucket/prefix``)."""
     if cache_dir is not None:
-        return Path(cache_dir).expanduser()
+        return location(cache_dir, "cache_dir").expanduser()
     env = os.environ.get("JAXJUDGE_CACHE")
     if env:
-        return Path(env).expanduser()
+        return location(env, "$JAXJUDGE_CACHE").expanduser()
+    return _local_root()
+
+
+def _local_root() -> Path:
     return Path.home() / ".cache" / "jaxjudge" / "converted"
 
 
@@ -107,6 +120,8 @@ def memo_file_sha256(path: str | os.PathLike[str], memo_dir: str | os.PathLike[s
         The hex digest.
     """
     path = Path(path).resolve()
+    if memo_dir is not None and is_bucket(memo_dir):
+        memo_dir = _local_root()  # the memo is keyed by this machine's files: it stays on this machine
     stat = path.stat()
     stamp = [stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns]
     memo_path = None if memo_dir is None else Path(memo_dir) / _HASH_MEMO
@@ -188,7 +203,7 @@ class CachedJudge:
 
 
 def save_converted(
-    root: str | os.PathLike[str],
+    root: str | os.PathLike[str] | BucketPath,
     key: str,
     *,
     model: Decoder,
@@ -199,7 +214,7 @@ def save_converted(
     source: str | None = None,
     sha256: str | None = None,
     together: bool = False,
-) -> Path:
+) -> Location:
     """Writes one cache entry atomically.
 
     Args:
@@ -219,7 +234,7 @@ def save_converted(
     Returns:
         The entry folder. If another process finished the same entry first, its copy is kept.
     """
-    root = Path(root)
+    root = location(root, "cache root")
     root.mkdir(parents=True, exist_ok=True)
     final = root / key
     lead = not together or jax.process_index() == 0
@@ -228,6 +243,10 @@ def save_converted(
         tag = f"job-{agree(int.from_bytes(os.urandom(3), 'little')):06x}"
     else:
         tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    if isinstance(root, BucketPath):
+        return _save_to_bucket(final, tag, lead, together, model=model, hf_config=hf_config, tokenizer=tokenizer,
+                               chat_template=chat_template, special_tokens=special_tokens, source=source,
+                               sha256=sha256)
     tmp = root / f".tmp-{key}-{tag}"
     if lead:
         tmp.mkdir()
@@ -268,10 +287,39 @@ def save_converted(
     return final
 
 
+def _save_to_bucket(final: BucketPath, tag: str, lead: bool, together: bool, *, model: Decoder,
+                    hf_config: Mapping[str, Any], tokenizer: Tokenizer, chat_template: str | None,
+                    special_tokens: Mapping[str, str] | None, source: str | None, sha256: str | None) -> BucketPath:
+    """`save_converted` into a bucket (see the module docstring): no rename, one create decides."""
+    params = final / f"params-{tag}"
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(str(params), nnx.to_pure_dict(nnx.state(model)))
+        ckptr.wait_until_finished()
+    if lead:
+        tok = final / "tokenizer.json"  # the same text for every writer of this key (same source sha256)
+        if not tok.is_file():
+            tok.write_text(tokenizer.to_str())
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "dtype": jnp.dtype(model.dtype).name,
+            "hf_config": dict(hf_config),
+            "chat_template": chat_template,
+            "special_tokens": dict(special_tokens or {}),
+            "source": source,
+            "sha256": sha256,
+            "params": params.name,
+        }
+        if not (final / "meta.json").create(json.dumps(meta, indent=1).encode("utf-8")):
+            params.rmtree()  # another writer's entry is complete: same content, keep theirs
+    if together:
+        barrier(f"jaxjudge-cache-written-{tag}")
+    return final
+
+
 def shared_by_all(root: str | os.PathLike[str]) -> bool:
     """Whether every process of the ``jax.distributed`` job sees the same folder ``root`` (a
     collective): process 0 writes a token there, and each process must read it back."""
-    root = Path(root)
+    root = location(root, "cache root")
     token = agree(int.from_bytes(os.urandom(3), "little"))
     mark = root / f".shared-{token:06x}"
     if jax.process_index() == 0:
@@ -332,7 +380,7 @@ def load_converted(
     Raises:
         ValueError: the entry exists but is damaged (named); delete it to reconvert.
     """
-    entry = Path(root) / key
+    entry = location(root, "cache root") / key
     meta_path = entry / "meta.json"
     present = meta_path.is_file()
     if together:
@@ -352,9 +400,12 @@ def load_converted(
     graphdef, abstract_state = nnx.split(abstract_model(cfg, meta["dtype"]))
     target = _restore_target(abstract_state, mesh, rules)
     try:
+        params = entry / meta.get("params", "params")
         with ocp.StandardCheckpointer() as ckptr:
-            restored = ckptr.restore(entry / "params", target)
-        tokenizer = Tokenizer.from_file(str(entry / "tokenizer.json"))
+            restored = ckptr.restore(str(params) if isinstance(params, BucketPath) else params, target)
+        tok = entry / "tokenizer.json"
+        tokenizer = (Tokenizer.from_str(tok.read_text(encoding="utf-8")) if isinstance(tok, BucketPath)
+                     else Tokenizer.from_file(str(tok)))
     except Exception as e:
         raise ValueError(
             f"cache entry {entry} is damaged ({type(e).__name__}: {e}); delete the folder to reconvert"
@@ -384,6 +435,9 @@ def clear_cache(cache_dir: str | os.PathLike[str] | None = None) -> int:
     removed = 0
     for child in root.iterdir():
         if child.is_dir() and ((child / "meta.json").is_file() or child.name.startswith(".tmp-")):
-            shutil.rmtree(child)
+            if isinstance(child, BucketPath):
+                child.rmtree()
+            else:
+                shutil.rmtree(child)
             removed += 1
     return removed

@@ -12,12 +12,15 @@ from jaxjudge.report.results import Results
 __all__ = ["RANGES_NOTE", "SECONDARY_NOTE", "primary_line", "ranges_table", "secondary_table"]
 
 RANGES_NOTE = (
-    "Mean and spread (max - min) of the selection metric over the score ranges, and each method's "
+    "Mean and spread of the selection metric over the score ranges, and each method's "
     "paired differences from its comparators: the vanilla judge read the same way, its matched "
     "baseline, and the calibration baseline with the best dev metric (role in parentheses). "
     "The ranges' cells resample the same groups with the same seed, so every statistic here is "
-    "computed on each resample (a negative Δ spread is more stable). \"relative\" is the "
-    "papers' figure: (method - baseline) / |baseline| on each range, averaged over ranges. "
+    "computed on each resample (a negative Δ spread is more stable). The spread is the standard "
+    "deviation of the ranges' values net of sampling noise (the ranges' bootstrap covariance), its "
+    "interval from inverting its test (it reaches 0); Δ spread's replicates are netted of twice "
+    "the noise. \"relative\" is the papers' figure as a ratio of means: (mean of the method - "
+    "mean of the baseline) / |mean of the baseline| over the ranges. "
     "p: Wald p-value from the bootstrap standard error; Holm: adjusted over the secondary family."
 )
 
@@ -40,7 +43,7 @@ def _p(iv: dict[str, Any] | None) -> str:
 
 def _describe(d: dict[str, Any]) -> str:
     stat = {"mean": "mean over ranges", "spread": "spread over ranges",
-            "relative": "relative improvement averaged over ranges"}.get(d["statistic"], f"range {d['statistic']}")
+            "relative": "relative improvement of the mean over ranges"}.get(d["statistic"], f"range {d['statistic']}")
     if " − " in d["statistic"]:
         stat = f"ranges {d['statistic']}"
     where = ", ".join(str(d[k]) for k in ("judge", "task", "aspect") if d.get(k))

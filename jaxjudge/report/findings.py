@@ -1,8 +1,9 @@
 """Score-range findings across committed runs: one table per method, one figure per task.
 
 For every (judge, task, aspect, score reading) of a run and every method, the table gives the
-metric (Spearman by default) on each score range with its 95% interval, the range spread
-(max - min of the estimates over the ranges), the mean over ranges, and on each range the
+metric (Spearman by default) on each score range with its 95% interval, the spread over ranges
+(the report's heterogeneity, net of sampling noise, with its interval: `jaxjudge.report.ranges`),
+the mean over ranges, and on each range the
 paired difference from the vanilla judge read the same way (with its interval, from the same
 resamples). The figure draws the metric against the range, one line per method, with the
 intervals as error bars.
@@ -46,7 +47,7 @@ def range_rows(results: Results, metric: str = "spearman", scores: Sequence[str]
 
     Returns:
       dicts with the labels, ``scales`` (sorted), ``per_scale`` (scale -> interval dict),
-      ``delta`` (scale -> paired difference from vanilla, or None), ``spread`` and ``mean``
+      ``delta`` (scale -> paired difference from vanilla, or None), ``max_min`` and ``mean``
       (over the scales whose estimate is defined; None when fewer than two are) and ``over``:
       the report's record over ranges (`jaxjudge.report.ranges`: mean and spread with intervals)
       or None.
@@ -69,7 +70,7 @@ def range_rows(results: Results, metric: str = "spearman", scores: Sequence[str]
         out.append({
             "judge": judge, "task": task, "aspect": aspect, "score": score, "method": method, "scales": scales,
             "per_scale": per, "delta": delta,
-            "spread": float(max(est) - min(est)) if len(est) >= 2 else None,
+            "max_min": float(max(est) - min(est)) if len(est) >= 2 else None,
             "mean": float(np.mean(est)) if len(est) >= 2 else None,
             # With intervals where the report computed them over the ranges' shared resamples.
             "over": over.get((judge, task, aspect, score, method)),
@@ -98,9 +99,8 @@ def range_markdown(results: Results, metric: str = "spearman", scores: Sequence[
             cells = [r["method"]] + [format_interval(r["per_scale"].get(s)) for s in scales]
             if r["over"] is not None:
                 cells += [format_interval(r["over"]["spread"]), format_interval(r["over"]["mean"])]
-            else:
-                cells += ["-" if r["spread"] is None else f"{r['spread']:.3f}",
-                          "-" if r["mean"] is None else f"{r['mean']:.3f}"]
+            else:  # no shared resamples: no noise to net out, so no spread
+                cells += ["-", "-" if r["mean"] is None else f"{r['mean']:.3f}"]
             cells += [format_interval(r["delta"].get(s)) if r["delta"].get(s) else "" for s in scales]
             parts.append(f"| {' | '.join(cells)} |")
         parts.append("")

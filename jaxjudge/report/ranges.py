@@ -9,14 +9,20 @@ the 0-4 cell and resample b of the 1-5 cell are the same draw of groups
 interval, with the reason). From each row's replicates of the selection metric, for every
 (judge, task, aspect, reading, method):
 
-* ``mean``: the mean of the metric over ranges; ``spread``: its max - min over ranges;
+* ``mean``: the mean of the metric over ranges; ``spread``: its heterogeneity over ranges, the
+  standard deviation of the ranges' values net of sampling noise, with a test-inversion interval
+  that reaches 0 (`jaxjudge.metrics.heterogeneity`; the noise is the covariance of the ranges'
+  paired replicates); ``max_min``, the plain max - min of the estimates, is kept beside it as a
+  description (no interval: noise alone pushes it up);
 * for the vanilla judge, ``range_diffs``: the difference between every pair of ranges (does
   the range matter? each is a secondary comparison);
 * against each comparator (the vanilla judge read the same way, the method's matched baseline,
   the calibration baseline with the best dev metric, and any pair the config lists):
-  ``mean_diff`` (difference of the means), ``spread_diff`` (difference of the spreads: negative
-  is more stable) and ``relative`` (the papers' headline figure: the relative improvement
-  ``(m_r - b_r) / |b_r|`` averaged over ranges r), each with its interval.
+  ``mean_diff`` (difference of the means), ``spread_diff`` (difference of the heterogeneities:
+  negative is more stable; each replicate's heterogeneity is netted of twice the noise, so that
+  the replicates centre on the estimate rather than above it) and ``relative`` (the papers'
+  headline figure: the relative improvement of the mean over ranges, a ratio of means
+  ``(mean m - mean b) / |mean b|``), each with its interval.
 
 `endpoints` then picks the config's primary endpoint (read at its own level, unadjusted) and
 adjusts every other paired comparison of the report (per-range differences from vanilla and from
@@ -35,7 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from jaxjudge.metrics.intervals import interval_summary
+from jaxjudge.metrics.bootstrap import expanded_levels
+from jaxjudge.metrics.heterogeneity import heterogeneity_interval
+from jaxjudge.metrics.intervals import NAN_SHARE_MAX, interval_summary
 from jaxjudge.metrics.multiplicity import bootstrap_p_value, holm
 from jaxjudge.report.methods import REFERENCE, Role, role_of
 
@@ -76,15 +84,41 @@ def _mean(x: np.ndarray) -> np.ndarray:
     return np.mean(x, axis=0)
 
 
-def _spread(x: np.ndarray) -> np.ndarray:
+def _max_min(x: np.ndarray) -> np.ndarray:
     return np.max(x, axis=0) - np.min(x, axis=0)
 
 
-_DIFFS = (  # (name, statistic of the method's and the comparator's series, has a p-value)
+def _finite(x: Any) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _relative(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The relative improvement of the mean over ranges: a ratio of means."""
+    return (_mean(a) - _mean(b)) / np.abs(_mean(b))
+
+
+_DIFFS = (  # (name, statistic of the method's and the comparator's series, has a p-value); spread_diff apart
     ("mean_diff", lambda a, b: _mean(a) - _mean(b), True),
-    ("spread_diff", lambda a, b: _spread(a) - _spread(b), True),
-    ("relative", lambda a, b: _mean((a - b) / np.abs(b)), False),
+    ("relative", _relative, False),
 )
+
+
+def _noise(reps: np.ndarray) -> tuple[np.ndarray, float]:
+    """The covariance across ranges of the replicates defined on every range ([S, S]), and its
+    trace in the centred space (the expected excess of the squared deviations)."""
+    ok = reps[:, np.all(np.isfinite(reps), axis=0)]
+    s = reps.shape[0]
+    sigma = np.cov(ok) if ok.shape[1] >= 2 else np.full((s, s), np.nan)
+    c = np.eye(s) - np.full((s, s), 1.0 / s)
+    return sigma, float(np.trace(c @ sigma @ c))
+
+
+def _net_sd(x: np.ndarray, noise: float, times: float) -> np.ndarray:
+    """sqrt(max(0, |C x|^2 - times * noise) / (S - 1)) over the first axis of [S] or [S, B]."""
+    dev = x - np.mean(x, axis=0)
+    with np.errstate(invalid="ignore"):
+        return np.sqrt(np.maximum(np.sum(dev * dev, axis=0) - times * noise, 0.0) / (x.shape[0] - 1))
 
 _Series = tuple[np.ndarray, "np.ndarray | None"]  # [S] estimates, [S, B] replicates (None: no interval)
 
@@ -130,6 +164,53 @@ class _Panel:
             iv["reason"] = "ranges resampled differently"
         return iv
 
+    def _alpha(self) -> float:
+        """The level the report's intervals use: widened for few groups under ``expanded``."""
+        if self.options.ci_method in ("expanded", "bca"):
+            return 2 * expanded_levels(self.num_groups, self.options.alpha)[0]
+        return self.options.alpha
+
+    def spread(self, ser: _Series) -> dict[str, Any]:
+        """The heterogeneity over ranges with its test-inversion interval (see the module)."""
+        est, reps = ser
+        out: dict[str, Any] = {"estimate": None, "low": None, "high": None}
+        if reps is None:
+            out["reason"] = "ranges resampled differently" if not self.same else "no replicates on every range"
+            return out
+        share = float(np.mean(~np.all(np.isfinite(reps), axis=0)))
+        got = heterogeneity_interval(est, reps, self._alpha())
+        if got["estimate"] is None:
+            return {**out, "reason": got["reason"]}
+        out.update(estimate=got["estimate"], raw=got["raw"], noise=got["noise"], nan_share=share)
+        if self.num_groups < self.options.min_ci_groups:
+            out["reason"] = f"too few groups ({self.num_groups} < {self.options.min_ci_groups})"
+        elif share > NAN_SHARE_MAX:
+            out["reason"] = f"{share:.0%} of resamples undefined"
+        else:
+            out["low"], out["high"] = got["low"], got["high"]
+        return out
+
+    def spread_diff(self, ser: _Series, bser: _Series) -> dict[str, Any]:
+        """The method's heterogeneity minus the comparator's, with a bootstrap interval (each
+        replicate netted of twice its side's noise, which centres it on the estimate)."""
+        (est, reps), (best, breps) = ser, bser
+        if reps is None or breps is None:
+            reason = "ranges resampled differently" if not self.same else "no replicates on every range"
+            return {"estimate": None, "low": None, "high": None, "reason": reason}
+        (_, noise), (_, bnoise) = _noise(reps), _noise(breps)
+        value = float(_net_sd(est, noise, 1.0) - _net_sd(best, bnoise, 1.0))
+        diffs = _net_sd(reps, noise, 2.0) - _net_sd(breps, bnoise, 2.0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return _iv(value, diffs, self.options, self.num_groups, p=True)
+
+    def diffs(self, ser: _Series, bser: _Series) -> dict[str, Any]:
+        out = {name: self.interval(fn, ser, bser, p=p) for name, fn, p in _DIFFS}
+        out["spread_diff"] = self.spread_diff(ser, bser)
+        if not self.same:
+            out["spread_diff"]["reason"] = "ranges resampled differently"
+        return {k: out[k] for k in ("mean_diff", "spread_diff", "relative")}
+
     def comparators(self, method: str, score: str, best_cal: str | None,
                     pairs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
         """``(row name, role)`` of everything ``method`` is compared with at this reading."""
@@ -147,16 +228,15 @@ class _Panel:
     def record(self, method: str, score: str, ser: _Series, comps: list[tuple[str, str]]) -> dict[str, Any]:
         rec: dict[str, Any] = {"score": score, "method": method, "metric": self.metric, "scales": self.scales,
                                "mean": self.interval(_mean, ser, p=False),
-                               "spread": self.interval(_spread, ser, p=False), "versus": []}
+                               "spread": self.spread(ser), "max_min": _finite(_max_min(ser[0])), "versus": []}
         nser = self.series(method, score, nested=True)
         for base, role in comps:
             bser = self.series(base, score)
             if bser is not None:
-                entry = {"baseline": base, "role": role,
-                         **{name: self.interval(fn, ser, bser, p=p) for name, fn, p in _DIFFS}}
+                entry = {"baseline": base, "role": role, **self.diffs(ser, bser)}
                 nbser = None if nser is None else self.series(base, score, nested=True)
                 if nbser is not None:  # selection redone in each resample, on both sides
-                    entry["nested"] = {name: self.interval(fn, nser, nbser, p=p) for name, fn, p in _DIFFS}
+                    entry["nested"] = self.diffs(nser, nbser)
                 rec["versus"].append(entry)
         if role_of(method) is Role.REFERENCE:  # does the range matter? every pair of ranges, on the same resamples
             rec["range_diffs"] = [

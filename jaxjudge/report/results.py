@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jaxjudge.store.location import location
+
 __all__ = ["Results", "FORMAT"]
 
 FORMAT = "jaxjudge-results/1"
@@ -54,13 +56,13 @@ class Results:
                    registration=dict(d.get("registration", {})))
 
     def save_json(self, path: str | os.PathLike) -> Path:
-        path = Path(path)
+        path = location(path, "results file")
         path.write_text(json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n", encoding="utf-8")
         return path
 
     @classmethod
     def load_json(cls, path: str | os.PathLike) -> Results:
-        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+        return cls.from_dict(json.loads(location(path, "results file").read_text(encoding="utf-8")))
 
     def select(self, **where: Any) -> list[dict[str, Any]]:
         """Rows whose fields equal every given value, e.g. ``select(method="vanilla", scale="1-5")``."""

@@ -10,7 +10,9 @@ Layout written by `write_run`::
                      (sha256), package versions, platform, git commit
 
 The metadata comes from `jaxjudge.experiment.collect_metadata`, the folder from
-`jaxjudge.experiment.run_dir`.
+`jaxjudge.experiment.run_dir`. The folder may be in a bucket (``gs://bucket/results/...``): the
+files are then written to a local temporary folder as above and uploaded, one object each,
+``metadata.json`` last, so a run folder with its metadata is complete.
 """
 
 from __future__ import annotations
@@ -18,12 +20,15 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from jaxjudge.report.figures import write_figures
 from jaxjudge.report.results import Results
 from jaxjudge.report.tables import markdown_report, write_csv
+from jaxjudge.store.bucket import BucketPath
+from jaxjudge.store.location import location
 
 __all__ = ["write_run"]
 
@@ -40,7 +45,16 @@ def write_run(results: Results, out_dir: str | os.PathLike, metadata: dict[str, 
       name -> path of every file written (``json``, ``csv``, ``markdown``, ``metadata``, and
       ``figure:<file name>`` for each PNG).
     """
-    out = Path(out_dir)
+    out = location(out_dir, "results folder")
+    if isinstance(out, BucketPath):
+        with tempfile.TemporaryDirectory(prefix="jaxjudge-run-") as tmp:
+            local = write_run(results, tmp, metadata)
+            uploaded = {}
+            for name in sorted(local, key=lambda n: n == "metadata"):  # metadata.json last
+                target = out / local[name].relative_to(tmp).as_posix()
+                target.write_bytes(local[name].read_bytes())
+                uploaded[name] = target
+        return uploaded
     out.mkdir(parents=True, exist_ok=True)
     metadata = dict(metadata or {})
     paths: dict[str, Path] = {

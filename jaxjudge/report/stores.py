@@ -41,6 +41,7 @@ from jaxjudge.prompts import ScoreScale
 from jaxjudge.report.cell_inputs import CellArrays
 from jaxjudge.report.methods import cell_needs
 from jaxjudge.store import Store, file_sha256
+from jaxjudge.store.location import location
 
 __all__ = [
     "Cell",
@@ -123,7 +124,7 @@ class StoreIndex:
     """
 
     def __init__(self, root: str | Path, match: Callable[[ExtractionJob], dict[str, Any]] = store_match):
-        self.root = Path(root)
+        self.root = location(root, "store root")
         if not self.root.is_dir():
             raise StoreLookupError(f"store root {self.root} does not exist (run `jaxjudge extract` first)")
         self.match = match

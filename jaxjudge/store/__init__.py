@@ -1,8 +1,10 @@
 """Store: extraction outputs on disk, keyed by a content hash, written in chunks, resumable.
 
 See `jaxjudge.store.chunked` for the layout and the crash-safety argument, `jaxjudge.store.keys`
-for keys and hashes, `jaxjudge.store.files` for atomic writes and chunk claims, and
-`jaxjudge.store.merge` for combining the folders of several processes.
+for keys and hashes, `jaxjudge.store.files` for atomic writes and chunk claims,
+`jaxjudge.store.merge` for combining the folders of several processes, and
+`jaxjudge.store.location` / `jaxjudge.store.bucket` for stores, registrations, run folders and
+the converted-weights cache in a ``gs://bucket/prefix``.
 """
 
 from jaxjudge.store.chunked import CLAIM_STALE_S, FORMAT, Store, StoreError, StoreKeyMismatch, assign_chunks, seal_store

@@ -26,6 +26,12 @@ holder is gone (a dead pid on this host, or no heartbeat for `CLAIM_STALE_S` sec
 over, so a worker killed mid-chunk only delays that chunk. Claims are an optimisation: at worst
 two processes compute one chunk, and its atomic write keeps the file whole either way.
 
+In a bucket. The root may be ``gs://bucket/prefix`` (`jaxjudge.store.location`). A chunk is
+then published by a single object create, refused if the chunk's object exists (``ifGenerationMatch=0``;
+the first writer's copy is kept, never replaced and never renamed), the manifest the same way,
+and a claim is an object created and renewed under generation preconditions, taken over after
+the lease (`jaxjudge.store.bucket`).
+
 Integrity. Every chunk carries a seal (an extra entry ``@seal`` in its ``.npz``, a JSON
 string): the sha256 of the store key it was written for, its chunk index, and a sha256 of its
 arrays (names, dtypes, shapes and bytes). `Store.read_chunk` checks all three, so a chunk that
@@ -39,20 +45,22 @@ ids, and thereby trusts their current content.
 from __future__ import annotations
 
 import datetime as _dt
+import io
 import json
 import os
 import re
 import zipfile
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from jaxjudge import __version__
-from jaxjudge.store.files import (CLAIM_STALE_S, ChunkClaim, claim_file, clear_dead_claim, fsync_dir, tmp_name,
-                                  write_atomic)
+from jaxjudge.store.bucket import BucketPath
+from jaxjudge.store.files import (CLAIM_STALE_S, ChunkClaim, claim_file, clear_dead_claim, fsync_dir, publish,
+                                  tmp_name, write_atomic)
 from jaxjudge.store.keys import canonical_key, content_sha256, hash_key, key_differences
+from jaxjudge.store.location import Location, location
 
 __all__ = [
     "CLAIM_STALE_S",
@@ -73,7 +81,7 @@ _SEAL = "@seal"  # not a valid array name (see _NAME_RE), so it cannot clash wit
 _SEAL_FORMAT = 1
 
 
-def _recompute_hint(root: Path) -> str:
+def _recompute_hint(root: Location) -> str:
     return f"delete it and rerun `jaxjudge extract` (or the code that wrote {root}) to recompute it"
 
 
@@ -110,7 +118,7 @@ class Store:
       meta: the manifest (format, key, key_hash, n_chunks, created, info).
     """
 
-    def __init__(self, root: Path, manifest: dict[str, Any]):
+    def __init__(self, root: Location, manifest: dict[str, Any]):
         self.root = root
         self.meta = manifest
         self.key = manifest["key"]
@@ -133,7 +141,7 @@ class Store:
         """Open (or create) the store at ``root`` for ``key``.
 
         Args:
-          root: the store folder.
+          root: the store folder: a local path, or ``gs://bucket/prefix``.
           key: what the outputs are of; None opens an existing store for reading, whatever its key.
           n_chunks: the total number of chunks of the work list, recorded on creation and
             checked on reopening (None leaves it to the calls of `missing_chunks`/`load`).
@@ -144,7 +152,7 @@ class Store:
           StoreKeyMismatch: the folder was created for another key or chunk count.
           FileNotFoundError: no store there and ``create`` is False or ``key`` is None.
         """
-        root = Path(root)
+        root = location(root, "store")
         manifest_path = root / _MANIFEST
         if key is None:
             if not manifest_path.is_file():
@@ -174,7 +182,7 @@ class Store:
         return store
 
     @staticmethod
-    def _read_manifest(path: Path) -> dict[str, Any]:
+    def _read_manifest(path: Location) -> dict[str, Any]:
         try:
             manifest = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as e:
@@ -187,7 +195,7 @@ class Store:
         return manifest
 
     @staticmethod
-    def _create(root: Path, ckey: dict, khash: str, n_chunks: int | None, info: Mapping[str, Any] | None) -> None:
+    def _create(root: Location, ckey: dict, khash: str, n_chunks: int | None, info: Mapping[str, Any] | None) -> None:
         (root / _CHUNKS).mkdir(parents=True, exist_ok=True)
         manifest = {
             "format": FORMAT,
@@ -200,6 +208,10 @@ class Store:
         }
         data = (json.dumps(manifest, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
         target = root / _MANIFEST
+        if isinstance(target, BucketPath):
+            # One create: another process's manifest wins, as link() decides below.
+            target.create(data)
+            return
         tmp = tmp_name(target)
         with open(tmp, "wb") as f:
             f.write(data)
@@ -220,13 +232,13 @@ class Store:
 
     # -- chunks ---------------------------------------------------------------------------------
 
-    def chunk_path(self, i: int) -> Path:
+    def chunk_path(self, i: int) -> Location:
         return self.root / _CHUNKS / f"{i:06d}.npz"
 
     def completed_chunks(self) -> list[int]:
         """Indices of the chunks on disk, sorted."""
         folder = self.root / _CHUNKS
-        if not folder.is_dir():
+        if not isinstance(folder, BucketPath) and not folder.is_dir():
             return []
         return sorted(int(m.group(1)) for p in folder.iterdir() if (m := _CHUNK_RE.match(p.name)))
 
@@ -235,7 +247,7 @@ class Store:
 
     # -- claims (see the module docstring) -----------------------------------------------------
 
-    def claim_path(self, i: int) -> Path:
+    def claim_path(self, i: int) -> Location:
         return self.root / _CHUNKS / f".{i:06d}.claim"
 
     def claim_chunk(self, i: int, *, stale_after: float = CLAIM_STALE_S) -> ChunkClaim | None:
@@ -266,8 +278,9 @@ class Store:
             raise StoreError(f"store at {self.root} has chunks {extra[:5]} beyond n_chunks={n}")
         return [i for i in range(n) if i not in done]
 
-    def write_chunk(self, i: int, arrays: Mapping[str, np.ndarray]) -> Path:
-        """Write chunk ``i`` atomically (replacing an existing copy).
+    def write_chunk(self, i: int, arrays: Mapping[str, np.ndarray]) -> Location:
+        """Write chunk ``i`` atomically (replacing an existing copy; in a bucket, published once:
+        a copy already there, another worker's, is kept).
 
         Args:
           i: chunk index, ``0 <= i < n_chunks``.
@@ -300,11 +313,16 @@ class Store:
             clean[name] = a
         return self._write_sealed(int(i), clean, origin="write")
 
-    def _write_sealed(self, i: int, arrays: dict[str, np.ndarray], *, origin: str) -> Path:
+    def _write_sealed(self, i: int, arrays: dict[str, np.ndarray], *, origin: str) -> Location:
         seal = {"format": _SEAL_FORMAT, "key_hash": self.key_hash, "chunk": i,
                 "content_sha256": content_sha256(arrays), "origin": origin}
         entries = {**arrays, _SEAL: np.asarray(json.dumps(seal, sort_keys=True))}
         target = self.chunk_path(i)
+        if isinstance(target, BucketPath):
+            buf = io.BytesIO()
+            np.savez(buf, **entries)  # the whole chunk, then one upload
+            publish(target, buf.getvalue(), once=origin == "write")
+            return target
         target.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(target, lambda f: np.savez(f, **entries))
         return target
@@ -315,13 +333,14 @@ class Store:
         if not path.is_file():
             raise StoreError(f"store at {self.root}: chunk {i} is missing")
         try:
-            z = np.load(path, allow_pickle=False)
+            z = np.load(io.BytesIO(path.read_bytes()) if isinstance(path, BucketPath) else path, allow_pickle=False)
             if not isinstance(z, np.lib.npyio.NpzFile):
                 raise ValueError("not an .npz archive")
             with z:
                 arrays = {name: z[name] for name in z.files}
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-            what = "empty file" if path.stat().st_size == 0 else str(e) or type(e).__name__
+            size = path.size() if isinstance(path, BucketPath) else path.stat().st_size
+            what = "empty file" if size == 0 else str(e) or type(e).__name__
             raise StoreError(f"{path}: unreadable chunk {i} ({what}); {_recompute_hint(self.root)}") from None
         seal = arrays.pop(_SEAL, None)
         if seal is None:
@@ -436,10 +455,14 @@ class Store:
             new._write_sealed(i, arrays, origin="extend_key")
         manifest = {**self.meta, "key": new_key, "key_hash": new_hash}
         target = self.root / _MANIFEST
-        tmp = tmp_name(target)
-        tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-        os.replace(tmp, target)
-        fsync_dir(self.root)
+        text = json.dumps(manifest, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+        if isinstance(target, BucketPath):
+            target.write_text(text)  # one upload replaces the object whole
+        else:
+            tmp = tmp_name(target)
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, target)
+            fsync_dir(self.root)
         self.meta, self.key, self.key_hash = manifest, new_key, new_hash
         return {"resealed": len(todo), "already": already}
 

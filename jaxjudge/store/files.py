@@ -1,6 +1,10 @@
 """Crash-safe files of a store: atomic writes, and claims that share chunks between workers.
 
-Every file is written to a unique temporary name in the same folder, flushed to disk and
+On a local disk (below) and in a bucket (`jaxjudge.store.bucket`, where a file is published by
+a single object upload and a claim is a create under a generation precondition): `publish`,
+`claim_file` and `clear_dead_claim` take either kind of path (`jaxjudge.store.location`).
+
+Every local file is written to a unique temporary name in the same folder, flushed to disk and
 renamed into place (an atomic replace on POSIX). A chunk claim is an exclusive create of a
 claim file holding its host and pid, kept fresh by a heartbeat; a claim whose holder is gone
 (a dead pid on this host, or no heartbeat for `CLAIM_STALE_S` seconds) is taken over.
@@ -18,7 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CLAIM_STALE_S", "ChunkClaim", "claim_file", "clear_dead_claim", "fsync_dir", "tmp_name", "write_atomic"]
+__all__ = ["CLAIM_STALE_S", "ChunkClaim", "claim_file", "clear_dead_claim", "fsync_dir", "publish", "tmp_name",
+           "write_atomic"]
 
 CLAIM_STALE_S = 120.0  # a claim without a heartbeat for this long is abandoned
 
@@ -55,6 +60,23 @@ def write_atomic(target: Path, write) -> None:
     fsync_dir(target.parent)
 
 
+def publish(target: Any, data: bytes, *, once: bool = False) -> bool:
+    """Write ``data`` as the whole file ``target`` (a local path or a `BucketPath`).
+
+    Locally an atomic replace (`write_atomic`). In a bucket one object upload; with ``once``
+    only if no object has the name (another writer's is kept). Returns whether it was written.
+    """
+    from jaxjudge.store.bucket import BucketPath
+
+    if isinstance(target, BucketPath):
+        if once:
+            return target.create(data)
+        target.write_bytes(data)
+        return True
+    write_atomic(target, lambda f: f.write(data))
+    return True
+
+
 class ChunkClaim:
     """A held claim on one chunk: a heartbeat thread touches the claim file until `release`."""
 
@@ -89,7 +111,12 @@ class ChunkClaim:
 
 def claim_file(path: Path, written: Callable[[], bool], *, stale_after: float = CLAIM_STALE_S) -> ChunkClaim | None:
     """Claim the chunk whose claim file is ``path``, or None when a live process holds it or
-    ``written()`` says the chunk is done (checked again once the claim is held)."""
+    ``written()`` says the chunk is done (checked again once the claim is held). In a bucket
+    see `jaxjudge.store.bucket.claim_object`."""
+    from jaxjudge.store.bucket import BucketPath, claim_object
+
+    if isinstance(path, BucketPath):
+        return claim_object(path, written, stale_after=stale_after)
     path.parent.mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex
     record = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": token})
@@ -113,6 +140,11 @@ def claim_file(path: Path, written: Callable[[], bool], *, stale_after: float = 
 def clear_dead_claim(path: Path, stale_after: float = CLAIM_STALE_S) -> None:
     """Remove the claim of a written chunk if its holder is dead or silent (a worker killed between
     publishing the chunk and releasing the claim); a live holder's stays."""
+    from jaxjudge.store.bucket import BucketPath, clear_dead_object_claim
+
+    if isinstance(path, BucketPath):
+        clear_dead_object_claim(path, stale_after)
+        return
     if path.exists():
         _take_over_stale(path, stale_after)
 

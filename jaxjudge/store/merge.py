@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
 from jaxjudge.store.chunked import Store, StoreError, StoreKeyMismatch
-from jaxjudge.store.files import write_atomic
+from jaxjudge.store.files import publish
 from jaxjudge.store.keys import key_differences
 
 __all__ = ["merge_chunks", "merge_stores"]
@@ -40,7 +39,7 @@ def merge_chunks(dest: Store, other: Store | str | os.PathLike) -> list[int]:
             continue
         target = dest.chunk_path(i)
         target.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(target, lambda f, s=src.chunk_path(i): f.write(Path(s).read_bytes()))
+        publish(target, src.chunk_path(i).read_bytes(), once=True)
         copied.append(i)
     return copied
 
@@ -66,6 +65,6 @@ def merge_stores(dest: str | os.PathLike, sources: Sequence[str | os.PathLike | 
         raise StoreKeyMismatch(f"cannot merge stores with different n_chunks {sorted(n_values)}")
     out = Store.open(dest, first.key, n_chunks=next(iter(n_values), None), info=first.meta.get("info"))
     for s in opened:
-        if Path(s.root).resolve() != Path(out.root).resolve():
+        if s.root.resolve() != out.root.resolve():
             merge_chunks(out, s)
     return out

@@ -27,8 +27,10 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
+
+from jaxjudge.store.bucket import BucketPath
+from jaxjudge.store.location import Location, location
 
 __all__ = ["LOGISTICS", "REGISTERED", "DECLARED_AFTER", "NOT_REGISTERED", "analysis_plan", "plan_sha256",
            "plans_agree", "register", "read_registrations", "registration_of_stores", "registration_status"]
@@ -129,18 +131,22 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def register(cfg: Any, root: str | os.PathLike) -> tuple[Path, dict[str, Any]]:
+def register(cfg: Any, root: str | os.PathLike) -> tuple[Location, dict[str, Any]]:
     """Record ``cfg``'s analysis plan under ``root`` unless the same plan is recorded already.
 
     Returns the record's path and the record (the existing one if there was one)."""
     plan = analysis_plan(cfg)
     digest = plan_sha256(plan)
-    folder = Path(root) / FOLDER
+    folder = location(root, "store root") / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{digest}.json"
     record = {"format": "jaxjudge-registration/1", "plan_sha256": digest, "registered_utc": _now(),
               "experiment": plan.get("name"), "plan": plan}
     data = (json.dumps(record, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+    if isinstance(path, BucketPath):  # one create, refused if the record exists
+        if not path.create(data):
+            return path, json.loads(path.read_text(encoding="utf-8"))
+        return path, record
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
@@ -154,7 +160,7 @@ def register(cfg: Any, root: str | os.PathLike) -> tuple[Path, dict[str, Any]]:
 
 def read_registrations(root: str | os.PathLike) -> list[dict[str, Any]]:
     """Every record under ``root``, oldest first (an unreadable one raises, naming its file)."""
-    folder = Path(root) / FOLDER
+    folder = location(root, "store root") / FOLDER
     out = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
@@ -197,7 +203,7 @@ def registration_of_stores(cfg: Any, root: str | os.PathLike, folders: Iterable[
     times) against the records under the store root ``root``."""
     created = []
     for folder in folders:
-        manifest = Path(folder) / "manifest.json"
+        manifest = location(folder, "store") / "manifest.json"
         try:
             when = json.loads(manifest.read_text(encoding="utf-8")).get("created")
         except (OSError, ValueError) as e:

@@ -75,26 +75,28 @@ def demo_run(tmp_path_factory, tiny_folder):
 @pytest.mark.optimized
 def test_demo_on_the_embedded_judge(tmp_path):
     """`jaxjudge demo` as a user runs it, on the real SmolLM2 file, reduced: one range, 10 of the
-    16 documents (the fewest that still give the grouped bootstrap its interval), Deb-R at
-    Tp = 10 beside vanilla: the embedded judge's numbers come out, under its file's sha256."""
+    16 documents (the fewest that still give the grouped bootstrap its interval), contextual
+    calibration beside vanilla (its three content-free prompts cost little; Deb-R's 100
+    random-number prompts on real weights are checked by test_engine's SmolLM2 random-number
+    test), 200 resamples: the embedded judge's numbers come out, under its file's sha256."""
     from jaxjudge.models import default_model_path
 
     task = ("tasks=[{'task': 'summeval', 'aspects': ['coherence'], 'data': 'embedded_wide', 'split': 'kfold', "
             "'n_folds': 4, 'subset': {'reason': 'smoke test', 'n_docs': 10}}]")
     proc = _cli("demo", "--ci", "--quiet", "--set", task, "--set", "scales=['1-5']",
-                "--set", "methods=['vanilla', 'deb_r']", "--set", "deb_tp=[10]", "--set", "temperatures=[0.2]",
-                "--set", "primary={'method': 'deb_r_tp10', 'versus': 'vanilla', 'statistic': '1-5', "
+                "--set", "methods=['vanilla', 'contextual']", "--set", "temperatures=[0.2]", "--set", "n_boot=200",
+                "--set", "primary={'method': 'contextual', 'versus': 'vanilla', 'statistic': '1-5', "
                 "'score': 'expected@0.2'}", "--stores", str(tmp_path / "stores"),
                 "--results", str(tmp_path / "results"), "--run", "smoke", cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = proc.stdout
     assert "smollm2-135m, summeval coherence: spearman by score range, reading expected@0.2 (95% intervals)" in out
     assert re.search(r"Primary endpoint \(registered before extraction, plan [0-9a-f]{12} of \S+; 95% interval, "
-                     r"unadjusted\): deb_r_tp10 − vanilla", " ".join(out.split()))
+                     r"unadjusted\): contextual − vanilla", " ".join(out.split()))
     meta = json.loads((tmp_path / "results" / "demo" / "smoke" / "metadata.json").read_text())
     assert meta["models"]["smollm2-135m"]["sha256"] == hashlib.sha256(default_model_path().read_bytes()).hexdigest()
     rows = json.loads((tmp_path / "results" / "demo" / "smoke" / "results.json").read_text())["rows"]
-    assert {r["method"] for r in rows} >= {"vanilla", "deb_r_tp10"}
+    assert {r["method"] for r in rows} >= {"vanilla", "contextual"}
     vanilla = next(r for r in rows if r["method"] == "vanilla" and r["scale"] == "1-5" and r["score"] == "expected@0.2")
     assert vanilla["n"] == 40, vanilla["n"]  # 10 documents x 4 summaries, each reported once
     sp = vanilla["metrics"]["spearman"]

@@ -1,8 +1,10 @@
-"""Locations a run cannot serve are refused before any work, and a slice whose join fails stops."""
+"""Locations a run cannot serve are refused before any work (a bucket where gcsfs is installed is served),
+and a slice whose join fails stops."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,34 +13,60 @@ import pytest
 
 from jaxjudge.experiment import ConfigError, check_location, load_config, with_overrides
 from jaxjudge.experiment import distributed
+from jaxjudge.store import location
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("value", ["gs://bucket/stores", "gs:/bucket/stores", "s3://b/p", "file:///tmp/x"])
-def test_urls_and_their_typos_are_refused_naming_the_field(value):
-    with pytest.raises(ConfigError, match=r"^--stores: .* location; this version reads and writes local"):
+@pytest.mark.parametrize("value, why", [
+    ("gs:/bucket/stores", r"looks like a mistyped 'gs' URL \(did you mean 'gs://bucket/stores'\?\)"),
+    ("gs:bucket/stores", r"looks like a mistyped 'gs' URL \(did you mean 'gs://bucket/stores'\?\)"),
+    ("s3://b/p", r"names a 's3' location, which this version cannot read or write \(it serves local folders and "
+                 r"gs://bucket/prefix\)$"),
+    ("file:///tmp/x", r"names a 'file' location, which this version cannot read or write"),
+    ("gs://", r"does not name a bucket \('' is not a bucket name\)"),
+    ("gs://My_Bucket/x", r"does not name a bucket \('My_Bucket' is not a bucket name\)"),
+])
+def test_unserved_schemes_and_mistyped_urls_are_refused_naming_the_field(value, why):
+    with pytest.raises(ConfigError, match=rf"^--stores: {re.escape(repr(value))} {why}"):
         check_location("--stores", value)
     cfg = load_config(str(REPO / "experiments" / "demo.py:ci"))
     with pytest.raises(ConfigError, match=r"^ExperimentConfig.results_root: "):
         with_overrides(cfg, {"results_root": value})
 
 
+def test_a_bucket_is_a_location_where_its_libraries_are_installed(monkeypatch):
+    check_location("--stores", "gs://bucket/stores")
+    cfg = with_overrides(load_config(str(REPO / "experiments" / "demo.py:ci")),
+                         {"store_root": "gs://bucket/stores", "results_root": "gs://bucket/results"})
+    assert cfg.store_root == "gs://bucket/stores"
+    # Without them (the gcs extra not installed): refused, naming what is missing.
+    monkeypatch.setitem(location.SERVED, "gs", ("gcsfs", "a_module_that_is_not_installed"))
+    with pytest.raises(ConfigError, match=r"^--stores: 'gs://bucket/stores' needs a_module_that_is_not_installed, "
+                                          r"which are not installed \(pip install 'jaxjudge\[gcs\]'\)$"):
+        check_location("--stores", "gs://bucket/stores")
+
+
 @pytest.mark.parametrize("value", [None, "stores", "results/stores/x", "/tmp/a:b", "C:/stores", "../shared/x"])
 def test_local_paths_pass(value):
     check_location("--stores", value)
+    if value is not None:
+        assert isinstance(location.location(value), Path)
 
 
-def test_the_cli_refuses_a_bucket_before_any_work(tmp_path):
+@pytest.mark.parametrize("flag, value, line", [
+    ("--stores", "gs:/bucket/stores", "--stores: 'gs:/bucket/stores' looks like a mistyped 'gs' URL (did you mean "
+     "'gs://bucket/stores'?); a URL is scheme://bucket/prefix, and a local folder cannot start with 'gs:'"),
+    ("--results", "s3://bucket/results", "--results: 's3://bucket/results' names a 's3' location, which this version "
+     "cannot read or write (it serves local folders and gs://bucket/prefix)"),
+])
+def test_the_cli_refuses_an_unserved_location_before_any_work(tmp_path, flag, value, line):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run([sys.executable, "-m", "jaxjudge.cli", "extract", str(REPO / "experiments" / "demo.py:ci"),
-                           "--stores", "gs://bucket/stores", "--quiet"], cwd=tmp_path, env=env,
+    proc = subprocess.run([sys.executable, "-m", "jaxjudge.cli", "sweep", str(REPO / "experiments" / "demo.py:ci"),
+                           flag, value, "--quiet"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
-        "jaxjudge extract: --stores: 'gs://bucket/stores' names a 'gs' location; this version reads and writes "
-        "local or mounted folders only (on a TPU pod, give a filesystem every host mounts at the same path, "
-        "e.g. NFS)"]
+    assert proc.stderr.strip().splitlines() == [f"jaxjudge sweep: {line}"]
     assert not any(tmp_path.iterdir())  # no folder named gs: (nor anything else)
 
 

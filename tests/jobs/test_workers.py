@@ -1,6 +1,8 @@
 """Workers sharing one store root: `jaxjudge extract` started twice on the same config splits the
 chunks; one killed with SIGKILL mid-run leaves its chunks to the other, and the store equals an
-uninterrupted run's.
+uninterrupted run's. On a local disk, and in a bucket of the Cloud Storage emulator the tests start
+(tests/conftest.py), where no folder is shared and the dead worker's claim is taken over after
+the lease.
 
 Slow: three extractions (subprocesses) on the tiny random judge with SmolLM2's tokenizer
 (tests/tiny_judge.py): what is checked is the claims, not the judge's numbers.
@@ -21,6 +23,7 @@ import pytest
 
 from jaxjudge.experiment import ExperimentConfig, SubsetSpec, TaskSpec, config_to_dict
 from jaxjudge.store import Store
+from jaxjudge.store.location import location
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.alone]  # alone: it starts processes of its own
@@ -44,21 +47,31 @@ def _experiment(tmp_path: Path, judge: Path) -> Path:
     return path
 
 
-def _start(tmp_path: Path, config: Path, stores: Path, log: str) -> subprocess.Popen:
+def _start(tmp_path: Path, config: Path, stores, log: str, command: str = "extract", *more: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
     env.pop("XLA_FLAGS", None)
     out = open(tmp_path / log, "w")
-    return subprocess.Popen([sys.executable, "-m", "jaxjudge.cli", "extract", str(config), "--quiet",
-                             "--stores", str(stores)], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    return subprocess.Popen([sys.executable, "-m", "jaxjudge.cli", command, str(config), "--quiet",
+                             "--stores", str(stores), *more], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
-def _arrays(root: Path) -> dict[str, dict[str, np.ndarray]]:
-    return {str(m.parent.relative_to(root)): Store.open(m.parent).load() for m in sorted(root.rglob("manifest.json"))}
+def _arrays(root) -> dict[str, dict[str, np.ndarray]]:
+    """Every store two levels under ``root`` (``<model>/<job>``), by its folder's relative path."""
+    return {str(s.relative_to(root)): Store.open(s).load()
+            for m in sorted(root.iterdir()) if m.is_dir() for s in sorted(m.iterdir()) if (s / "manifest.json").is_file()}
 
 
-def test_a_killed_workers_chunks_are_done_by_the_other(tmp_path, tiny_gguf):
+@pytest.fixture(params=["local", "bucket"])
+def roots(request, tmp_path):
+    if request.param == "local":
+        return tmp_path / "shared", tmp_path / "alone"
+    bucket = location(request.getfixturevalue("gcs_bucket"))
+    return bucket / "shared", bucket / "alone"
+
+
+def test_a_killed_workers_chunks_are_done_by_the_other(tmp_path, tiny_gguf, roots):
     config = _experiment(tmp_path, tiny_gguf)
-    shared, alone = tmp_path / "shared", tmp_path / "alone"
+    shared, alone = roots
     a = _start(tmp_path, config, shared, "a.log")
     b = _start(tmp_path, config, shared, "b.log")
     score = shared / "tiny" / "score-summeval-coherence-1-5" / "chunks"
@@ -91,3 +104,15 @@ def test_a_killed_workers_chunks_are_done_by_the_other(tmp_path, tiny_gguf):
     assert again.wait(timeout=600) == 0
     log = (tmp_path / "again.log").read_text()
     assert "computed " not in log and log.count("cached") == 2, log
+
+    if not str(shared).startswith("gs://"):
+        return  # on a local disk the report's folder is the report tests' subject
+    # The report of the shared stores, its run folder beside them (in the bucket) and on the local
+    # disk: the same results.json.
+    results = {"beside": shared.parent / "results", "local": tmp_path / "local-results"}
+    for name, where in results.items():
+        report = _start(tmp_path, config, shared, f"report-{name}.log", "report", "--results", str(where), "--run", "r1")
+        assert report.wait(timeout=600) == 0, (tmp_path / f"report-{name}.log").read_text()[-2000:]
+    folders = {name: where / "workers" / "r1" for name, where in results.items()}
+    assert folders["beside"].joinpath("results.json").read_bytes() == folders["local"].joinpath("results.json").read_bytes()
+    assert (folders["beside"] / "metadata.json").is_file()

@@ -38,6 +38,36 @@ PROMPTS = [
 ]
 
 
+def _reads(n: int) -> list[int]:
+    """Every 61st position and the last: far past the window on the long prompts."""
+    return sorted(set(range(0, n, 61)) | {n - 1})
+
+
+def _forward_by_length(judge, ids_list):
+    """Our logits at `_reads` of each prompt, the prompts run as two right-padded batches (the
+    short ones, then those past the window) instead of one call each: two compiles of the
+    18-layer judge instead of one per prompt length. Padding sits after every real token, so
+    under the causal mask and the real-token positions no real position sees it."""
+    out = [None] * len(ids_list)
+    short = [i for i, ids in enumerate(ids_list) if len(ids) <= 512]
+    for bucket in (short, [i for i in range(len(ids_list)) if i not in short]):
+        if not bucket:
+            continue
+        width = max(len(ids_list[i]) for i in bucket)
+        n_read = max(len(_reads(len(ids_list[i]))) for i in bucket)
+        tokens = np.zeros((len(bucket), width), np.int32)
+        mask = np.zeros((len(bucket), width), bool)
+        read = np.zeros((len(bucket), n_read), np.int32)
+        for row, i in enumerate(bucket):
+            ids, r = ids_list[i], _reads(len(ids_list[i]))
+            tokens[row, :len(ids)], mask[row, :len(ids)] = ids, True
+            read[row] = r + [r[-1]] * (n_read - len(r))
+        logits = np.asarray(judge.forward(tokens, mask, read))
+        for row, i in enumerate(bucket):
+            out[i] = logits[row, :len(_reads(len(ids_list[i])))]
+    return out
+
+
 @pytest.fixture(scope="module")
 def gemma3():
     path = jg.gguf_dir() / FILE
@@ -95,14 +125,11 @@ def test_gemma3_token_ids_equal_transformers(gemma3):
 def test_gemma3_logits_match_transformers(gemma3):
     torch = pytest.importorskip("torch")
     _, _, ref, _, judge = gemma3
-    lengths, worst = [], 0.0
-    for text in PROMPTS:
-        ids = judge.encode(text)
-        lengths.append(len(ids))
-        # Read every 61st position and the last: far past the window on the long prompts.
-        read = sorted(set(range(0, len(ids), 61)) | {len(ids) - 1})
-        tokens = np.asarray([ids], np.int32)
-        ours = np.asarray(judge.forward(tokens, np.ones_like(tokens, bool), np.asarray([read])))[0]
+    worst = 0.0
+    all_ids = [judge.encode(text) for text in PROMPTS]
+    lengths = [len(ids) for ids in all_ids]
+    for text, ids, ours in zip(PROMPTS, all_ids, _forward_by_length(judge, all_ids)):
+        read = _reads(len(ids))
         with torch.no_grad():
             hidden = ref.model(torch.tensor([ids])).last_hidden_state[0, read]
             theirs = ref.lm_head(hidden).numpy()
@@ -152,11 +179,9 @@ def test_gemma3_models_load_bfloat16_bound(gemma3):
     rel, rel16, agree, agree16 = [], [], [], []
     # The short prompts and one past the 512-token window (the 945-token one, read in float32
     # above, adds two minutes of bfloat16 forwards on this CPU and no other layout).
-    for text in PROMPTS[:4]:
-        ids = judge.encode(text)
-        read = sorted(set(range(0, len(ids), 61)) | {len(ids) - 1})
-        tokens = np.asarray([ids], np.int32)
-        ours = np.asarray(judge.forward(tokens, np.ones_like(tokens, bool), np.asarray([read])))[0]
+    all_ids = [judge.encode(text) for text in PROMPTS[:4]]
+    for ids, ours in zip(all_ids, _forward_by_length(judge, all_ids)):
+        read = _reads(len(ids))
         assert ours.dtype == np.float32
         with torch.no_grad():
             exact = ref.lm_head(ref.model(torch.tensor([ids])).last_hidden_state[0, read]).numpy()

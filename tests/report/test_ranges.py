@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import scipy.stats as st
 
+from jaxjudge.metrics.heterogeneity import heterogeneity_interval
 from jaxjudge.metrics.multiplicity import bootstrap_p_value, holm
 from jaxjudge.prompts import ScoreScale
 from jaxjudge.report import CellArrays, markdown_report
@@ -92,20 +93,32 @@ def test_range_statistics_against_numpy():
     assert con["mean"]["estimate"] == pytest.approx(est["contrastive"].mean())
     assert [con["mean"]["low"], con["mean"]["high"]] == pytest.approx(
         np.quantile(reps["contrastive"].mean(0), [0.025, 0.975]))
-    spread = reps["contrastive"].max(0) - reps["contrastive"].min(0)
-    assert con["spread"]["estimate"] == pytest.approx(np.ptp(est["contrastive"]))
-    assert [con["spread"]["low"], con["spread"]["high"]] == pytest.approx(np.quantile(spread, [0.025, 0.975]))
+    # The spread: the sd over ranges net of the replicates' covariance, by hand; its interval is
+    # heterogeneity_interval's (checked against scipy in tests/metrics/test_heterogeneity.py).
+    def net(x, sigma, times):
+        c = np.eye(3) - 1 / 3
+        dev = x - x.mean(0)
+        return np.sqrt(np.maximum((dev * dev).sum(0) - times * np.trace(c @ sigma @ c), 0) / 2)
+
+    sig = {m: np.cov(reps[m]) for m in recs}
+    assert con["spread"]["estimate"] == pytest.approx(float(net(est["contrastive"], sig["contrastive"], 1)))
+    ref = heterogeneity_interval(est["contrastive"], reps["contrastive"], 0.05)
+    assert (con["spread"]["low"], con["spread"]["high"]) == (ref["low"], ref["high"])
+    assert con["max_min"] == pytest.approx(np.ptp(est["contrastive"]))
     versus = {v["baseline"]: v for v in con["versus"]}
     assert {v["role"] for v in con["versus"]} == {"vanilla", "matched"}
     d = reps["contrastive"] - reps["temperature"]
     m = versus["temperature"]
     assert m["mean_diff"]["estimate"] == pytest.approx((est["contrastive"] - est["temperature"]).mean())
     assert [m["mean_diff"]["low"], m["mean_diff"]["high"]] == pytest.approx(np.quantile(d.mean(0), [0.025, 0.975]))
-    sd = spread - (reps["temperature"].max(0) - reps["temperature"].min(0))
+    assert m["spread_diff"]["estimate"] == pytest.approx(float(
+        net(est["contrastive"], sig["contrastive"], 1) - net(est["temperature"], sig["temperature"], 1)))
+    sd = net(reps["contrastive"], sig["contrastive"], 2) - net(reps["temperature"], sig["temperature"], 2)
     assert [m["spread_diff"]["low"], m["spread_diff"]["high"]] == pytest.approx(np.quantile(sd, [0.025, 0.975]))
-    rel = ((reps["contrastive"] - reps["vanilla"]) / np.abs(reps["vanilla"])).mean(0)
+    # The relative improvement is a ratio of means.
+    rel = (reps["contrastive"].mean(0) - reps["vanilla"].mean(0)) / np.abs(reps["vanilla"].mean(0))
     assert versus["vanilla"]["relative"]["estimate"] == pytest.approx(
-        ((est["contrastive"] - est["vanilla"]) / np.abs(est["vanilla"])).mean())
+        (est["contrastive"].mean() - est["vanilla"].mean()) / abs(est["vanilla"].mean()))
     assert versus["vanilla"]["relative"]["low"] == pytest.approx(np.quantile(rel, 0.025))
     assert "p" not in versus["vanilla"]["relative"]  # descriptive: its test is mean_diff's
     assert recs["vanilla"]["versus"] == []
@@ -293,8 +306,9 @@ def test_findings_tables_show_the_over_range_intervals():
             "mean": {"estimate": 0.4, "low": 0.31, "high": 0.49}, "spread": {"estimate": 0.2, "low": 0.12, "high": 0.28}}
     line = range_markdown(Results("x", rows=rows, ranges=[over])).splitlines()[4]
     assert "| 0.200 [0.120, 0.280] | 0.400 [0.310, 0.490] |" in line
-    # Without the report's record (older results), the bare spread and mean of the estimates.
-    assert "| 0.200 | 0.400 |" in range_markdown(Results("x", rows=rows)).splitlines()[4]
+    # Without the report's record (older results): the bare mean of the estimates, and no spread
+    # (no replicates, so no noise to net out of it).
+    assert "| - | 0.400 |" in range_markdown(Results("x", rows=rows)).splitlines()[4]
 
 
 @pytest.mark.parametrize("low, high, want", [
