@@ -22,6 +22,7 @@ from jaxjudge.experiment.metadata import portable_path
 from jaxjudge.experiment.plan import extraction_plan
 from jaxjudge.experiment.schema import ConfigError, ExperimentConfig, resolve_model_path
 from jaxjudge.models.mesh_plan import GIB, ChipMemory, MeshPlanError, chip_memory, plan_mesh, usable_memory
+from jaxjudge.store.location import location
 
 __all__ = ["Launch", "describe_run"]
 
@@ -94,7 +95,7 @@ def _mesh_sizes(cfg: ExperimentConfig, launch: Launch) -> tuple[dict[str, int] |
 
 
 def describe_run(cfg: ExperimentConfig, launch: Launch, *, store_root: str | os.PathLike | None = None,
-                 results: Path | None = None, models: Sequence[str] | None = None) -> list[str]:
+                 results: Any = None, models: Sequence[str] | None = None) -> list[str]:
     """The lines ``--dry-run`` prints: the launch, the mesh and why, each judge's bytes per
     device against the device's usable memory, each job with its store and how its chunks
     divide among the processes, and where the run reads and writes.
@@ -104,7 +105,7 @@ def describe_run(cfg: ExperimentConfig, launch: Launch, *, store_root: str | os.
         planner cannot fit, or ``models`` naming a model without jobs.
     """
     n, me = launch.processes, launch.process_id
-    root = Path(store_root or cfg.store_root)
+    root = location(store_root or cfg.store_root, "store root")
     jobs = extraction_plan(cfg)
     names = list(dict.fromkeys(j.model for j in jobs))
     if models is not None:
@@ -132,7 +133,7 @@ def describe_run(cfg: ExperimentConfig, launch: Launch, *, store_root: str | os.
                  "by claim, the report by process 0")
     out.append(f"work: {share}")
     out += _job_lines(jobs, root, {t: len(d.examples) for t, d in data.items()}, launch, spans)
-    run = results if results is not None else Path(cfg.results_root) / cfg.name / (cfg.run or "<UTC time>")
+    run = results if results is not None else f"{str(cfg.results_root).rstrip('/')}/{cfg.name}/{cfg.run or '<UTC time>'}"
     out.append(f"writes: stores {root}, registration {root / 'registrations'}, report {run}")
     return out
 
@@ -218,7 +219,7 @@ def _mesh_lines(cfg: ExperimentConfig, launch: Launch, resident: Sequence[Sequen
     return spans
 
 
-def _job_lines(jobs: Sequence[Any], root: Path, rows: dict[str, int], launch: Launch, spans: bool) -> list[str]:
+def _job_lines(jobs: Sequence[Any], root: Any, rows: dict[str, int], launch: Launch, spans: bool) -> list[str]:
     """A line per job: its store folder, its task's rows, and what of it is written (read from
     the store's manifest and chunk files; nothing is created)."""
     from jaxjudge.store import Store
