@@ -24,7 +24,7 @@ The bytes per chip are a model's estimate, computed from shapes alone (no weight
   log-softmax.
 
 It is an estimate for planning, not a measurement, and not an upper bound: for `jaxjudge aot`'s
-presets the compiled scoring programs' memory (XLA:TPU's memory analysis) came out 2.6% to 8.0%
+presets the compiled scoring programs' memory (XLA:TPU's memory analysis) came out 2.6% to 8.6%
 above it at the meshes compiled, which the `SPARE` covers; the README's planner table puts the
 two side by side.
 
