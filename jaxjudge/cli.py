@@ -135,6 +135,20 @@ def _seal(folder: str) -> int:
     return 0
 
 
+def _dry_run(cfg, args, cluster) -> int:
+    """The plan of the run, printed; nothing loaded, no process joined."""
+    from jaxjudge.experiment.distributed import launch_from_environment
+    from jaxjudge.experiment.dry_run import Launch, describe_run
+
+    processes, process_id = ((cluster.num_processes, cluster.process_id) if cluster is not None
+                             else launch_from_environment())
+    results = run_dir(cfg, args.run, root=args.results) if args.run or cfg.run else None
+    for line in describe_run(cfg, Launch.counted(processes, process_id), store_root=args.stores, results=results,
+                             models=args.models):
+        print(line)
+    return 0
+
+
 def _anticipated(e: BaseException) -> bool:
     """An error the library raises on purpose, with a message naming the file, row, field or
     chunk: the CLI prints it as one line (exit code 2) instead of a traceback."""
@@ -171,6 +185,10 @@ def main(argv: list[str] | None = None) -> int:
                             "--process-id, on every process; a multi-host TPU slice needs none of the three)")
         p.add_argument("--num-processes", type=int, default=None, metavar="N", help="processes in the job")
         p.add_argument("--process-id", type=int, default=None, metavar="I", help="this process, 0 .. N-1")
+        p.add_argument("--dry-run", action="store_true",
+                       help="print the run's plan (launch, mesh and why, bytes per device, jobs and their stores, "
+                            "where it writes) and stop: no model loads, no device is used beyond counting them, "
+                            "no other process is joined")
 
     common(sub.add_parser("extract", help="run the forward passes of a config into stores"))
     common(sub.add_parser("report", help="tables and figures from existing stores (no forward pass)"))
@@ -224,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             check_run_name("--run", args.run)
         for flag in ("stores", "results"):
             check_location(f"--{flag}", getattr(args, flag, None))
+        if getattr(args, "dry_run", False):
+            return _dry_run(cfg, args, cluster)
         start_processes(cluster)  # before anything touches a device
         if args.command in ("extract", "sweep", "demo"):
             _extract(cfg, args)

@@ -24,6 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine",),
     ("prompts", "models", "select"),
     ("data", "store", "debias", "metrics"),
+    ("multihost",),  # jaxjudge/multihost.py: what the processes of one job say to each other
 )
 STAGES = {s for names in LAYERS for s in names}
 # Peers of a layer may import each other below this layer (the report layer's peers may not).
@@ -187,7 +188,7 @@ def test_the_length_check_can_fail(tmp_path):
 # decoding) is the engine's.
 MODELS_BY_JOB: dict[str, set[str]] = {
     "network": {"attention", "config", "config_reader", "decoder", "decoder_config", "kvcache", "layers",
-                "sharding", "splash"},
+                "mesh_plan", "sharding", "splash"},
     "checkpoints": {"cache", "convert", "gguf", "gguf_config", "hf", "loading", "slices", "vision_language"},
     "text": {"tokenizer"},
     "front": {"__init__", "judge"},

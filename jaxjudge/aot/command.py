@@ -25,7 +25,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("judge", help="a preset (llama-3-8b, qwen2.5-14b, gemma-3-27b, qwen3-32b, llama-3-70b), "
                                  "a config.json path or a Hub repo id")
     p.add_argument("--topology", default="v5e:2x4", help="TPU topology, e.g. v5e:2x4, v5p:2x2x1, v6e:2x4")
-    p.add_argument("--mesh", default=None, help="axis sizes, e.g. data=2,model=4 (default: model over every chip)")
+    p.add_argument("--mesh", default="auto", help="axis sizes, e.g. data=2,model=4, or auto (the default: the mesh "
+                                                   "planner's smallest model axis that fits, the rest on data)")
     p.add_argument("--dtype", default="bfloat16", help="float32 or bfloat16")
     p.add_argument("--prefix", type=int, default=700, help="tokens of the shared prefix")
     p.add_argument("--tails", type=int, default=16, help="continuations of each prefix scored per step")
@@ -86,6 +87,22 @@ def parse_mesh(text: str | None, chips: int) -> dict[str, int]:
     return sizes
 
 
+def planned_mesh(hf: dict[str, Any], args: argparse.Namespace, chips: int) -> dict[str, int]:
+    """``--mesh auto``: `jaxjudge.models.mesh_plan.plan_mesh` for the step shapes of ``args``
+    (padded as the engine pads them), its line printed. Raises ValueError where nothing fits."""
+    from jaxjudge.engine.primitives import bucket_length, slot_bucket
+    from jaxjudge.models.config import config_from_hf
+    from jaxjudge.models.mesh_plan import Step, plan_mesh, usable_memory
+
+    p, t = bucket_length(args.prefix), bucket_length(args.tail_len)
+    decode = "decode" in args.steps
+    step = Step(p, slot_bucket(p), args.tails, t, args.groups, args.decode_rows if decode else 0,
+                t + args.decode_len if decode else 0)
+    plan = plan_mesh([(args.judge, config_from_hf(hf))], args.dtype, step, chips, usable_memory(args.topology))
+    print(plan.line())
+    return plan.shape
+
+
 def _gib(n: float) -> str:
     return f"{n / 2**30:.2f}"
 
@@ -127,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         hf = judge_config(args.judge)
         describe_host_for_libtpu(args.topology)
         devices = tpu_devices(args.topology)
-        mesh = parse_mesh(args.mesh, len(devices))
+        mesh = planned_mesh(hf, args, len(devices)) if args.mesh == "auto" else parse_mesh(args.mesh, len(devices))
         steps = tuple(s.strip() for s in args.steps.split(",") if s.strip())
         bad = sorted(set(steps) - {"score", "prefill", "read_rows", "decode"})
         if bad:

@@ -43,6 +43,7 @@ import re
 from collections.abc import Sequence
 
 from jaxjudge.aot.chips import CHIPS, GIB, Chip
+from jaxjudge.models.mesh_plan import USABLE_HBM
 
 __all__ = ["LATENCY_PER_STEP", "LINKS", "Links", "Topology", "TOPOLOGIES", "topology", "replica_groups",
            "collective_seconds", "group_dims"]
@@ -73,25 +74,26 @@ class Links:
     source: str
 
 
-# Usable HBM: v6e's is the per-device memory a running v6e chip reported (33,550,237,696 bytes,
-# 31.25 GiB of the nominal 32, in the usage log of vllm-project/vllm pull request 16211); for
-# v5e and v5p no such record was found, and the same fraction of nominal is assumed.
-_USABLE = 33_550_237_696 / (32 * GIB)
+# Usable HBM: what libtpu reports as available to a program on each chip, measured here
+# (`jaxjudge.models.mesh_plan.USABLE_HBM`, the mesh planner's figures: one table for both). The
+# v6e figure agrees with the per-device memory a running v6e chip reported (33,550,237,696 bytes,
+# 31.25 GiB, in the usage log of vllm-project/vllm pull request 16211).
+_USABLE = {chip: limit for chip, (limit, _) in USABLE_HBM.items()}
 
 LINKS: dict[str, Links] = {
     # cloud.google.com/tpu/docs/v5e: 1,600 Gbps ICI per chip, a 2-D torus of 4 links per chip
     # (16 x 16 pod): 400 Gbps = 50 GB/s per link and direction. Wraparound only along a full
     # pod dimension of 16 chips: a slice such as 2 x 4 is a mesh of lines.
-    "v5e": Links(4, 1600e9 / 8 / 4, 16, int(16 * GIB * _USABLE),
+    "v5e": Links(4, 1600e9 / 8 / 4, 16, _USABLE["v5e"],
                  "v5e docs: 1,600 Gbps ICI per chip over 4 links; torus links only on 16-chip axes"),
     # cloud.google.com/tpu/docs/v5p: 4,800 Gbps ICI per chip, a 3-D torus of 6 links per chip:
     # 800 Gbps = 100 GB/s per link and direction; slices built of whole 4 x 4 x 4 cubes have
     # wraparound links (an axis whose length is a multiple of 4).
-    "v5p": Links(6, 4800e9 / 8 / 6, 4, int(95 * GIB * _USABLE),
+    "v5p": Links(6, 4800e9 / 8 / 6, 4, _USABLE["v5p"],
                  "v5p docs: 4,800 Gbps ICI per chip over 6 links; wraparound on axes of whole 4-chip cubes"),
     # cloud.google.com/tpu/docs/v6e: 3,584 Gbps ICI per chip, a 2-D torus of 4 links per chip:
     # 896 Gbps = 112 GB/s per link and direction; wraparound on full 16-chip axes only.
-    "v6e": Links(4, 3584e9 / 8 / 4, 16, 33_550_237_696,
+    "v6e": Links(4, 3584e9 / 8 / 4, 16, _USABLE["v6e"],
                  "v6e docs: 3,584 Gbps ICI per chip over 4 links; torus links only on 16-chip axes"),
 }
 

@@ -38,9 +38,9 @@ import jax
 import numpy as np
 
 from jaxjudge.experiment.typed import ConfigError
-from jaxjudge.models.sharding import spans_processes
+from jaxjudge.multihost import is_leader, spans_processes
 
-__all__ = ["Cluster", "cluster_from_flags", "start", "plan_line", "is_leader"]
+__all__ = ["Cluster", "cluster_from_flags", "start", "plan_line", "is_leader", "launch_from_environment"]
 
 _ADDRESS = re.compile(r"^\[?[A-Za-z0-9_.:-]+\]?:(\d{1,5})$")
 
@@ -121,9 +121,19 @@ def _named_workers() -> list[str]:
     return [h for h in os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]
 
 
-def is_leader() -> bool:
-    """Process 0 (or the only process): the one that writes what is written once."""
-    return jax.process_index() == 0
+def launch_from_environment() -> tuple[int, int]:
+    """``(processes, this process)`` as a Cloud TPU slice's environment names them
+    (``TPU_WORKER_HOSTNAMES``, ``TPU_WORKER_ID``), without joining: ``(1, 0)`` elsewhere."""
+    workers = _named_workers()
+    if len(workers) <= 1:
+        return 1, 0
+    try:
+        me = int(os.environ.get("TPU_WORKER_ID", "0"))
+    except ValueError:
+        raise ConfigError(f"TPU_WORKER_ID: expected an int, got {os.environ['TPU_WORKER_ID']!r}") from None
+    if not 0 <= me < len(workers):
+        raise ConfigError(f"TPU_WORKER_ID: {me} is outside the {len(workers)} workers of TPU_WORKER_HOSTNAMES")
+    return len(workers), me
 
 
 def plan_line(mesh: Any) -> str:

@@ -27,7 +27,7 @@ from jaxjudge import models as M
 from jaxjudge.data.tasks import load_task_data
 from jaxjudge.experiment.checks import check_tokenizer, validate_config
 from jaxjudge.experiment.distributed import is_leader, plan_line
-from jaxjudge.experiment.hardware import check_fits, mesh_for
+from jaxjudge.experiment.hardware import check_fits, mesh_and_plan, prompt_lengths
 from jaxjudge.experiment.plan import extraction_plan
 from jaxjudge.experiment.schema import ConfigError, ExperimentConfig, engine_options, resolve_model_path
 from jaxjudge.engine import EngineOptions
@@ -102,9 +102,7 @@ def run_extractions(
         before the first forward pass (and before any weights are read).
     """
     validate_config(cfg)
-    mesh = mesh_for(cfg)  # before any model loads: sizes that do not fit the devices fail here
-    _check_attention(cfg, mesh)
-    log(plan_line(mesh))
+    mesh, planned = _configured_mesh(cfg, log)
     root = location(store_root or cfg.store_root, "store root")
     plan = extraction_plan(cfg)
     names = list(dict.fromkeys(j.model for j in plan))
@@ -117,13 +115,15 @@ def run_extractions(
     companions = {n: tuple(dict.fromkeys(c for j in plan if j.model == n for c in j.companions(cfg))) for n in names}
     paths = {n: resolve_model_path(cfg.model(n))
              for n in dict.fromkeys([*names, *(c for cs in companions.values() for c in cs)])}
-    _check_models(cfg, paths, companions, verify)
+    tokenizers = _check_models(cfg, paths, companions, verify)
+    data = {t.task: load_task_data(t) for t in cfg.tasks}
+    if planned:
+        mesh = _planned_mesh(cfg, plan, companions, paths, tokenizers, data, log)
     for n, path in paths.items():  # parameters that fit the mesh's devices, before any weights load
         check_fits(n, path, cfg.dtype, mesh)
     _register(cfg, root, log)
 
     engine = EngineOptions(**cfg.engine, mesh=None)
-    data = {t.task: load_task_data(t) for t in cfg.tasks}
     results: list[JobResult] = []
     for n in names:
         judge, chat = _load_judge(cfg, n, paths[n], mesh)
@@ -151,6 +151,35 @@ def run_extractions(
         loaded.clear()  # the models go before the next judge loads
         del judge, rc
     return results
+
+
+def _configured_mesh(cfg: ExperimentConfig, log: Callable[[str], None]) -> tuple[Any, bool]:
+    """The config's mesh, checked before anything else (sizes that do not fit the devices fail
+    here) and its plan line logged; ``(None, True)`` for ``"auto"`` on an accelerator, planned
+    once the tokenizers are read (`_planned_mesh`)."""
+    if cfg.mesh == "auto" and jax.devices()[0].platform != "cpu":
+        return None, True
+    mesh, _ = mesh_and_plan(cfg)
+    _check_attention(cfg, mesh)
+    log(plan_line(mesh))
+    return mesh, False
+
+
+def _planned_mesh(cfg: ExperimentConfig, plan: Sequence[ExtractionJob], companions: dict[str, tuple[str, ...]],
+                  paths: dict[str, Path], tokenizers: dict[str, Any], data: dict[str, Any],
+                  log: Callable[[str], None]) -> Any:
+    """The planner's mesh (``mesh="auto"`` on an accelerator) for the judges each process holds
+    together, its calls sized by their prompts; its plan line logged."""
+    lengths = {n: prompt_lengths(cfg, [j for j in plan if j.model == n], tokenizers[n], data) for n in companions}
+    mesh, mesh_plan = mesh_and_plan(cfg, resident=[[(m, paths[m]) for m in (n, *cs)] for n, cs in companions.items()],
+                                    lengths=lengths, generates=any(j.role in _DECODING for j in plan))
+    _check_attention(cfg, mesh)
+    log(plan_line(mesh) + f"; {mesh_plan.line()}")
+    return mesh
+
+
+_DECODING = ("generate", "contrastive_generate")
+"""Job kinds that decode tokens (a KV cache per row), for the planner's bytes."""
 
 
 def _register(cfg: ExperimentConfig, root: Path, log: Callable[[str], None]) -> None:
@@ -184,9 +213,10 @@ def _load_judge(cfg: ExperimentConfig, name: str, path: Path, mesh: Any) -> tupl
 
 
 def _check_models(cfg: ExperimentConfig, paths: dict[str, Path], companions: dict[str, tuple[str, ...]],
-                  verify: bool) -> None:
+                  verify: bool) -> dict[str, Any]:
     """Every model's hash and tokenizer, before any weights load; a judge and the models its
-    jobs load beside it (contrastive generation's assistant) must share a tokenizer."""
+    jobs load beside it (contrastive generation's assistant) must share a tokenizer. Returns the
+    tokenizers by model."""
     tokenizers = {}
     for n in paths:
         expected = cfg.model(n).sha256
@@ -207,6 +237,7 @@ def _check_models(cfg: ExperimentConfig, paths: dict[str, Path], companions: dic
             if vocab_main != vocab_asst:
                 raise ConfigError(f"contrastive_generate: the judge {main_name!r} and its assistant {asst_name!r} "
                                     "do not share a tokenizer")
+    return tokenizers
 
 
 def _default_context_length(path: Path) -> int | None:

@@ -157,11 +157,16 @@ class ExperimentConfig(Typed):
       attention: the judges' attention, ``"xla"`` (XLA's dense masked attention, any backend) or
         ``"splash"`` (JAX's Pallas splash kernel for a TPU, `jaxjudge.models.Judge.use_attention`;
         refused off a TPU). Not part of a store's key: it changes numbers by float rounding only.
-      mesh: device mesh axis sizes, e.g. ``{"data": 2, "model": 4}`` (rows over ``data``,
-        heads over ``model``); one axis may be -1 (the devices the others leave); None: no mesh,
-        one device. Checked against the devices before any model loads
-        (`jaxjudge.experiment.mesh_for`); under several processes, sizes that multiply to all of
-        their devices make one mesh over them (one SPMD program), see `jaxjudge.experiment.distributed`.
+      mesh: ``"auto"`` (the default): the mesh planner's choice (`jaxjudge.models.mesh_plan`):
+        on accelerators the smallest ``model`` axis with which the judges' parameters, KV cache
+        and activations fit every chip's usable memory with 10% to spare, every other chip on
+        ``data`` (``data`` across slices, ``model`` inside one); on CPU devices, no mesh (one
+        device per process: CPU devices share the host's RAM and cores). Or device mesh axis
+        sizes, e.g. ``{"data": 2, "model": 4}`` (rows over ``data``, heads over ``model``); one
+        axis may be -1 (the devices the others leave); None: no mesh, one device. Checked
+        against the devices before any model loads (`jaxjudge.experiment.mesh_for`); under
+        several processes, sizes that multiply to all of their devices make one mesh over them
+        (one SPMD program), see `jaxjudge.experiment.distributed`.
       compile_cache: folder of the persistent XLA compilation cache (None: the command line's
         default, ``$JAXJUDGE_XLA_CACHE`` or ``~/.cache/jaxjudge/xla``).
       claim_lease: seconds after which a chunk claimed by another worker sharing the store
@@ -216,7 +221,7 @@ class ExperimentConfig(Typed):
     comparisons: tuple[tuple[str, str], ...] = opt((), empty=True)
     dtype: Literal["float32", "bfloat16"] = "float32"
     attention: Literal["xla", "splash"] = "xla"
-    mesh: Mapping[str, int] | None = None
+    mesh: Literal["auto"] | Mapping[str, int] | None = "auto"
     compile_cache: str | None = None
     claim_lease: float = opt(120.0, gt=0)
     engine: Mapping[str, Any] = opt(factory=dict)
@@ -277,7 +282,7 @@ class ExperimentConfig(Typed):
                                   "(bca needs a jackknife the nested bootstrap does not compute)")
         _check_engine_options(f"{w}.engine", self.engine)
         self.family_options()  # checks method_options
-        if self.mesh is not None:
+        if isinstance(self.mesh, Mapping):
             check_mesh(f"{w}.mesh", self.mesh)
 
     # -- lookups ----------------------------------------------------------------------------

@@ -103,7 +103,16 @@ def coerce(where: str, value: Any, tp: Any, meta: Mapping[str, Any] = types.Mapp
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        return coerce(where, value, inner[0] if len(inner) == 1 else typing.Union[tuple(inner)], meta)
+        if len(inner) == 1:
+            return coerce(where, value, inner[0], meta)
+        # Several kinds (``Literal["auto"] | Mapping[str, int]``): the first that takes the value.
+        errors = []
+        for tp_i in inner:
+            try:
+                return coerce(where, value, tp_i, meta)
+            except ConfigError as e:
+                errors.append(str(e).removeprefix(f"{where}: "))
+        raise ConfigError(f"{where}: {'; or '.join(errors)}")
     if origin is Literal:
         return choose(where, value, args)
     if tp is bool:
@@ -169,7 +178,10 @@ def parse_text(where: str, text: str, tp: Any) -> Any:
         if text.lower() in ("none", "null") and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        return parse_text(where, text, inner[0]) if len(inner) == 1 else _literal(where, text)
+        if len(inner) == 1:
+            return parse_text(where, text, inner[0])
+        words = [w for a in inner if typing.get_origin(a) is Literal for w in typing.get_args(a)]
+        return text if text in words else _literal(where, text)
     if tp is bool:
         words = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
         if text.lower() not in words:

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from jaxjudge.engine import EngineOptions
-from jaxjudge.models.sharding import spans_processes
+from jaxjudge.multihost import spans_processes
 from jaxjudge.prompts import ScoreScale, get_template
 from jaxjudge.store import CLAIM_STALE_S, Store
 from jaxjudge.store.location import location

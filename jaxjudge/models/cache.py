@@ -50,10 +50,10 @@ from jaxjudge.models.config import DecoderConfig, config_from_hf
 from jaxjudge.models.convert import abstract_model
 from jaxjudge.models.decoder import Decoder
 from jaxjudge.models.layers import as_dtype
+from jaxjudge.multihost import agree, barrier
 from jaxjudge.store import file_sha256
 from jaxjudge.store.bucket import BucketPath
 from jaxjudge.store.location import Location, is_bucket, location
-from jaxjudge.store.work import agree, barrier
 
 __all__ = [
     "FORMAT_VERSION",

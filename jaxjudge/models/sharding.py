@@ -14,8 +14,8 @@ which.
 
 A mesh may span several processes (one ``jax.distributed`` job, e.g. a multi-host TPU slice):
 every process then runs the same program over the global mesh, inputs are placed from the
-host arrays each process holds in full (:func:`spans_processes`), and results are read back on
-every process with :func:`to_host`.
+host arrays each process holds in full (`jaxjudge.multihost.spans_processes`), and results are
+read back on every process with `jaxjudge.multihost.to_host`.
 
 The mesh uses ``AxisType.Auto`` axes: the decoder code carries no sharding annotations, and
 XLA's propagation inserts the collectives from the parameter and batch shardings.
@@ -34,6 +34,7 @@ from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from jaxjudge.models.kvcache import KVCache, init_cache
+from jaxjudge.multihost import spans_processes, to_host  # re-exported: the helpers live in jaxjudge.multihost
 
 __all__ = [
     "LOGICAL_AXIS_RULES",
@@ -166,18 +167,6 @@ def shard_state(
     )
 
 
-def spans_processes(mesh: Mesh | None) -> bool:
-    """Whether ``mesh`` holds devices of other processes (one SPMD program over several hosts)."""
-    return mesh is not None and _spans(mesh)
-
-
-@functools.lru_cache(maxsize=16)
-def _spans(mesh: Mesh) -> bool:
-    # Asked for every array a call places: looked up once per mesh, not per device per call.
-    me = jax.process_index()
-    return any(d.process_index != me for d in np.asarray(mesh.devices).flat)
-
-
 def bytes_per_device(abstract_state: Any, mesh: Mesh | None = None,
                      rules: Mapping[str, str | None] = LOGICAL_AXIS_RULES) -> int:
     """Bytes of a (possibly abstract) parameter state on each device of ``mesh`` under the
@@ -188,17 +177,6 @@ def bytes_per_device(abstract_state: Any, mesh: Mesh | None = None,
     shardings = jax.tree.leaves(param_shardings(abstract_state, mesh, rules))
     return sum(math.prod(s.shard_shape(tuple(x.shape))) * jnp.dtype(x.dtype).itemsize
                for x, s in zip(leaves, shardings, strict=True))
-
-
-def to_host(x: Any) -> np.ndarray:
-    """A device array's whole value as numpy on this process. An array split over other
-    processes' devices is gathered from them (a collective: every process of the mesh must
-    call this for the same array in the same order)."""
-    if isinstance(x, jax.Array) and not x.is_fully_addressable and not x.is_fully_replicated:
-        from jax.experimental import multihost_utils
-
-        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-    return np.asarray(x)
 
 
 def _host_side(a: Any, mesh: Mesh | None) -> Any:

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from jaxjudge.multihost import agree, barrier  # re-exported: the helpers live in jaxjudge.multihost
+from jaxjudge.multihost import is_leader as _is_leader
 from jaxjudge.store.chunked import Store
 from jaxjudge.store.files import CLAIM_STALE_S, clear_dead_claim
 
@@ -25,26 +27,6 @@ CLAIM_POLL_S = 0.5
 """How often a worker looks again at chunks other workers hold."""
 
 _MINE, _WAIT, _DONE = 1, 0, 2
-
-
-def agree(value: int) -> int:
-    """Process 0's ``value``, on every process of the ``jax.distributed`` job (a collective)."""
-    from jax.experimental import multihost_utils
-
-    return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
-
-
-def barrier(name: str) -> None:
-    """Waits until every process of the ``jax.distributed`` job reaches the barrier ``name``."""
-    from jax.experimental import multihost_utils
-
-    multihost_utils.sync_global_devices(name)
-
-
-def _is_leader() -> bool:
-    import jax
-
-    return jax.process_index() == 0
 
 
 def claimed_chunks(store: Store, todo: Sequence[int], make: Callable[[int], dict[str, np.ndarray]],

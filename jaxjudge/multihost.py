@@ -1,0 +1,67 @@
+"""What the processes of one ``jax.distributed`` job say to each other: the multi-host helpers.
+
+At the bottom of the package's layers (it imports only JAX and NumPy), so that the store, the
+models, the engine and the experiment share one copy:
+
+- `is_leader`: process 0 (or the only process), the one that writes what is written once;
+- `agree`: process 0's integer on every process (a collective);
+- `barrier`: waits until every process reaches the named point;
+- `spans_processes`: whether a mesh holds devices of other processes (one SPMD program);
+- `to_host`: a device array's whole value on this process, gathered from the others if split
+  over their devices (a collective).
+
+A collective must be called by every process, for the same values, in the same order.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import numpy as np
+
+__all__ = ["is_leader", "agree", "barrier", "spans_processes", "to_host"]
+
+
+def is_leader() -> bool:
+    """Process 0 (or the only process): the one that writes what is written once."""
+    return jax.process_index() == 0
+
+
+def agree(value: int) -> int:
+    """Process 0's ``value``, on every process of the ``jax.distributed`` job (a collective)."""
+    from jax.experimental import multihost_utils
+
+    return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
+
+
+def barrier(name: str) -> None:
+    """Waits until every process of the ``jax.distributed`` job reaches the barrier ``name``."""
+    from jax.experimental import multihost_utils
+
+    multihost_utils.sync_global_devices(name)
+
+
+def spans_processes(mesh: Any) -> bool:
+    """Whether ``mesh`` (a `jax.sharding.Mesh`, or None) holds devices of other processes (one
+    SPMD program over several hosts)."""
+    return mesh is not None and _spans(mesh)
+
+
+@functools.lru_cache(maxsize=16)
+def _spans(mesh: Any) -> bool:
+    # Asked for every array a call places: looked up once per mesh, not per device per call.
+    me = jax.process_index()
+    return any(d.process_index != me for d in np.asarray(mesh.devices).flat)
+
+
+def to_host(x: Any) -> np.ndarray:
+    """A device array's whole value as numpy on this process. An array split over other
+    processes' devices is gathered from them (a collective: every process of the mesh must
+    call this for the same array in the same order)."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable and not x.is_fully_replicated:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
