@@ -18,7 +18,7 @@ population Spearman over dev draws:
     python experiments/coverage.py --nested             # the nested table of results/README.md
 
 With ``--spread`` it measures the intervals of the spread over score ranges
-(`jaxjudge.report.coverage.spread_coverage`): the heterogeneity (standard deviation of the
+(`jaxjudge.report.spread_coverage`): the heterogeneity (standard deviation of the
 ranges' true values, net of noise, test-inversion interval) against the percentile interval of
 max - min, with the noise of a committed run (its vanilla judge's bootstrap covariance across the
 four ranges, recomputed from its committed stores):
@@ -39,12 +39,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from jaxjudge.report.coverage import (  # noqa: E402
-    interval_coverage,
-    nested_coverage,
-    spread_coverage,
-    spread_diff_coverage,
-)
+from jaxjudge.report.coverage import interval_coverage, nested_coverage  # noqa: E402
+from jaxjudge.report.spread_coverage import spread_coverage, spread_diff_coverage  # noqa: E402
 
 
 def main(argv=None) -> None:

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["heterogeneity", "heterogeneity_interval"]
+__all__ = ["heterogeneity", "heterogeneity_interval", "net_sd", "noise_covariance"]
 
 
 def _centred(k: int) -> np.ndarray:
@@ -139,3 +139,23 @@ def heterogeneity_interval(
     high = 0.0 if quantile(0.0, lo_q) > t_obs else solve(lo_q) / scale
     return {"estimate": heterogeneity(est, sigma), "low": low, "high": high,
             "raw": math.sqrt(t_obs / (k - 1)), "noise": math.sqrt(noise / (k - 1))}
+
+
+def noise_covariance(reps: np.ndarray) -> tuple[np.ndarray, float]:
+    """The covariance across ranges of the replicates defined on every range (``[S, S]`` from
+    ``[S, B]``; NaN where fewer than two are), and its trace in the centred space: how much noise
+    adds to the squared deviations in expectation."""
+    ok = reps[:, np.all(np.isfinite(reps), axis=0)]
+    s = reps.shape[0]
+    sigma = np.cov(ok) if ok.shape[1] >= 2 else np.full((s, s), np.nan)
+    c = _centred(s)
+    return sigma, float(np.trace(c @ sigma @ c))
+
+
+def net_sd(x: np.ndarray, noise: float, times: float) -> np.ndarray:
+    """``sqrt(max(0, |C x|^2 - times * noise) / (S - 1))`` over the first axis of ``[S]`` or
+    ``[S, B]``: the heterogeneity with ``times`` the noise taken out (1 for an estimate, 2 for a
+    bootstrap replicate, which sits one noise further out than the estimate it is drawn around)."""
+    dev = x - np.mean(x, axis=0)
+    with np.errstate(invalid="ignore"):
+        return np.sqrt(np.maximum(np.sum(dev * dev, axis=0) - times * noise, 0.0) / (x.shape[0] - 1))

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from jaxjudge.metrics.bootstrap import expanded_levels
-from jaxjudge.metrics.heterogeneity import heterogeneity_interval
+from jaxjudge.metrics.heterogeneity import heterogeneity_interval, net_sd, noise_covariance
 from jaxjudge.metrics.intervals import NAN_SHARE_MAX, interval_summary
 from jaxjudge.metrics.multiplicity import bootstrap_p_value, holm
 from jaxjudge.report.methods import REFERENCE, Role, role_of
@@ -103,22 +103,6 @@ _DIFFS = (  # (name, statistic of the method's and the comparator's series, has 
     ("relative", _relative, False),
 )
 
-
-def _noise(reps: np.ndarray) -> tuple[np.ndarray, float]:
-    """The covariance across ranges of the replicates defined on every range ([S, S]), and its
-    trace in the centred space (the expected excess of the squared deviations)."""
-    ok = reps[:, np.all(np.isfinite(reps), axis=0)]
-    s = reps.shape[0]
-    sigma = np.cov(ok) if ok.shape[1] >= 2 else np.full((s, s), np.nan)
-    c = np.eye(s) - np.full((s, s), 1.0 / s)
-    return sigma, float(np.trace(c @ sigma @ c))
-
-
-def _net_sd(x: np.ndarray, noise: float, times: float) -> np.ndarray:
-    """sqrt(max(0, |C x|^2 - times * noise) / (S - 1)) over the first axis of [S] or [S, B]."""
-    dev = x - np.mean(x, axis=0)
-    with np.errstate(invalid="ignore"):
-        return np.sqrt(np.maximum(np.sum(dev * dev, axis=0) - times * noise, 0.0) / (x.shape[0] - 1))
 
 _Series = tuple[np.ndarray, "np.ndarray | None"]  # [S] estimates, [S, B] replicates (None: no interval)
 
@@ -197,9 +181,9 @@ class _Panel:
         if reps is None or breps is None:
             reason = "ranges resampled differently" if not self.same else "no replicates on every range"
             return {"estimate": None, "low": None, "high": None, "reason": reason}
-        (_, noise), (_, bnoise) = _noise(reps), _noise(breps)
-        value = float(_net_sd(est, noise, 1.0) - _net_sd(best, bnoise, 1.0))
-        diffs = _net_sd(reps, noise, 2.0) - _net_sd(breps, bnoise, 2.0)
+        (_, noise), (_, bnoise) = noise_covariance(reps), noise_covariance(breps)
+        value = float(net_sd(est, noise, 1.0) - net_sd(best, bnoise, 1.0))
+        diffs = net_sd(reps, noise, 2.0) - net_sd(breps, bnoise, 2.0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             return _iv(value, diffs, self.options, self.num_groups, p=True)

@@ -384,87 +384,16 @@ class Store:
 
     def seal(self) -> dict[str, int]:
         """Seal this store's unsealed chunks (see `seal_store`). Returns counts per outcome."""
-        done = self.completed_chunks()
-        unsealed: list[int] = []
-        seen: dict[str, int] = {}
-        for i in done:
-            arrays, seal = self._read_raw(i)
-            if seal is not None:
-                self._check_seal(i, arrays, seal)  # a sealed chunk is verified, never re-sealed
-            path = self.chunk_path(i)
-            lead = {len(a) for a in arrays.values()}
-            if len(lead) > 1:
-                raise StoreError(f"{path}: chunk {i} has arrays of different lengths {sorted(lead)}; "
-                                 f"{_recompute_hint(self.root)}")
-            if "example_ids" in arrays or "n_examples" in self.key:
-                if "example_ids" not in arrays:
-                    raise StoreError(f"{path}: chunk {i} has no 'example_ids' array; {_recompute_hint(self.root)}")
-                for e in (str(x) for x in arrays["example_ids"]):
-                    if e in seen:
-                        raise StoreError(f"{path}: chunk {i} repeats example id {e!r} (also in chunk {seen[e]}); "
-                                         f"{_recompute_hint(self.root)}")
-                    seen[e] = i
-            if seal is None:
-                unsealed.append(i)
-        n_total = self.key.get("n_examples")
-        if isinstance(n_total, int) and self.n_chunks is not None and len(done) == self.n_chunks and seen:
-            if len(seen) != n_total:
-                raise StoreError(f"store at {self.root}: its chunks hold {len(seen)} example ids, its key says "
-                                 f"{n_total}")
-        # Every chunk checked first: a store that fails a check is left exactly as it was.
-        for i in unsealed:
-            arrays, _ = self._read_raw(i)
-            self._write_sealed(i, arrays, origin="seal")
-        return {"sealed": len(unsealed), "already": len(done) - len(unsealed)}
+        from jaxjudge.store.migrate import seal_chunks  # noqa: PLC0415
+
+        return seal_chunks(self)
 
     def extend_key(self, entries: Mapping[str, Any]) -> dict[str, int]:
-        """Add new entries to this store's key, keeping its arrays (a one-time migration).
+        """Add new entries to this store's key, keeping its arrays (a one-time migration:
+        `jaxjudge.store.migrate.extend_key`). Returns ``{"resealed": n, "already": m}``."""
+        from jaxjudge.store.migrate import extend_key  # noqa: PLC0415
 
-        Every chunk is verified against the current key first (a store that fails is left as
-        it was), then re-sealed for the extended key, and the manifest is rewritten last. A
-        crash part-way leaves chunks sealed for either key; calling again with the same
-        entries finishes the job.
-
-        Args:
-          entries: new key entries; one the key already holds raises.
-
-        Returns:
-          ``{"resealed": n, "already": m}`` chunk counts.
-
-        Raises:
-          ValueError: an entry the key already has.
-          StoreError: a chunk fails its seal under both the current and the extended key.
-        """
-        clash = sorted(set(entries) & set(self.key))
-        if clash:
-            raise ValueError(f"store at {self.root}: its key already has {clash}")
-        new_key = canonical_key({**self.key, **entries})
-        new_hash = hash_key(new_key)
-        new = Store(self.root, {**self.meta, "key": new_key, "key_hash": new_hash})
-        todo, already = [], 0
-        for i in self.completed_chunks():
-            arrays, seal = self._read_raw(i)
-            if seal is not None and seal.get("key_hash") == new_hash:
-                new._check_seal(i, arrays, seal)  # finished by an earlier, interrupted call
-                already += 1
-            else:
-                self._check_seal(i, arrays, seal)
-                todo.append(i)
-        for i in todo:
-            arrays, _ = self._read_raw(i)
-            new._write_sealed(i, arrays, origin="extend_key")
-        manifest = {**self.meta, "key": new_key, "key_hash": new_hash}
-        target = self.root / _MANIFEST
-        text = json.dumps(manifest, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
-        if isinstance(target, BucketPath):
-            target.write_text(text)  # one upload replaces the object whole
-        else:
-            tmp = tmp_name(target)
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, target)
-            fsync_dir(self.root)
-        self.meta, self.key, self.key_hash = manifest, new_key, new_hash
-        return {"resealed": len(todo), "already": already}
+        return extend_key(self, entries)
 
     def load(self, n_chunks: int | None = None) -> dict[str, np.ndarray]:
         """All chunks concatenated in chunk order along the leading axis.
