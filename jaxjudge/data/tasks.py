@@ -183,15 +183,16 @@ def load_task_data(task: Any) -> TaskData:
             protected = set(dev_docs or ())
             others = sorted(set(groups[keep].tolist()) - protected)
             keep &= np.isin(groups, sorted(protected) + others[: sub.n_docs])
-        for field in ("exclude", "max_per_split", "held_out"):
-            for s in getattr(sub, field, None) or {}:
+        for field, named in (("exclude", sub.exclude), ("max_per_split", sub.max_per_split),
+                             ("held_out", sub.held_out)):
+            for s in named or {}:
                 if s not in set(labels.tolist()):
                     raise DataError(folder or "embedded SummEval subset", None, f"subset.{field}",
                                     f"task {task.task!r}: names split {s!r}, not loaded")
-        for s, limit in (getattr(sub, "exclude", None) or {}).items():
+        for s, limit in (sub.exclude or {}).items():
             keep &= ~(_sample_groups(examples, labels, s, limit, sub.seed) & (labels == s))
         held = np.zeros(len(examples), bool)
-        for s, limit in (getattr(sub, "held_out", None) or {}).items():
+        for s, limit in (sub.held_out or {}).items():
             # the groups of split s outside its selection sample, sampled with the next seed
             in_sample = _sample_groups(examples, labels, s, sub.max_per_split[s], sub.seed) & (labels == s)
             rest = labels == s
