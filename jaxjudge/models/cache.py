@@ -261,15 +261,7 @@ def save_converted(
             barrier(f"jaxjudge-cache-written-{tag}")
             return final
         (tmp / "tokenizer.json").write_text(tokenizer.to_str(), encoding="utf-8")
-        meta = {
-            "format_version": FORMAT_VERSION,
-            "dtype": jnp.dtype(model.dtype).name,
-            "hf_config": dict(hf_config),
-            "chat_template": chat_template,
-            "special_tokens": dict(special_tokens or {}),
-            "source": source,
-            "sha256": sha256,
-        }
+        meta = _meta(model, hf_config, chat_template, special_tokens, source, sha256)
         # meta.json is the entry's completeness marker: written last inside the temporary folder.
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
         try:
@@ -287,6 +279,20 @@ def save_converted(
     return final
 
 
+def _meta(model: Decoder, hf_config: Mapping[str, Any], chat_template: str | None,
+          special_tokens: Mapping[str, str] | None, source: str | None, sha256: str | None) -> dict[str, Any]:
+    """A cache entry's meta.json (its completeness marker), local folder or bucket alike."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "dtype": jnp.dtype(model.dtype).name,
+        "hf_config": dict(hf_config),
+        "chat_template": chat_template,
+        "special_tokens": dict(special_tokens or {}),
+        "source": source,
+        "sha256": sha256,
+    }
+
+
 def _save_to_bucket(final: BucketPath, tag: str, lead: bool, together: bool, *, model: Decoder,
                     hf_config: Mapping[str, Any], tokenizer: Tokenizer, chat_template: str | None,
                     special_tokens: Mapping[str, str] | None, source: str | None, sha256: str | None) -> BucketPath:
@@ -299,16 +305,7 @@ def _save_to_bucket(final: BucketPath, tag: str, lead: bool, together: bool, *, 
         tok = final / "tokenizer.json"  # the same text for every writer of this key (same source sha256)
         if not tok.is_file():
             tok.write_text(tokenizer.to_str())
-        meta = {
-            "format_version": FORMAT_VERSION,
-            "dtype": jnp.dtype(model.dtype).name,
-            "hf_config": dict(hf_config),
-            "chat_template": chat_template,
-            "special_tokens": dict(special_tokens or {}),
-            "source": source,
-            "sha256": sha256,
-            "params": params.name,
-        }
+        meta = {**_meta(model, hf_config, chat_template, special_tokens, source, sha256), "params": params.name}
         if not (final / "meta.json").create(json.dumps(meta, indent=1).encode("utf-8")):
             params.rmtree()  # another writer's entry is complete: same content, keep theirs
     if together:
