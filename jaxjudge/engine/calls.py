@@ -55,13 +55,17 @@ def prefill_prefixes(judge: Judge, prefixes: Sequence[Sequence[int]]) -> KVCache
     The tokens are right-padded to the longest prefix's `bucket_length` (the prefill's compute)
     inside a cache of `slot_bucket` slots (what later calls attend to), so few shapes compile.
     The P prefixes are split over the judge's ``data`` axis when it divides P (each data shard
-    prefills and keeps only its own groups' prefixes), else replicated (`Judge.put_rows`). The result is the ``prefix`` of `read_rows` and ``judge.extend``: row b of
-    a B-row call continues prefix b // (B / P).
+    prefills and keeps only its own groups' prefixes). With fewer prefixes than data shards
+    their tokens are split over ``data`` instead, so each prefix is computed once on the slice
+    and its cache, gathered, is on every shard (`Judge.put_prefixes`). The result is the
+    ``prefix`` of `read_rows` and ``judge.extend``: row b of a B-row call continues prefix
+    b // (B / P).
     """
     tokens, mask = _right_padded(judge, prefixes)
     p = tokens.shape[0]
     cache = sharding.new_cache(judge.config, p, slot_bucket(tokens.shape[1]), judge.dtype, judge.mesh)
-    tokens, mask, read = (judge.put_rows(x) for x in (tokens, mask, np.zeros((p, 1), np.int32)))
+    tokens, mask = judge.put_prefixes(tokens), judge.put_prefixes(mask)
+    read = judge.put_rows(np.zeros((p, 1), np.int32))
     _, cache = _prim.PREFILL(judge.graphdef, judge.state, tokens, mask, read, None, cache, None)
     return cache
 

@@ -301,6 +301,13 @@ class Judge:
             return jnp.asarray(x)
         return sharding.shard_batch(x if isinstance(x, jax.Array) else np.asarray(x), self.mesh, strict=False)
 
+    def put_prefixes(self, x: Any) -> jax.Array:
+        """A prefill's ``[P, T]`` tokens or mask: the prefixes over the mesh's ``data`` axis, or,
+        with fewer prefixes than data shards, their tokens (`jaxjudge.models.sharding.prefix_sharding`)."""
+        if self.mesh is None:
+            return jnp.asarray(x)
+        return sharding.shard_prefixes(x, self.mesh)
+
     def put_replicated(self, tree: Any) -> Any:
         """A pytree copied to every device of the mesh (or to the one device)."""
         return sharding.Placement(self.mesh).replicated(tree)

@@ -43,7 +43,9 @@ __all__ = [
     "param_shardings",
     "shard_state",
     "batch_sharding",
+    "prefix_sharding",
     "shard_batch",
+    "shard_prefixes",
     "cache_sharding",
     "new_cache",
     "Placement",
@@ -191,6 +193,24 @@ def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec("data", *([None] * (ndim - 1))))
 
 
+def prefix_sharding(mesh: Mesh, shape: tuple[int, ...]) -> NamedSharding:
+    """Sharding of a prefill's ``[P, T]`` tokens or mask (P shared prefixes of T tokens).
+
+    The prefixes over ``data`` when it divides P: each data shard prefills only its own
+    groups'. With fewer prefixes than data shards (or a count it does not divide) each prefix
+    is read by rows on several shards, so its KV cache must be on all of them: its tokens are
+    then split over ``data`` (when it divides T), so that the slice computes every prefix once,
+    each shard a run of its tokens, and the keys and values are gathered into the cache every
+    shard reads, instead of each shard computing the whole prefix again. Otherwise replicated.
+    """
+    data = int(mesh.shape["data"])
+    if data == 1 or shape[0] % data == 0:
+        return batch_sharding(mesh, len(shape))
+    if len(shape) > 1 and shape[1] % data == 0:
+        return NamedSharding(mesh, PartitionSpec(None, "data", *([None] * (len(shape) - 2))))
+    return NamedSharding(mesh, PartitionSpec())
+
+
 def shard_batch(x: Any, mesh: Mesh, *, strict: bool = True) -> Any:
     """Places a batch-major array (or a pytree of them) with its batch split over ``data``.
 
@@ -212,6 +232,12 @@ def shard_batch(x: Any, mesh: Mesh, *, strict: bool = True) -> Any:
         return place.rows(a)
 
     return jax.tree.map(put, x)
+
+
+def shard_prefixes(x: Any, mesh: Mesh) -> jax.Array:
+    """Places a prefill's ``[P, T]`` tokens or mask by `prefix_sharding`."""
+    a = np.asarray(x) if not isinstance(x, (np.ndarray, jax.Array)) else _host_side(x, mesh)
+    return jax.device_put(a, prefix_sharding(mesh, tuple(a.shape)))
 
 
 class Placement:

@@ -118,6 +118,19 @@ def test_placement():
     assert cache.valid.sharding.spec == P("data", None)
 
 
+def test_prefixes_split_over_data_or_their_tokens():
+    """A prefill's [P, T] tokens: P prefixes over data when it divides P; fewer prefixes than
+    data shards split their tokens instead (each prefix computed once over the slice); a
+    length data does not divide is replicated."""
+    mesh = S.make_mesh(data=4, model=2)
+    assert S.prefix_sharding(mesh, (8, 64)).spec == P("data", None)
+    assert S.prefix_sharding(mesh, (2, 64)).spec == P(None, "data")
+    assert S.prefix_sharding(mesh, (1, 64)).spec == P(None, "data")
+    assert S.prefix_sharding(mesh, (1, 30)).spec == P()
+    assert S.prefix_sharding(S.make_mesh(data=1, model=8), (1, 64)).spec == P("data", None)
+    assert S.shard_prefixes(np.zeros((2, 64), bool), mesh).sharding.spec == P(None, "data")
+
+
 def test_build_model_places_parameters_on_the_mesh():
     torch = pytest.importorskip("torch")
     tf = pytest.importorskip("transformers")
