@@ -362,11 +362,13 @@ def aot_compile(hf_config: dict[str, Any], *, topology: str, mesh_shape: dict[st
     graphdef, state, param_bytes = _abstract_state(cfg, dt, mesh, attention=attention)
     w = workload
     groups = data if w.groups is None else int(w.groups)
-    if groups > 1 and groups % data:
-        raise ValueError(f"{groups} prefix groups per step do not split over the data axis ({data}): use 1 or a "
-                         f"multiple of {data}")
-    # One group: its tails split over data (rounded up); several: each group's tails stay on its shard.
-    rows = -(-w.tails // data) * data if groups == 1 else groups * w.tails
+    if groups % data and data % groups:
+        raise ValueError(f"{groups} prefix groups per step do not split over the data axis ({data}): use a divisor "
+                         f"or a multiple of {data}")
+    # As many groups as data shards or more: each group's tails stay on its shard. Fewer: each
+    # group's tails split over the data / groups shards that read its prefix (rounded up).
+    share = max(1, data // groups)
+    rows = groups * -(-w.tails // share) * share
     p_len = _prim.bucket_length(w.prefix)
     p_slots = _prim.slot_bucket(p_len)
     t_len = _prim.bucket_length(w.tail_len)
@@ -396,7 +398,10 @@ def aot_compile(hf_config: dict[str, Any], *, topology: str, mesh_shape: dict[st
             split = groups % data == 0  # Judge.put_rows replicates a batch the data axis does not divide
             fresh = jax.eval_shape(lambda: _dec.init_cache(c, groups, p_slots, dt))
             cache = _sds(fresh, _sh.cache_sharding(mesh, fresh))
-            return _prim.PREFILL, (gd, st, rows_sds((groups, p_len), i32, split), rows_sds((groups, p_len), bool, split),
+            # Judge.put_prefixes: the prefixes over data, or (fewer than data shards) their tokens
+            prefixes = _sh.prefix_sharding(mesh, (groups, p_len))
+            return _prim.PREFILL, (gd, st, jax.ShapeDtypeStruct((groups, p_len), i32, sharding=prefixes),
+                                   jax.ShapeDtypeStruct((groups, p_len), bool, sharding=prefixes),
                                    rows_sds((groups, 1), i32, split), None, cache, None), {}
         if step == "read_rows":  # calls.read_rows: every group's tails against its prefix
             return _prim.READ_ROWS, (gd, st, rows_sds((rows, t_len), i32), rows_sds((rows, t_len), bool),

@@ -189,9 +189,9 @@ def extract(
         spans = [nll_token_span(judge.tokenizer, p, ids) for p, ids in zip(tk.prompts, tk.ids)]
     data = 1 if judge.mesh is None else int(judge.mesh.shape["data"])
     per_call = data if o.groups_per_call is None else o.groups_per_call
-    if per_call > 1 and per_call % data:
-        raise ValueError(f"engine option groups_per_call={per_call} must be 1 or a multiple of the mesh's data axis "
-                         f"({data}): each data shard reads whole groups")
+    if per_call % data and data % per_call:
+        raise ValueError(f"engine option groups_per_call={per_call} must divide the mesh's data axis ({data}) or be a "
+                         f"multiple of it: each data shard reads whole groups, or a share of one group")
     reader = ChunkReader(judge, cplan, batch_size=o.batch_size, max_batch_tokens=o.max_batch_tokens, topk=topk,
                          prefix_cache=o.prefix_cache, min_prefix_tokens=o.min_prefix_tokens, nll_spans=spans,
                          generate_tokens=generate_tokens, groups_per_call=per_call)

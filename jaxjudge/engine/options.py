@@ -45,7 +45,8 @@ class EngineOptions:
       groups_per_call: `extract` reads this many prefix groups in one call when each fits one call
         (each against its own prefix, each with a one-group call's ``batch_size`` and
         ``max_batch_tokens``); None: the mesh's ``data`` axis (1 on one device), so that every
-        data shard prefills and reads its own group. A multiple of the data axis or 1.
+        data shard prefills and reads its own group. A multiple or a divisor of the data axis (with
+        fewer groups than data shards each prefix is computed once over the shards that read it).
       mesh: a ``jax.sharding.Mesh`` with a ``data`` axis for `extract` (None: the judge's own);
         not a config option (configs set ``ExperimentConfig.mesh``).
     """

@@ -123,7 +123,7 @@ def _plan(group: Group, *, batch_size: int, max_batch_tokens: int, extra_tokens:
 
 def batches(groups: Iterable[Group], prefill: Callable[[list[list[int]]], Any], *, batch_size: int,
             max_batch_tokens: int, extra_tokens: int = 0, rows_per_example: int = 1,
-            groups_per_call: int = 1) -> Iterator[Call]:
+            groups_per_call: int = 1, part_multiple: int = 1) -> Iterator[Call]:
     """The calls of every group: its prefix prefilled once, its tails longest first.
 
     With ``groups_per_call`` P > 1, groups with a prefix whose tails fit one call are read P
@@ -145,6 +145,9 @@ def batches(groups: Iterable[Group], prefill: Callable[[list[list[int]]], Any], 
         extra_tokens: tokens each row feeds after its tail (the candidates' continuation).
         rows_per_example: rows each example takes (teacher-forcing variants).
         groups_per_call: P, the groups read together.
+        part_multiple: each group's part of a call of P groups padded to a multiple of this many
+            examples (data / P when P groups share a ``data`` axis larger than P: each shard
+            then reads rows of one group only).
     """
     kw = dict(batch_size=batch_size, max_batch_tokens=max_batch_tokens, extra_tokens=extra_tokens,
               rows_per_example=rows_per_example)
@@ -163,7 +166,8 @@ def batches(groups: Iterable[Group], prefill: Callable[[list[list[int]]], Any], 
             continue
         pending.append((group, order, plans[0]))
         if len(pending) == groups_per_call:
-            shape = Batch(0, len(pending[0][1]), max(b.rows for _, _, b in pending),
+            rows = max(b.rows for _, _, b in pending)
+            shape = Batch(0, len(pending[0][1]), -(-rows // part_multiple) * part_multiple,
                           max(b.length for _, _, b in pending))
             prefix = prefill([g.prefix_ids for g, _, _ in pending])
             yield Call(tuple(g for g, _, _ in pending), prefix, tuple(o for _, o, _ in pending), shape, True)

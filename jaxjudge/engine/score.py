@@ -39,8 +39,9 @@ class ChunkReader:
         nll_spans: per prompt, the tokens ``[a, b)`` its NLL counts; None: no NLL.
         generate_tokens: G > 0 also decodes each prompt's greedy reply of G tokens.
         groups_per_call: P > 1 reads small prefix groups P at a time, each against its own
-            prefix (`jaxjudge.engine.runner.batches`); P * rows must split evenly over the
-            mesh's ``data`` axis, which P a multiple of it guarantees.
+            prefix (`jaxjudge.engine.runner.batches`); P a multiple or a divisor of the mesh's
+            ``data`` axis (each group's part then padded to a multiple of data / P examples, so
+            every data shard reads one group's rows).
     """
 
     def __init__(self, judge: Judge, cplan: CandidatePlan, *, batch_size: int, max_batch_tokens: int, topk: int,
@@ -178,7 +179,8 @@ class ChunkReader:
 
         for call in batches(groups, functools.partial(calls.prefill_prefixes, self.judge), batch_size=self.batch_size,
                             max_batch_tokens=self.max_batch_tokens, extra_tokens=extra,
-                            rows_per_example=self.cplan.n_variants, groups_per_call=self.groups_per_call):
+                            rows_per_example=self.cplan.n_variants, groups_per_call=self.groups_per_call,
+                            part_multiple=max(1, self.judge.round_rows(1) // self.groups_per_call)):
             if nll and call.first and call.prefix is not None:
                 prefix_nll.update(self._prefix_nll(call, tk))
             if len(call.groups) == 1:

@@ -340,6 +340,32 @@ def test_several_groups_per_call_match_per_example_forward(judge, per_call):
     np.testing.assert_allclose(out.cand_logprobs, one.cand_logprobs, atol=1e-5, rtol=0)
 
 
+def test_fewer_groups_per_call_than_data_shards_compute_each_prefix_once(judge):
+    """On data 4 x model 2 with 2 groups a call, the prefixes' tokens are split over ``data``
+    (each prefix computed once over the slice, its cache gathered to every shard that reads it)
+    and each group's rows padded to whole shards: the one-device figures."""
+    import jax
+
+    from jaxjudge.engine import primitives
+    from jaxjudge.engine.step import recording
+    from jaxjudge.models.sharding import make_mesh
+
+    if len(jax.devices()) < 8:
+        pytest.skip("needs 8 host devices (tests/conftest.py asks for 8)")
+    prompts = make_prompts(n_groups=2, per_group=3, seed=5, solo=False)
+    kw = dict(progress=False, min_prefix_tokens=4, batch_size=4)
+    one = engine.extract(judge, prompts, ScoreScale(1, 10), **kw)
+    with recording() as used:
+        out = engine.extract(judge, prompts, ScoreScale(1, 10), mesh=make_mesh(data=4, model=2),
+                             groups_per_call=2, **kw)
+    np.testing.assert_allclose(out.cand_logprobs, one.cand_logprobs, atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(out.topk_ids, one.topk_ids)
+    prefills = [u.args[2] for u in used if u.step is primitives.PREFILL]
+    assert [(t.shape[0], tuple(t.sharding.spec)) for t in prefills] == [(2, (None, "data"))]
+    reads = [u.args[2] for u in used if u.step is primitives.READ_ROWS]
+    assert [t.shape[0] for t in reads] == [8]  # 2 groups x 3 rows, each padded to 4: 2 shards a group
+
+
 def test_batches_packs_whole_groups_only():
     """Groups that fit one call are packed P at a time (their prefixes prefilled together); a
     group too large for one call, the prefix-less group and the leftovers run alone."""
