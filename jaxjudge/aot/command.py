@@ -31,7 +31,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--prefix", type=int, default=700, help="tokens of the shared prefix")
     p.add_argument("--tails", type=int, default=16, help="continuations of each prefix scored per step")
     p.add_argument("--groups", type=int, default=None,
-                   help="prefix groups per scoring step (default: one per data shard, as the engine reads them)")
+                   help="prefix groups per scoring step, a multiple or a divisor of the data axis (default: one "
+                        "per data shard, as the engine reads them)")
     p.add_argument("--tail-len", type=int, default=120, help="tokens per continuation")
     p.add_argument("--decode-rows", type=int, default=16, help="rows of a decode step")
     p.add_argument("--decode-len", type=int, default=16, help="tokens generated per row")

@@ -12,11 +12,13 @@ forward pass:
 - ``prefill`` (`jaxjudge.engine.primitives.PREFILL`): P prefix groups (by default one per
   ``data`` shard, as `jaxjudge.engine.extract` reads them) prefilled into a fresh KV cache of
   batch P (padded to the length bucket, the cache to the slot bucket, the cache donated), as
-  `jaxjudge.engine.calls.prefill_prefixes` calls it;
+  `jaxjudge.engine.calls.prefill_prefixes` calls it: the prefixes over ``data``, or, with fewer
+  groups than data shards, their tokens (each prefix computed once on the slice);
 - ``read_rows`` (`jaxjudge.engine.primitives.READ_ROWS`): every group's tails continue their own
   prefix and are read at the answer position (picked log-probabilities, the log-normaliser,
   greedy token and top-k), as `jaxjudge.engine.calls.read_rows` calls it; prefixes and their
-  tails split over ``data`` together, so no data shard reads another's prefix;
+  tails split over ``data`` together, so no data shard reads another's prefix (with fewer groups
+  than shards, each group's tails over the data / P shards that hold its prefix);
 - ``score``: the two above, the engine's scoring step, their costs summed (`combine`);
 - ``decode`` (`jaxjudge.engine.decode.DECODE`): the engine's greedy decoding loop for rows whose
   per-row cache (donated) continues one prefix, reported per generated token.
