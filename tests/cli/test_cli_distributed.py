@@ -152,21 +152,27 @@ def test_two_processes_on_a_bucket_equal_one_on_disk(tmp_path, coordinator, tiny
         (one / "data" / "stsb").mkdir(parents=True, exist_ok=True)
         (one / "data" / "stsb" / file).write_text(text)
         location(f"{gcs_bucket}/data/stsb/{file}").write_text(text)
-    run = subprocess.run(command(one, one / "stores", one / "results"), cwd=one, capture_output=True, text=True,
-                         env=_env(one, "one", 6, HOME=str(one / "home"), JAXJUDGE_DATA_DIR=str(one / "data")),
-                         timeout=900)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "plan: process 0 of 1" in run.stdout
-
+    # The one process on local disk runs beside the two (the reference shares nothing with them).
     folders = [own_folder(f"p{i}") for i in range(2)]
     stores, results = location(f"{gcs_bucket}/stores"), location(f"{gcs_bucket}/results")
+    alone = subprocess.Popen(command(one, one / "stores", one / "results"), cwd=one, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True,
+                             env=_env(one, "one", 6, HOME=str(one / "home"), JAXJUDGE_DATA_DIR=str(one / "data")))
     procs = [subprocess.Popen(command(where, stores, results, "--coordinator", coordinator, "--num-processes", "2",
                                       "--process-id", str(i)),
                               cwd=where, env=_env(where, f"p{i}", 3, HOME=str(where / "home"),
                                                   JAXJUDGE_DATA_DIR=f"{gcs_bucket}/data"),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i, where in enumerate(folders)]
-    outs = [p.communicate(timeout=900) for p in procs]
+    try:
+        run, *outs = [p.communicate(timeout=900) for p in (alone, *procs)]
+    finally:
+        for p in (alone, *procs):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert alone.returncode == 0, run[1][-3000:]
+    assert "plan: process 0 of 1" in run[0]
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
     for i, (out, _) in enumerate(outs):
