@@ -36,7 +36,7 @@ from jaxjudge.data.summeval import (
     summeval_dev_doc_ids,
     summeval_wide_dir,
 )
-from jaxjudge.store.location import location
+from jaxjudge.store.location import is_bucket, location
 
 __all__ = ["SUMMEVAL_RANGE", "TASKS", "TaskData", "resolve_data_dir", "task_dev_docs", "load_task_data"]
 
@@ -91,6 +91,8 @@ def resolve_data_dir(task: Any) -> Any:
     if task.data == "shared":
         candidates = [c / TASKS[task.task]["shared"] for c in _shared_data_candidates()]
         for c in candidates:
+            if is_bucket(c):  # asked for by $JAXJUDGE_DATA_DIR: no request to the bucket here
+                return c
             if c.is_dir():
                 return c.resolve()
         return candidates[0]
