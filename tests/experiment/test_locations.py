@@ -93,6 +93,18 @@ def test_a_data_folder_may_be_a_bucket_and_a_bad_one_is_one_line(monkeypatch):
     assert problem.startswith("task 'stsb': $JAXJUDGE_DATA_DIR: 'gs:/bucket/data' looks like a mistyped 'gs' URL"), problem
 
 
+def test_a_mistyped_compile_cache_variable_is_one_line_and_changes_nothing(monkeypatch):
+    import jax
+
+    from jaxjudge.cli import enable_compile_cache
+
+    before = jax.config.jax_compilation_cache_dir
+    monkeypatch.setenv("JAXJUDGE_XLA_CACHE", "gs:/bucket/xla")
+    with pytest.raises(ConfigError, match=r"^\$JAXJUDGE_XLA_CACHE: 'gs:/bucket/xla' looks like a mistyped 'gs' URL"):
+        enable_compile_cache()
+    assert jax.config.jax_compilation_cache_dir == before
+
+
 def test_a_failed_join_on_a_slice_of_several_workers_stops(monkeypatch):
     def fail(**_):
         raise RuntimeError("coordinator unreachable\ndetails")
