@@ -180,7 +180,8 @@ def _tokenise_rows(tokenizer: Any, prompts: Sequence[RenderedPrompt], rows: np.n
     members keep the one cut a process tokenising every prompt gives them."""
     rows = [int(i) for i in rows]
     tk = tokenise(tokenizer, [prompts[i] for i in rows], limit=limit, overflow=overflow)
-    cut_groups = {int(group_of[i]) for i, p in zip(rows, tk.prompts) if p.truncated_tokens != prompts[i].truncated_tokens}
+    cut_groups = {int(group_of[i]) for i, p in zip(rows, tk.prompts)
+                  if p.truncated_tokens != prompts[i].truncated_tokens}
     have = set(rows)
     spill = [i for i in range(len(prompts)) if int(group_of[i]) in cut_groups and i not in have]
     if spill:

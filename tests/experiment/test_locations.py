@@ -90,7 +90,8 @@ def test_a_data_folder_may_be_a_bucket_and_a_bad_one_is_one_line(monkeypatch):
     assert str(resolve_data_dir(shared)) == "gs://bucket/data/stsb"
     monkeypatch.setenv("JAXJUDGE_DATA_DIR", "gs:/bucket/data")
     (problem,) = _task_problems(shared)
-    assert problem.startswith("task 'stsb': $JAXJUDGE_DATA_DIR: 'gs:/bucket/data' looks like a mistyped 'gs' URL"), problem
+    assert problem.startswith("task 'stsb': $JAXJUDGE_DATA_DIR: 'gs:/bucket/data' looks like a mistyped "
+                              "'gs' URL"), problem
 
 
 def test_a_mistyped_compile_cache_variable_is_one_line_and_changes_nothing(monkeypatch):
