@@ -338,8 +338,8 @@ class FedReader:
             g, members, _ = step[b]
             n = len(members) * n_var
 
-            def mine(x: Any, every: int = n_var) -> np.ndarray:
-                return self.blocks.read(x, b)[:n][::every]
+            def mine(x: Any) -> np.ndarray:  # one value per example: its first variant's row
+                return self.blocks.read(x, b)[:n][::n_var]
 
             picked = self.blocks.read(out.picked_bm, b)[:n].reshape(len(members), n_var, -1)
             res = r._per_example(picked, *(mine(x) for x in (out.log_normaliser_b, out.greedy_b,
