@@ -80,7 +80,14 @@ def make_mesh(data: int | None = None, model: int = 1, devices: Any = None) -> M
         devices: devices to use (default ``jax.devices()``).
 
     Returns:
-        A ``Mesh`` with axes ``("data", "model")`` of type Auto.
+        A ``Mesh`` with axes ``("data", "model")`` of type Auto. Over devices of several TPU
+        slices (joined by the data-centre network, not ICI) the ``model`` axis stays inside one
+        slice and ``data`` runs across them: slice ``s`` holds data rows ``s * data / slices``
+        onwards (`mesh_utils.create_hybrid_device_mesh`).
+
+    Raises:
+        ValueError: the sizes do not divide the devices, or over several slices ``data`` is not a
+            multiple of the slices (the message says which).
     """
     devices = list(jax.devices() if devices is None else devices)
     if model < 1 or len(devices) % model:
@@ -89,9 +96,22 @@ def make_mesh(data: int | None = None, model: int = 1, devices: Any = None) -> M
         data = len(devices) // model
     if data < 1 or data * model > len(devices):
         raise ValueError(f"mesh data={data} x model={model} needs more than the {len(devices)} devices")
-    return jax.make_mesh((data, model), ("data", "model"),
-                         axis_types=(AxisType.Auto, AxisType.Auto),
-                         devices=devices[: data * model])
+    devices = devices[: data * model]
+    axis_types = (AxisType.Auto, AxisType.Auto)
+    slices = sorted({getattr(d, "slice_index", 0) for d in devices})
+    if len(slices) == 1:
+        return jax.make_mesh((data, model), ("data", "model"), axis_types=axis_types, devices=devices)
+    from jax.experimental import mesh_utils
+
+    n = len(slices)
+    if data % n:
+        raise ValueError(f"mesh data={data} x model={model} over {n} slices: data must be a multiple of {n} "
+                         "(model stays inside one slice)")
+    # jax.make_mesh lets v5e meshes split a chip grid's physical axes; the same here.
+    split = devices[0].device_kind in ("TPU v5 lite", "TPU v5e")
+    grid = mesh_utils.create_hybrid_device_mesh((data // n, model), (n, 1), devices,
+                                                allow_split_physical_axes=split)
+    return Mesh(grid, ("data", "model"), axis_types=axis_types)
 
 
 def logical_spec(
