@@ -63,6 +63,17 @@ before the first forward pass.
 
     jaxjudge extract experiments/contrastive.py:stsb_confirm
     jaxjudge report experiments/contrastive.py:stsb_confirm
+
+``"mechanism_stsb"`` and ``"mechanism_semrel"`` are report-only runs of the exploratory runs' stores
+(no forward pass), added after those runs' results had been read: a control for what contrastive
+decoding does. ``linear_mix`` subtracts the assistant at the level of the score, the main judge's
+expected score minus ``w`` times the assistant's (`jaxjudge.debias.linear_mix`), with as many
+tuned values as contrastive decoding on the same grid (``w`` over its lambda values, ``t_main``
+over its temperatures), chosen the same way on the same dev data. Their primary is contrastive −
+``linear_mix`` (mean over ranges, expected score at T = 1, selection redone in every resample,
+with the confirmatory runs' smallest effect of interest, 0.02); ``temperature`` is beside both.
+
+    jaxjudge report experiments/contrastive.py:mechanism_stsb
 """
 
 from jaxjudge.data import SUMMEVAL_SUBSET_DOC_IDS
@@ -93,6 +104,11 @@ PRIMARY = Endpoint(method="contrastive", versus="temperature", statistic="mean",
 # rho, averaged over the four ranges.
 CONFIRM_PRIMARY = Endpoint(method="contrastive", versus="temperature", statistic="mean", score="expected@1",
                            margin=0.02)
+
+# The mechanism control's primary (declared after the exploratory runs were read, so never
+# registered): does contrastive decoding do more than subtracting the assistant's score?
+MECHANISM_PRIMARY = Endpoint(method="contrastive", versus="linear_mix", statistic="mean", score="expected@1",
+                             margin=0.02)
 
 # Grids of the committed STS-B, SemRel and SummEval runs, widened where the first runs' choices
 # sat at an edge: t_main reached 5 (the top) in most `temperature` cells and some contrastive
@@ -168,6 +184,11 @@ PAIR_TASKS = dict(
 CONFIRM = dict(PAIR_TASKS, methods=("vanilla", "temperature", "contrastive"), temperatures=(1.0,), comparisons=(),
                changes=(), primary=CONFIRM_PRIMARY)
 
+# The mechanism control ("mechanism_stsb", "mechanism_semrel"): read from the exploratory runs'
+# stores on the expected score at T = 1 (the reading the mix is defined on and the primaries use).
+MECHANISM = dict(PAIR_TASKS, methods=("vanilla", "temperature", "contrastive", "linear_mix"), temperatures=(1.0,),
+                 greedy=False, comparisons=(("contrastive", "linear_mix"),), changes=(), primary=MECHANISM_PRIMARY)
+
 # The argument of `get_config` -> the fields of its `ExperimentConfig`.
 VARIANTS = {
     None: SUMMEVAL_ASPECTS,
@@ -218,6 +239,22 @@ VARIANTS = {
         tasks=(TaskSpec("semrel", ("relatedness",), split="original", subset=CONFIRM_SEMREL),),
         run="semrel_confirm",
         store_root="results/stores/contrastive_semrel_confirm",
+    ),
+    "mechanism_stsb": dict(
+        MECHANISM,
+        description="Contrastive decoding against a score-level linear mix of the same two judges "
+        "(main − w · assistant, as many tuned values), on the STS-B run's stores.",
+        tasks=(TaskSpec("stsb", ("similarity",), split="original", subset=CONTRASTIVE_STSB),),
+        run="mechanism_stsb",
+        store_root="results/stores/contrastive_stsb",
+    ),
+    "mechanism_semrel": dict(
+        MECHANISM,
+        description="Contrastive decoding against a score-level linear mix of the same two judges "
+        "(main − w · assistant, as many tuned values), on the SemRel2024 run's stores.",
+        tasks=(TaskSpec("semrel", ("relatedness",), split="original", subset=CONTRASTIVE_SEMREL),),
+        run="mechanism_semrel",
+        store_root="results/stores/contrastive_semrel",
     ),
     "summeval": dict(
         COMMON,

@@ -78,10 +78,14 @@ def enable_compile_cache(folder: str | None = None) -> None:
     """Keep compiled XLA programs on disk: a repeated run skips most of its compile time.
 
     ``folder`` (a config's ``compile_cache``), else ``$JAXJUDGE_XLA_CACHE`` (default
-    ``~/.cache/jaxjudge/xla``); an empty string turns the cache off.
+    ``~/.cache/jaxjudge/xla``); an empty string turns the cache off. Either may be
+    ``gs://bucket/prefix``: JAX reads and writes its cache there itself (through ``etils.epath``
+    and ``gcsfs``), so the hosts of a pod share one; a mistyped or unserved URL is refused in
+    one line naming the variable, never taken for a local folder.
     """
     if folder is None:
         folder = os.environ.get("JAXJUDGE_XLA_CACHE", str(Path.home() / ".cache" / "jaxjudge" / "xla"))
+        check_location("$JAXJUDGE_XLA_CACHE", folder or None)
     if not folder:
         return
     jax.config.update("jax_compilation_cache_dir", folder)

@@ -35,17 +35,12 @@ def _source() -> Path:
     return default_model_path()
 
 
-def _tokenizer_fields(reader) -> dict:
+def _tokenizer_fields() -> dict:
     """The SmolLM2 file's tokenizer and chat-template fields, as (value, type, sub_type)."""
-    import gguf
+    from jaxjudge.models.gguf_file import GGUFFile
 
-    out = {}
-    for key, field in reader.fields.items():
-        if key.startswith("tokenizer."):
-            kind = field.types[0]
-            sub = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
-            out[key] = (field.contents(), kind, sub)
-    return out
+    head = GGUFFile(_source())
+    return {key: (value, *head.kinds[key]) for key, value in head.metadata.items() if key.startswith("tokenizer.")}
 
 
 def hf_state(vocab: list[str], seed: int = 0) -> dict[str, np.ndarray]:
@@ -96,8 +91,7 @@ def write_gguf(path: str | Path, seed: int = 0) -> Path:
     import gguf
 
     path = Path(path)
-    reader = gguf.GGUFReader(_source())
-    fields = _tokenizer_fields(reader)
+    fields = _tokenizer_fields()
     vocab = list(fields["tokenizer.ggml.tokens"][0])
     s = SHAPE
     w = gguf.GGUFWriter(str(path) + ".tmp", arch="llama")
@@ -150,8 +144,7 @@ def write_hf_folder(folder: str | Path, gguf_file: str | Path, seed: int = 0) ->
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    reader = gguf.GGUFReader(_source())
-    fields = _tokenizer_fields(reader)
+    fields = _tokenizer_fields()
     vocab = list(fields["tokenizer.ggml.tokens"][0])
     bos, eos = int(fields["tokenizer.ggml.bos_token_id"][0]), int(fields["tokenizer.ggml.eos_token_id"][0])
     (folder / "config.json").write_text(json.dumps(hf_config(len(vocab), bos, eos), indent=1))

@@ -25,6 +25,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("judge", help="a preset (llama-3-8b, qwen2.5-14b, gemma-3-27b, qwen3-32b, llama-3-70b), "
                                  "a config.json path or a Hub repo id")
     p.add_argument("--topology", default="v5e:2x4", help="TPU topology, e.g. v5e:2x4, v5p:2x2x1, v6e:2x4")
+    p.add_argument("--slices", type=int, default=1,
+                   help="slices of --topology joined by the data-centre network (model stays inside one)")
     p.add_argument("--mesh", default="auto", help="axis sizes, e.g. data=2,model=4, or auto (the default: the mesh "
                                                    "planner's smallest model axis that fits, the rest on data)")
     p.add_argument("--dtype", default="bfloat16", help="float32 or bfloat16")
@@ -99,7 +101,8 @@ def planned_mesh(hf: dict[str, Any], args: argparse.Namespace, chips: int) -> di
     decode = "decode" in args.steps
     step = Step(p, slot_bucket(p), args.tails, t, args.groups, args.decode_rows if decode else 0,
                 t + args.decode_len if decode else 0)
-    plan = plan_mesh([(args.judge, config_from_hf(hf))], args.dtype, step, chips, usable_memory(args.topology))
+    plan = plan_mesh([(args.judge, config_from_hf(hf))], args.dtype, step, chips, usable_memory(args.topology),
+                     slices=args.slices)
     print(plan.line())
     return plan.shape
 
@@ -144,7 +147,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         hf = judge_config(args.judge)
         describe_host_for_libtpu(args.topology)
-        devices = tpu_devices(args.topology)
+        if args.slices < 1:
+            raise ValueError(f"--slices must be at least 1, got {args.slices}")
+        devices = tpu_devices(args.topology, slices=args.slices)
         mesh = planned_mesh(hf, args, len(devices)) if args.mesh == "auto" else parse_mesh(args.mesh, len(devices))
         steps = tuple(s.strip() for s in args.steps.split(",") if s.strip())
         bad = sorted(set(steps) - {"score", "prefill", "read_rows", "decode"})
@@ -164,6 +169,11 @@ def run(args: argparse.Namespace) -> int:
           f"{args.prefix} tokens, each with {args.tails} tails x {args.tail_len}; decode "
           f"{args.decode_rows} rows, {args.decode_len} tokens a call (its row: per generated token)")
     print(format_table(reports))
+    if args.slices > 1:
+        for r in reports:
+            kinds = ", ".join(f"{n} {k} ({r.slice_transfer_bytes[k] / 1e6:.3f} MB)" for k, n in r.slice_transfers.items())
+            print(f"{r.step}: compiled per slice ({r.chips_per_program} chips a program); between the {r.slices} "
+                  f"slices, over the data-centre network (not in the ICI time): {kinds or 'nothing'}")
     print("Compiled TPU programs and a cost model on published chip figures, not measurements: 'MFU bound' is "
           "[collectives serialised, collectives overlapped], each an upper bound (every matmul at peak; roofline "
           "max(compute, HBM bytes); 'ICI ms': each collective by a ring formula over its mesh axis, links without "

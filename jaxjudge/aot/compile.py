@@ -150,13 +150,19 @@ class StepReport:
     cost_from: str = ""
     attention: str = "xla"
     ici_seconds_by_kind: dict[str, float] = dataclasses.field(default_factory=dict)
+    slices: int = 1
+    chips_per_program: int | None = None
+    slice_transfers: dict[str, int] = dataclasses.field(default_factory=dict)
+    slice_transfer_bytes: dict[str, int] = dataclasses.field(default_factory=dict)
     note: str = ("compiled program and a cost model that is a bound, not a measurement (jaxjudge.aot.cost): "
                  "flops_compiled and bytes_accessed are XLA:TPU's cost analysis, plus the splash kernels' flops "
                  "counted from the blocks they compute; roofline_seconds = max(compute at peak, bytes at HBM "
                  "bandwidth); ici_seconds = every collective by a ring formula over the axis its replica groups "
                  "name, plus a latency per ring step; seconds_overlapped = max(roofline, ici), seconds_serialised "
                  "= roofline + ici; mfu_bound = [useful flops / (chips x peak x serialised), ... overlapped]: "
-                 "upper bounds on MFU, uncalibrated; hbm_capacity is the usable HBM, not nominal")
+                 "upper bounds on MFU, uncalibrated; hbm_capacity is the usable HBM, not nominal; over several "
+                 "slices each program is one slice's (chips_per_program) and slice_transfers are its sends over "
+                 "the data-centre network, not in ici_seconds")
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -173,9 +179,12 @@ def describe_host_for_libtpu(topology: str) -> None:
     os.environ.setdefault("TPU_WORKER_ID", "0")
 
 
-def tpu_devices(topology: str, *, chips_per_host_bounds: tuple[int, int, int] | None = None) -> list[Any]:
+def tpu_devices(topology: str, *, chips_per_host_bounds: tuple[int, int, int] | None = None,
+                slices: int = 1) -> list[Any]:
     """The devices of a TPU topology such as ``v5e:2x4``, described without a TPU, laid out as the
-    slice a user rents (hosts of `jaxjudge.aot.cost.topology`'s ``host_bounds`` unless given).
+    slice a user rents (hosts of `jaxjudge.aot.cost.topology`'s ``host_bounds`` unless given);
+    with ``slices`` > 1, that many such slices joined by the data-centre network (each device's
+    ``slice_index`` says which).
 
     Raises:
         LibtpuMissingError: libtpu is not installed (says how to get it).
@@ -196,7 +205,7 @@ def tpu_devices(topology: str, *, chips_per_host_bounds: tuple[int, int, int] | 
     from jax.experimental import topologies
     try:
         topo = topologies.get_topology_desc(topology, "tpu", chip_config_name="default",
-                                            chips_per_host_bounds=chips_per_host_bounds, num_slices=1)
+                                            chips_per_host_bounds=chips_per_host_bounds, num_slices=slices)
     except Exception as e:  # libtpu's own error text names what it rejects
         raise ValueError(f"topology {topology!r} could not be described by libtpu: {e}") from None
     return list(topo.devices)
@@ -291,6 +300,8 @@ def _report(step: str, compiled, seconds: float, cost: _Cost, *, topology: str, 
     flat = list(mesh.devices.flat)
     coords = ([tuple(d.coords) for d in flat] if all(hasattr(d, "coords") for d in flat)
               else [topo.coords(i) for i in range(len(flat))])
+    slices = len({getattr(d, "slice_index", 0) for d in flat})
+    across = _hlo.slice_transfers(text, loop_trips=trips)
     ici_by_kind = dict.fromkeys(_hlo.COLLECTIVE_KINDS, 0.0)
     for c in found:
         replica = _cost.replica_groups(c.line) or [list(range(chips))]
@@ -319,7 +330,10 @@ def _report(step: str, compiled, seconds: float, cost: _Cost, *, topology: str, 
         seconds_serialised=serialised, hbm_bound_seconds=nbytes["argument"] / chip.hbm_bandwidth,
         mfu_bound=(mfu(serialised), mfu(overlapped)), compile_seconds=seconds,
         hbm_copy_bytes=_hlo.hbm_copy_bytes(text, loop_trips=trips), cost_from=cost_from, attention=attention,
-        ici_seconds_by_kind=ici_by_kind)
+        ici_seconds_by_kind=ici_by_kind, slices=slices, chips_per_program=_hlo.partitions(text),
+        slice_transfers={k: sum(c.times for c in across if c.kind == k) for k in sorted({c.kind for c in across})},
+        slice_transfer_bytes={k: sum(c.bytes * c.times for c in across if c.kind == k)
+                              for k in sorted({c.kind for c in across})})
 
 
 def aot_compile(hf_config: dict[str, Any], *, topology: str, mesh_shape: dict[str, int], dtype: Any = "bfloat16",

@@ -16,7 +16,8 @@ import dataclasses
 import re
 from collections.abc import Iterator
 
-__all__ = ["COLLECTIVE_KINDS", "Collective", "collectives", "count_by_kind", "bytes_by_kind", "hbm_copy_bytes"]
+__all__ = ["COLLECTIVE_KINDS", "Collective", "collectives", "count_by_kind", "bytes_by_kind", "hbm_copy_bytes",
+           "slice_transfers", "partitions"]
 
 COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
@@ -98,6 +99,36 @@ def count_by_kind(found: list[Collective]) -> dict[str, int]:
 def bytes_by_kind(found: list[Collective]) -> dict[str, int]:
     """Result bytes per chip per kind, over every run of each collective."""
     return {k: sum(c.bytes * c.times for c in found if c.kind == k) for k in COLLECTIVE_KINDS}
+
+
+# A program for several slices is compiled per slice (``num_partitions`` = one slice's chips): its
+# collectives' replica groups name that slice's chips only, and what crosses slices over the
+# data-centre network is a host transfer, a ``send`` whose attributes name the collective it does.
+_TRANSFER = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<type>\(.*?\))\s+send\(.*"
+                       r'_xla_megascale_transfer_type="(?P<kind>[A-Z_]+)"')
+_PARTITIONS = re.compile(r"\bnum_partitions=(\d+)")
+
+
+def slice_transfers(hlo_text: str, loop_trips: int = 1) -> list[Collective]:
+    """The transfers between slices of a multi-slice program (its data-centre network sends), as
+    collectives: the kind the transfer does (``ALL_GATHER`` -> ``all-gather``), the bytes one
+    chip sends, ``loop_trips`` times in a while loop's body. Empty for a one-slice program."""
+    bodies = {m.group("body") for m in _WHILE_BODY.finditer(hlo_text)}
+    out = []
+    for current, line in _instruction_lines(hlo_text):
+        m = _TRANSFER.match(line)
+        if m:
+            shapes = _SHAPE.findall(m.group("type"))
+            nbytes = _shape_bytes("{}[{}]".format(*shapes[0])) if shapes else 0
+            out.append(Collective(m.group("kind").lower().replace("_", "-"), m.group("name"), nbytes, line.strip(),
+                                  loop_trips if current in bodies else 1))
+    return out
+
+
+def partitions(hlo_text: str) -> int | None:
+    """The chips one compiled program runs on (its module's ``num_partitions``), if stated."""
+    m = _PARTITIONS.search(hlo_text)
+    return int(m.group(1)) if m else None
 
 
 _CALLED = re.compile(r"(?:calls|body|condition|to_apply)=%?([\w.\-]+)")

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxjudge.store.location import location
+
 __all__ = [
     "DataError",
     "Example",
@@ -105,21 +107,23 @@ def text_hash(text: str, n: int = 16) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:n]
 
 
-def _open_text(path: Path):
+def _open_text(path: Any):
     if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
+        return gzip.open(path if isinstance(path, Path) else path.open("rb"), "rt", encoding="utf-8")
+    return path.open("r", encoding="utf-8")
 
 
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line_number, row)`` for each non-blank line of a JSON Lines file (``.gz`` ok).
+    """Yield ``(line_number, row)`` for each non-blank line of a JSON Lines file (``.gz`` ok), a
+    local path or a ``gs://bucket/...`` object (`jaxjudge.store.location`).
 
     Raises:
       FileNotFoundError: the file does not exist.
+      LocationError: a URL no installed library serves, or a mistyped one.
       DataError: a line is not valid JSON or not a JSON object, or the file has no row at all
         (empty, or only blank lines): an empty file is never an empty data set.
     """
-    path = Path(path)
+    path = location(path, "data file")
     if not path.is_file():
         raise FileNotFoundError(f"data file not found: {path}")
     rows = 0

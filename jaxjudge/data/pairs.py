@@ -21,13 +21,13 @@ when the prompt range is not 0-5.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
 from jaxjudge.data.example import DataError, Example, RowReader, connected_groups, iter_jsonl
 from jaxjudge.data.hub import hub_path, iter_hub_rows
+from jaxjudge.store.location import location
 
 __all__ = [
     "STSB_RANGE",
@@ -113,7 +113,7 @@ def load_stsb(
     if source == "local":
         if data_dir is None:
             raise ValueError("load_stsb: data_dir is required for source='local'")
-        path = Path(data_dir) / f"stsb_{split}.jsonl"
+        path = location(data_dir, "data_dir") / f"stsb_{split}.jsonl"
         rows = ((path, n, row) for n, row in iter_jsonl(path))
         file_key = "filename"
     elif source == "hub":
@@ -170,7 +170,7 @@ def load_semrel(
     if source == "local":
         if data_dir is None:
             raise ValueError("load_semrel: data_dir is required for source='local'")
-        path = Path(data_dir) / f"semrel_eng_{split}.jsonl"
+        path = location(data_dir, "data_dir") / f"semrel_eng_{split}.jsonl"
         for n, row in iter_jsonl(path):
             r = RowReader(path, n, row)
             ex_id = r.text("pair_id")

@@ -12,7 +12,9 @@ Data folders: ``"embedded"`` is the SummEval subset shipped in the package (4 do
 ``"embedded_wide"`` the wide one (16 documents x 4 summaries, the demo's),
 ``"shared"`` the task's folder under the shared data directory (``$JAXJUDGE_DATA_DIR``, else
 ``../shared/data`` seen from the working directory or from the repository), anything else a
-folder path.
+folder path; a folder (and ``$JAXJUDGE_DATA_DIR``) may be ``gs://bucket/prefix``
+(`jaxjudge.store.location`), so that the hosts of a pod read one copy of the data. SummEval's
+own files are read from local folders only.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from jaxjudge.data.summeval import (
     summeval_dev_doc_ids,
     summeval_wide_dir,
 )
+from jaxjudge.store.location import is_bucket, location
 
 __all__ = ["SUMMEVAL_RANGE", "TASKS", "TaskData", "resolve_data_dir", "task_dev_docs", "load_task_data"]
 
@@ -70,16 +73,17 @@ TASKS: dict[str, dict[str, Any]] = {
 }
 
 
-def _shared_data_candidates() -> list[Path]:
+def _shared_data_candidates() -> list[Any]:
     env = os.environ.get("JAXJUDGE_DATA_DIR")
     if env:
-        return [Path(env).expanduser()]
+        return [location(env, "$JAXJUDGE_DATA_DIR").expanduser()]
     repo = Path(__file__).resolve().parents[2]
     return [Path.cwd() / ".." / "shared" / "data", repo / ".." / "shared" / "data"]
 
 
-def resolve_data_dir(task: Any) -> Path | None:
-    """The folder holding a task's files; None for the embedded SummEval subset."""
+def resolve_data_dir(task: Any) -> Any:
+    """The folder holding a task's files (a `pathlib.Path`, or a `jaxjudge.store.bucket.BucketPath`
+    for ``gs://bucket/prefix``); None for the embedded SummEval subset."""
     if task.data == "embedded":
         return None
     if task.data == "embedded_wide":
@@ -87,10 +91,12 @@ def resolve_data_dir(task: Any) -> Path | None:
     if task.data == "shared":
         candidates = [c / TASKS[task.task]["shared"] for c in _shared_data_candidates()]
         for c in candidates:
+            if is_bucket(c):  # asked for by $JAXJUDGE_DATA_DIR: no request to the bucket here
+                return c
             if c.is_dir():
                 return c.resolve()
         return candidates[0]
-    return Path(task.data).expanduser()
+    return location(task.data, f"task {task.task!r} data").expanduser()
 
 
 @dataclass

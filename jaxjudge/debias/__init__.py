@@ -2,11 +2,19 @@
 
 Every method is a logit adjustment, `adjusted = log_softmax(logits + sum_c lambda_c * B_c)`,
 where each B is a prior correction (random-number, content-free, batch or Beta-fitted human
-prior) or an assistant model's log-probabilities (contrastive decoding). Strengths and
-temperatures are traced arguments, so any of these functions can be vmapped over a grid.
+prior) or an assistant model's log-probabilities (contrastive decoding). The one exception is a
+control, not a method: `linear_mix`, the main judge's expected score minus some of the
+assistant's, written as a mixture of the two distributions. Strengths and temperatures are
+traced arguments, so any of these functions can be vmapped over a grid.
 """
 
-from jaxjudge.debias.adjust import adjust_per_fold, combined_adjust, contrastive_adjust, rectify_adjust
+from jaxjudge.debias.adjust import (
+    adjust_per_fold,
+    combined_adjust,
+    contrastive_adjust,
+    linear_mix_adjust,
+    rectify_adjust,
+)
 from jaxjudge.debias.calibration import (
     BetaFit,
     batch_calibration,
@@ -21,6 +29,7 @@ from jaxjudge.debias.calibration import (
     rescale_scores,
 )
 from jaxjudge.debias.contrastive import contrastive, contrastive_scores
+from jaxjudge.debias.linear_mix import linear_mix
 from jaxjudge.debias.prior import (
     PRIOR_FLOOR,
     adjust,
@@ -53,6 +62,8 @@ __all__ = [
     "human_prior",
     "latent_prior",
     "least_perplexity",
+    "linear_mix",
+    "linear_mix_adjust",
     "prior_correction",
     "rectify",
     "rectify_adjust",

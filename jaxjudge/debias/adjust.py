@@ -13,11 +13,12 @@ import functools
 import jax
 
 from jaxjudge.debias.contrastive import contrastive
+from jaxjudge.debias.linear_mix import linear_mix
 from jaxjudge.debias.prior import latent_prior, prior_correction, rectify
 
 Array = jax.Array
 
-__all__ = ["adjust_per_fold", "combined_adjust", "contrastive_adjust", "rectify_adjust"]
+__all__ = ["adjust_per_fold", "combined_adjust", "contrastive_adjust", "linear_mix_adjust", "rectify_adjust"]
 
 
 def _lam(params) -> Array:
@@ -57,6 +58,19 @@ def contrastive_adjust(params, data) -> Array:
     return contrastive(
         data["main"], data["asst"], p["lam"], p.get("t_main", 1.0), p.get("t_asst", 1.0), alpha
     )
+
+
+def linear_mix_adjust(params, data) -> Array:
+    """`linear_mix(data["main"], data["asst"], w, t_main)` for `grid_search`.
+
+    Args:
+        params: `{"w": scalar}` with optional `"t_main"` (default 1).
+        data: `{"main": [N, K], "asst": [N, K]}`.
+
+    Returns:
+        `[N, K]` log-probabilities of the mixture (see `jaxjudge.debias.linear_mix`).
+    """
+    return linear_mix(data["main"], data["asst"], params["w"], params.get("t_main", 1.0))
 
 
 def combined_adjust(params, data) -> Array:

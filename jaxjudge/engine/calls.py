@@ -31,8 +31,11 @@ __all__ = [
     "generate_ids",
     "generate_text",
     "next_token_logits",
+    "extend_placed",
+    "prefill_placed",
     "prefill_prefixes",
     "prefix_nll",
+    "read_placed",
     "read_rows",
     "text_nll",
     "token_nll",
@@ -63,10 +66,15 @@ def prefill_prefixes(judge: Judge, prefixes: Sequence[Sequence[int]]) -> KVCache
     """
     tokens, mask = _right_padded(judge, prefixes)
     p = tokens.shape[0]
-    cache = sharding.new_cache(judge.config, p, slot_bucket(tokens.shape[1]), judge.dtype, judge.mesh)
-    tokens, mask = judge.put_prefixes(tokens), judge.put_prefixes(mask)
-    read = judge.put_rows(np.zeros((p, 1), np.int32))
-    _, cache = _prim.PREFILL(judge.graphdef, judge.state, tokens, mask, read, None, cache, None)
+    return prefill_placed(judge, judge.put_prefixes(tokens), judge.put_prefixes(mask),
+                          judge.put_rows(np.zeros((p, 1), np.int32)))
+
+
+def prefill_placed(judge: Judge, tokens_pt: Any, mask_pt: Any, read_p1: Any) -> KVCache:
+    """`prefill_prefixes` of right-padded prefix arrays already placed on the judge's mesh."""
+    p, t = tokens_pt.shape
+    cache = sharding.new_cache(judge.config, p, slot_bucket(t), judge.dtype, judge.mesh)
+    _, cache = _prim.PREFILL(judge.graphdef, judge.state, tokens_pt, mask_pt, read_p1, None, cache, None)
     return cache
 
 
@@ -82,16 +90,32 @@ def read_rows(judge: Judge, tokens_bt: np.ndarray, mask_bt: np.ndarray, read_br:
     the same prefill (the answer read must be each row's last token).
     """
     put = judge.put_rows
-    args = (put(tokens_bt), put(mask_bt), put(np.asarray(read_br, np.int32)), put(pick_read_bm),
-            put(pick_token_bm))
+    return read_placed(judge, put(tokens_bt), put(mask_bt), put(np.asarray(read_br, np.int32)), put(pick_read_bm),
+                       put(pick_token_bm), answer_read=answer_read, topk=topk, prefix=prefix,
+                       nll_use_bt=None if nll_use_bt is None else put(nll_use_bt), generate_tokens=generate_tokens)
+
+
+def extend_placed(judge: Judge, tokens_bt: Any, mask_bt: Any, read_br: Any, *, prefix: KVCache | None,
+                  max_length: int) -> tuple[Any, KVCache]:
+    """``judge.extend`` of left-padded rows already placed on the judge's mesh, into a fresh
+    cache of ``max_length`` slots: ``(logits [B, R, V], cache)``."""
+    cache = judge.new_cache(tokens_bt.shape[0], max_length)
+    return _prim.PREFILL(judge.graphdef, judge.state, tokens_bt, mask_bt, read_br, None, cache, prefix)
+
+
+def read_placed(judge: Judge, tokens_bt: Any, mask_bt: Any, read_br: Any, pick_read_bm: Any, pick_token_bm: Any, *,
+                answer_read: int, topk: int, prefix: KVCache | None = None, nll_use_bt: Any = None,
+                generate_tokens: int = 0) -> RowReads:
+    """`read_rows` of arrays already placed on the judge's mesh (rows over ``data``): for a
+    caller that built them from its own rows only (`jaxjudge.models.sharding.DataBlocks`)."""
+    args = (tokens_bt, mask_bt, read_br, pick_read_bm, pick_token_bm)
     if generate_tokens:
         cache = judge.new_cache(tokens_bt.shape[0], tokens_bt.shape[1] + generate_tokens)
         return _prim.READ_ROWS_AND_GENERATE(
             judge.graphdef, judge.state, *args, cache, prefix, answer_read=answer_read, topk=topk,
             max_new_tokens=generate_tokens, eos_ids=tuple(int(e) for e in judge.config.eos_token_ids),
             pad_id=judge.pad_id)
-    nll_use = None if nll_use_bt is None else put(nll_use_bt)
-    return _prim.READ_ROWS(judge.graphdef, judge.state, *args, prefix, nll_use, answer_read=answer_read, topk=topk)
+    return _prim.READ_ROWS(judge.graphdef, judge.state, *args, prefix, nll_use_bt, answer_read=answer_read, topk=topk)
 
 
 def prefix_nll(judge: Judge, ids: Sequence[int]) -> PrefixNLL:

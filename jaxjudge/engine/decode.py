@@ -220,6 +220,7 @@ def generate_tokens(
     top_k: int | None = None,
     prefix: KVCache | None = None,
     stop_at_eos: bool = True,
+    host: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Decodes from a prompt's cache (from ``judge.extend`` or ``judge.prefill``).
 
@@ -233,6 +234,8 @@ def generate_tokens(
         top_k: optional top-k restriction when sampling.
         prefix: the prefix the cache continues, if any.
         stop_at_eos: report tokens after the first EOS as padding.
+        host: return numpy arrays (gathered from other processes' devices under a mesh over
+            several processes); False: the device arrays, for a caller that reads its own rows.
 
     Returns:
         (tokens ``[B, G]`` int32 numpy, lengths ``[B]``: tokens up to and including EOS).
@@ -244,6 +247,8 @@ def generate_tokens(
     out = DECODE((judge.graphdef,), (judge.state,), (jnp.asarray(logits_bv),), (cache,), (prefix,),
                  jax.random.key(seed), choice=choice, max_new_tokens=max_new_tokens,
                  eos_ids=_eos(judge) if stop_at_eos else (), pad_id=judge.pad_id)
+    if not host:
+        return out.tokens_bg, out.lengths_b
     return to_host(out.tokens_bg), to_host(out.lengths_b)
 
 

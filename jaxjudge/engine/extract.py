@@ -33,10 +33,11 @@ or a kill) computes only the chunks that are missing and returns the same arrays
 process_index``, writes them to the store, waits for the others, and reads the merged
 result (a shared folder; with one folder per process, merge them with
 `jaxjudge.store.merge_stores`). When the mesh spans the processes (a multi-host slice, the
-judge's ``model`` axis possibly across hosts) they are one worker instead: every process
-places the same host arrays onto the global mesh, every call is one SPMD program, each
-result is gathered to every process (`jaxjudge.models.sharding.to_host`), and process 0
-claims and writes the chunks (`jaxjudge.store.work.claimed_chunks`).
+judge's ``model`` axis possibly across hosts) they are one worker instead: every call is one
+SPMD program, each process tokenises and places only the rows of the ``data`` blocks its own
+devices hold, each chunk's results reach every process in one gather
+(`jaxjudge.engine.feed`), and process 0 claims and writes the chunks
+(`jaxjudge.store.work.claimed_chunks`).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ import jax
 import numpy as np
 
 from jaxjudge.engine.extraction import ARRAY_FIELDS, Extraction
+from jaxjudge.engine.feed import FedReader, feed_plan
 from jaxjudge.engine.keys import extraction_key, open_store
 from jaxjudge.engine.options import EngineOptions
 from jaxjudge.engine.plan import CandidatePlan, Chunk, candidate_plan, plan_chunks, resolve_candidates
@@ -147,18 +149,30 @@ def extract(
     limit = ctx - cplan.n_reads
     if limit < 1:
         raise ValueError(f"context_length={ctx} leaves no room for a prompt before the {cplan.n_reads} answer tokens")
-    tk = tokenise(judge.tokenizer, prompts, limit=limit, overflow=overflow)
     generate_tokens = 0 if not generate_tokens else positive_int("generate_tokens", generate_tokens)
-    if generate_tokens:
-        check_generation_room(tk, cplan, generate_tokens, ctx)
-        if prompt_nll:
-            raise ValueError("prompt_nll and generate_tokens cannot be combined in one extract call")
-    chunks = plan_chunks(tk.group_of, chunk_size)
-
+    if generate_tokens and prompt_nll:
+        raise ValueError("prompt_nll and generate_tokens cannot be combined in one extract call")
     if mesh is None:
         mesh = judge.mesh
-    # A mesh over several processes: they compute every chunk together (one SPMD program).
+    # A mesh over several processes: they compute every chunk together (one SPMD program), each
+    # process tokenising and placing only the rows of its own devices (jaxjudge.engine.feed).
     spmd = spans_processes(mesh)
+    if mesh is not None:
+        if "data" not in mesh.shape:
+            raise ValueError(f"mesh needs a 'data' axis, has {tuple(mesh.shape)}")
+        if spmd and mesh.devices.size != jax.device_count():
+            raise ValueError(f"a mesh over several processes must hold all {jax.device_count()} devices of the "
+                             f"job, this one holds {mesh.devices.size}")
+    feed = None
+    if spmd:
+        tk, feed = feed_plan(judge.tokenizer, prompts, mesh, chunk_size=chunk_size, limit=limit, overflow=overflow,
+                             prefix_cache=o.prefix_cache, min_prefix_tokens=o.min_prefix_tokens, whole=prompt_nll)
+        chunks = feed.chunks
+    else:
+        tk = tokenise(judge.tokenizer, prompts, limit=limit, overflow=overflow)
+        chunks = plan_chunks(tk.group_of, chunk_size)
+    if generate_tokens:
+        check_generation_room(tk, cplan, generate_tokens, ctx)
     n_proc, proc = (1, 0) if local or spmd else (jax.process_count(), jax.process_index())
     st = None
     if store is not None:
@@ -176,17 +190,13 @@ def extract(
     mine = assign_chunks(range(len(chunks)), proc, n_proc)
     todo = mine if spmd else [c for c in mine if st is None or not st.has_chunk(c)]
 
-    if mesh is not None:
-        if "data" not in mesh.shape:
-            raise ValueError(f"mesh needs a 'data' axis, has {tuple(mesh.shape)}")
-        if spmd and mesh.devices.size != jax.device_count():
-            raise ValueError(f"a mesh over several processes must hold all {jax.device_count()} devices of the "
-                             f"job, this one holds {mesh.devices.size}")
-        if judge.mesh is not mesh:
-            judge = copy.copy(judge).shard(mesh)
+    if mesh is not None and judge.mesh is not mesh:
+        judge = copy.copy(judge).shard(mesh)
     spans = None
     if prompt_nll:
-        spans = [nll_token_span(judge.tokenizer, p, ids) for p, ids in zip(tk.prompts, tk.ids)]
+        fed = None if feed is None else set(feed.fed_here().tolist())
+        spans = [nll_token_span(judge.tokenizer, p, ids) if fed is None or i in fed else None
+                 for i, (p, ids) in enumerate(zip(tk.prompts, tk.ids))]
     data = 1 if judge.mesh is None else int(judge.mesh.shape["data"])
     per_call = data if o.groups_per_call is None else o.groups_per_call
     if per_call % data and data % per_call:
@@ -195,6 +205,7 @@ def extract(
     reader = ChunkReader(judge, cplan, batch_size=o.batch_size, max_batch_tokens=o.max_batch_tokens, topk=topk,
                          prefix_cache=o.prefix_cache, min_prefix_tokens=o.min_prefix_tokens, nll_spans=spans,
                          generate_tokens=generate_tokens, groups_per_call=per_call)
+    fed_reader = None if feed is None else FedReader(reader, tk, feed)
 
     in_memory: dict[int, dict[str, np.ndarray]] = {}
     replies: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -206,7 +217,10 @@ def extract(
     with Progress(sum(len(chunks[c]) for c in todo), enabled=progress) as bar:
 
         def compute(c: int) -> dict[str, np.ndarray]:
-            arrays = reader.run_chunk(chunks[c], tk, bar)
+            if fed_reader is not None:
+                arrays = fed_reader.run_chunk(chunks[c], bar)
+            else:
+                arrays = reader.run_chunk(chunks[c], tk, bar)
             if generate_tokens:
                 replies[c] = (arrays.pop("generated_ids"), arrays.pop("generated_lengths"))
             if legacy:

@@ -35,12 +35,14 @@ import numpy as np
 
 from jaxjudge.engine import calls
 from jaxjudge.engine.decode import contrastive_decode, generate_tokens
+from jaxjudge.engine.feed import feed_plan, generate_fed
 from jaxjudge.engine.options import EngineOptions
 from jaxjudge.engine.plan import plan_chunks
 from jaxjudge.engine.runner import Progress, batches, pad_rows, prefix_groups
 from jaxjudge.engine.tokens import Tokenised, check_prompts, positive_int, tokenise
 from jaxjudge.models.decoder import pad_batch
 from jaxjudge.models.judge import Judge
+from jaxjudge.multihost import spans_processes
 from jaxjudge.prompts import RenderedPrompt, ScoreScale, as_tokenizer
 
 __all__ = [
@@ -115,6 +117,15 @@ def generate_scores(
     ctx = judge.config.max_position_embeddings if o.context_length is None else o.context_length
     if ctx <= max_new_tokens:
         raise ValueError(f"context_length={ctx} leaves no room for a prompt before {max_new_tokens} new tokens")
+    if spans_processes(judge.mesh):
+        # One SPMD program over several processes: each tokenises and feeds only its own rows.
+        tk, plan = feed_plan(judge.tokenizer, prompts, judge.mesh, chunk_size=len(prompts),
+                             limit=ctx - max_new_tokens, overflow=o.overflow, prefix_cache=o.prefix_cache,
+                             min_prefix_tokens=o.min_prefix_tokens, whole=False)
+        with Progress(len(prompts), enabled=progress, desc="generate") as bar:
+            fed = generate_fed(judge, tk, plan, max_new_tokens=max_new_tokens, batch_size=o.batch_size,
+                               max_batch_tokens=o.max_batch_tokens, progress=bar)
+        return parse_replies(judge, fed, scale)
     tk = tokenise(judge.tokenizer, prompts, limit=ctx - max_new_tokens, overflow=o.overflow)
     replies: dict[int, list[int]] = {}
     with Progress(len(prompts), enabled=progress, desc="generate") as bar:

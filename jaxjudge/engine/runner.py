@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from jaxjudge.engine.plan import ENGINE_CALL_COST, Batch, plan_batches, shared_prefix_length
 
-__all__ = ["Call", "Group", "Progress", "batches", "left_slots", "pad_rows", "prefix_groups"]
+__all__ = ["Call", "Group", "Progress", "batches", "left_slots", "pad_rows", "plan_group", "prefix_groups"]
 
 
 @dataclass(frozen=True)
@@ -113,8 +113,9 @@ class Call:
         return [(g, i) for g, part in zip(self.groups, self.parts) for i in pad_rows(part, self.batch.rows)]
 
 
-def _plan(group: Group, *, batch_size: int, max_batch_tokens: int, extra_tokens: int,
-          rows_per_example: int) -> tuple[list[int], list[Batch]]:
+def plan_group(group: Group, *, batch_size: int, max_batch_tokens: int, extra_tokens: int,
+               rows_per_example: int) -> tuple[list[int], list[Batch]]:
+    """A group's members, longest tail first, and the calls `plan_batches` cuts them into."""
     order = sorted(group.members, key=lambda i: -len(group.tails[i]))
     plans = plan_batches([len(group.tails[i]) + extra_tokens for i in order], max_rows=batch_size,
                          max_tokens=max_batch_tokens, rows_per_example=rows_per_example, call_cost=ENGINE_CALL_COST)
@@ -160,7 +161,7 @@ def batches(groups: Iterable[Group], prefill: Callable[[list[list[int]]], Any], 
         del prefix
 
     for group in groups:
-        order, plans = _plan(group, **kw)
+        order, plans = plan_group(group, **kw)
         if groups_per_call == 1 or not group.prefix_ids or len(plans) != 1:
             yield from alone(group, order, plans)
             continue

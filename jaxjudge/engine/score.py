@@ -72,6 +72,24 @@ class ChunkReader:
                 next token's NLL is summed (position k predicts tail token k + 1).
 
         """
+        b, n = self.judge.round_rows(rows * self.cplan.n_variants), len(tails) * self.cplan.n_variants
+        if prefix is not None and prefix.batch_size > 1 and b != n:
+            raise ValueError(f"{prefix.batch_size} prefixes need exactly their rows ({n}), but the mesh rounds "
+                             f"them to {b}: make the groups per call a multiple of the data axis")
+        tokens, mask, read_br, pick_r, pick_t, nll_use = self.row_arrays(tails, b, length, nll_slots)
+        out = calls.read_rows(self.judge, tokens, mask, read_br, pick_r, pick_t, answer_read=self.cplan.n_ext,
+                              topk=self.topk, prefix=prefix, nll_use_bt=nll_use, generate_tokens=self.generate_tokens)
+        return out, len(tails)
+
+    def row_arrays(self, tails: Sequence[Sequence[int]], b: int, length: int,
+                   nll_slots: Sequence[tuple[int, int]] | None = None) -> tuple[np.ndarray, ...]:
+        """The host arrays of `read_rows` for examples whose own tokens are ``tails``: one row
+        per (example, variant), padded to ``b`` rows by repeating the last.
+
+        Returns:
+            ``(tokens [b, T], mask [b, T], read [b, R], pick_read [b, M], pick_token [b, M],
+            nll_use [b, T] or None)``, T = ``length``.
+        """
         cp = self.cplan
         n_var, r, t = cp.n_variants, cp.n_reads, length
         seqs, reads, picks_r, picks_t, slot_ranges = [], [], [], [], []
@@ -86,10 +104,6 @@ class ChunkReader:
                 reads.append(row_reads + [row_reads[-1]] * (r - len(row_reads)))
                 picks_r.append(cp.pick_read[v])
                 picks_t.append(cp.pick_token[v])
-        b, n = self.judge.round_rows(rows * n_var), len(seqs)
-        if prefix is not None and prefix.batch_size > 1 and b != n:
-            raise ValueError(f"{prefix.batch_size} prefixes need exactly their rows ({n}), but the mesh rounds "
-                             f"them to {b}: make the groups per call a multiple of the data axis")
         tokens, mask = pad_batch(pad_rows(seqs, b), side="left", length=t, pad_id=self.judge.pad_id)
         lengths = np.asarray([len(x) for x in pad_rows(seqs, b)])
         read_br = np.asarray(pad_rows(reads, b), np.int32) + (t - lengths)[:, None]
@@ -97,10 +111,8 @@ class ChunkReader:
         if nll_slots is not None:
             # Slots whose next token is a counted prompt token of the row (never a candidate's).
             nll_use = left_slots(lengths, t, np.asarray(pad_rows(slot_ranges, b)))
-        out = calls.read_rows(self.judge, tokens, mask, read_br, np.asarray(pad_rows(picks_r, b), np.int32),
-                                   np.asarray(pad_rows(picks_t, b), np.int32), answer_read=cp.n_ext, topk=self.topk,
-                                   prefix=prefix, nll_use_bt=nll_use, generate_tokens=self.generate_tokens)
-        return out, len(tails)
+        return (tokens, mask, read_br, np.asarray(pad_rows(picks_r, b), np.int32),
+                np.asarray(pad_rows(picks_t, b), np.int32), nll_use)
 
     def collect(self, started: tuple[RowReads, int]) -> dict[str, np.ndarray]:
         """Waits for a `dispatch`ed call: its per-example arrays (see `run_chunk`), n rows."""

@@ -13,7 +13,31 @@ import numpy as np
 
 from jaxjudge.prompts import ContextOverflowError, RenderedPrompt, as_tokenizer, truncate_text
 
-__all__ = ["Tokenised", "check_prompts", "nll_token_span", "positive_int", "tokenise"]
+__all__ = ["TOKENISED", "TokeniseCount", "Tokenised", "check_prompts", "nll_token_span", "positive_int", "tokenise"]
+
+
+class TokeniseCount:
+    """The prompts `tokenise` has tokenised in this process: what a process fed.
+
+    Attributes:
+        rows: prompts tokenised so far (a prompt tokenised twice counts twice).
+        log: None (the default: nothing kept), or a list to which each `tokenise` call appends
+            the example ids it tokenised, in order, an empty tuple included (a test's record of
+            which rows each process of an SPMD job fed; every process makes the same calls).
+    """
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.log: list[tuple[str, ...]] | None = None
+
+    def record(self, prompts: Sequence[RenderedPrompt]) -> None:
+        self.rows += len(prompts)
+        if self.log is not None:
+            self.log.append(tuple(p.example_id for p in prompts))
+
+
+TOKENISED = TokeniseCount()
+"""This process's count of the prompts the engine tokenised (`TokeniseCount`)."""
 
 
 def check_prompts(prompts: Any) -> list[RenderedPrompt]:
@@ -106,6 +130,7 @@ def tokenise(
         raise ValueError(f"overflow must be 'truncate' or 'raise', got {overflow!r}")
     tok = as_tokenizer(tokenizer)
     prompts = list(prompts)
+    TOKENISED.record(prompts)
     ids = _encode_all(tok, prompts)
     truncated = np.asarray([p.truncated_tokens > 0 for p in prompts], bool)
     for i, row in enumerate(ids):

@@ -15,6 +15,7 @@ from jaxjudge.data.tasks import TASKS, resolve_data_dir
 from jaxjudge.experiment.schema import ConfigError, ExperimentConfig, ModelSpec, TaskSpec, resolve_model_path
 from jaxjudge.prompts import CandidateTokenizationError, ScoreScale, get_template, score_candidates
 from jaxjudge.store import file_sha256
+from jaxjudge.store.location import LocationError, is_bucket
 
 __all__ = ["validate_config", "check_tokenizer"]
 
@@ -50,7 +51,13 @@ def _task_problems(task: TaskSpec) -> list[str]:
                 "set TaskSpec.dev_docs (e.g. one of jaxjudge.data.SUMMEVAL_SUBSET_DOC_IDS)"
             )
         return out
-    folder = resolve_data_dir(task)
+    try:
+        folder = resolve_data_dir(task)
+    except LocationError as e:  # $JAXJUDGE_DATA_DIR mistyped, or a scheme nothing installed serves
+        return out + [f"task {task.task!r}: {e}"]
+    if task.task == "summeval" and is_bucket(folder):
+        return out + [f"task {task.task!r}: data folder {folder}: SummEval's files are read from a local folder "
+                      "(a bucket serves STS-B and SemRel)"]
     if not folder.is_dir():
         where = "set $JAXJUDGE_DATA_DIR or TaskSpec.data" if task.data == "shared" else "TaskSpec.data"
         return out + [f"task {task.task!r}: data folder not found: {folder} ({where})"]

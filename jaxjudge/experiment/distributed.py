@@ -12,8 +12,10 @@ What each process then computes (its *plan line* says it) depends on the config'
 
 - a mesh over every process's devices (a multi-host slice): one SPMD program. Every process
   computes every chunk of every job together with the others, each batch's rows split over
-  ``data`` and the judge over ``model`` (which may span hosts); results are gathered to every
-  process and process 0 claims and writes the store's chunks.
+  ``data`` and the judge over ``model`` (which may span hosts); each process tokenises and
+  places only the rows of its own devices' ``data`` blocks (`jaxjudge.engine.feed`), each
+  chunk's results are gathered to every process, and process 0 claims and writes the store's
+  chunks.
 - no mesh, or one the size of each process's own devices: each process builds its own mesh,
   score jobs split their store chunks across processes (chunk j to process j mod N, then every
   process waits for the others and reads the merged store), and the other job kinds

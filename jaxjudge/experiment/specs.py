@@ -27,6 +27,7 @@ from jaxjudge.data.tasks import TASKS
 from jaxjudge.engine import EngineOptions
 from jaxjudge.experiment.typed import ConfigError, Typed, choose, coerce, opt
 from jaxjudge.models.gguf import default_model_path, gguf_dir
+from jaxjudge.store.location import LocationError, check_location, is_bucket
 
 __all__ = ["ModelSpec", "SubsetSpec", "TaskSpec", "engine_options", "resolve_model_path"]
 
@@ -148,7 +149,8 @@ class TaskSpec(Typed):
       task: ``"summeval"``, ``"stsb"`` or ``"semrel"`` (`jaxjudge.data.tasks.TASKS`).
       aspects: human-score aspects judged (each needs a template).
       data: ``"shared"``, ``"embedded"`` (SummEval only: 4 documents x 16 summaries),
-        ``"embedded_wide"`` (SummEval only: 16 documents x 4 summaries) or a folder.
+        ``"embedded_wide"`` (SummEval only: 16 documents x 4 summaries) or a folder (STS-B
+        and SemRel: also ``gs://bucket/prefix``).
       split: ``"kfold"``: grouped k-fold, each fold's dev is one fold and its test the other
         folds (dev:test = 1:4 with 5 folds, as in the random-number paper); ``"fixed_docs"``:
         SummEval's 10-document dev split (``dev_doc_ids.txt``) and the other documents as
@@ -181,6 +183,14 @@ class TaskSpec(Typed):
             choose(f"{w}.aspects[{i}]", a, facts["aspects"])
         if self.data in ("embedded", "embedded_wide") and self.task != "summeval":
             raise ConfigError(f"{w}.data: {self.data!r} data exists for summeval only")
+        if self.data not in ("embedded", "embedded_wide", "shared"):
+            try:
+                check_location(f"{w}.data", self.data)
+            except LocationError as e:
+                raise ConfigError(str(e)) from None
+            if self.task == "summeval" and is_bucket(self.data):
+                raise ConfigError(f"{w}.data: {self.data!r}: SummEval's files are read from a local folder "
+                                  "(a bucket serves STS-B and SemRel)")
         choose(f"{w}.split", self.split, facts["splits"])
         if self.dev_docs is not None and self.split != "fixed_docs":
             raise ConfigError(f"{w}.dev_docs: only used with split='fixed_docs'")

@@ -44,6 +44,7 @@ from jaxjudge.models.gguf_config import (
     UnsupportedGGUFError,
     hf_config_from_gguf,
 )
+from jaxjudge.models.gguf_file import GGUFFile
 from jaxjudge.models.tokenizer import tokenizer_from_gguf_metadata
 
 __all__ = [
@@ -182,23 +183,10 @@ def gguf_dir() -> Path:
 # ---------------------------------------------------------------------------------- reading
 
 
-def _open(path: Path) -> GGUFReader:
-    if not path.is_file():
-        raise FileNotFoundError(f"GGUF file not found: {path}")
-    try:
-        reader = GGUFReader(path, "r")
-    except Exception as e:  # the reader fails in many ways on damaged bytes; all mean one thing
-        raise GGUFFormatError(
-            f"{path}: not a readable GGUF file (truncated or corrupted?): {type(e).__name__}: {e}"
-        ) from e
-    size = path.stat().st_size
-    for t in reader.tensors:
-        if t.data_offset + t.n_bytes > size:
-            raise GGUFFormatError(
-                f"{path}: tensor {t.name!r} ends at byte {t.data_offset + t.n_bytes} but the file "
-                f"has {size} bytes (truncated?)"
-            )
-    return reader
+def _open(path: Path) -> GGUFFile:
+    """The header of the GGUF file at ``path`` (metadata and tensor table; see
+    :mod:`.gguf_file`)."""
+    return GGUFFile(path)
 
 
 def _field_value(field: Any, path: Path) -> Any:
@@ -233,16 +221,18 @@ def _field_value(field: Any, path: Path) -> Any:
     return scalar(types[0], field.parts[field.data[0]])
 
 
-def read_metadata(reader: GGUFReader, path: Path) -> dict[str, Any]:
+def read_metadata(reader: GGUFFile | GGUFReader, path: Path) -> dict[str, Any]:
     """All metadata key/value pairs of an open file, as plain Python values.
 
     Args:
-        reader: the open file.
+        reader: the open file (this library's `GGUFFile`, or `gguf.GGUFReader`).
         path: its path, for error messages.
 
     Returns:
         GGUF key -> value; the ``GGUF.*`` pseudo-keys (version, counts) are left out.
     """
+    if isinstance(reader, GGUFFile):
+        return dict(reader.metadata)
     meta = {}
     for key, field in reader.fields.items():
         if key.startswith("GGUF."):

@@ -15,7 +15,10 @@ which.
 A mesh may span several processes (one ``jax.distributed`` job, e.g. a multi-host TPU slice):
 every process then runs the same program over the global mesh, inputs are placed from the
 host arrays each process holds in full (`jaxjudge.multihost.spans_processes`), and results are
-read back on every process with `jaxjudge.multihost.to_host`.
+read back on every process with `jaxjudge.multihost.to_host`. The engine's extraction feeds
+each process's rows only instead: `DataBlocks` says which blocks of the ``data`` axis this
+process's devices hold, places a batch from those blocks' rows alone and reads them back from
+its own devices.
 
 The mesh uses ``AxisType.Auto`` axes: the decoder code carries no sharding annotations, and
 XLA's propagation inserts the collectives from the parameter and batch shardings.
@@ -49,6 +52,7 @@ __all__ = [
     "cache_sharding",
     "new_cache",
     "Placement",
+    "DataBlocks",
     "spans_processes",
     "to_host",
     "bytes_per_device",
@@ -78,7 +82,14 @@ def make_mesh(data: int | None = None, model: int = 1, devices: Any = None) -> M
         devices: devices to use (default ``jax.devices()``).
 
     Returns:
-        A ``Mesh`` with axes ``("data", "model")`` of type Auto.
+        A ``Mesh`` with axes ``("data", "model")`` of type Auto. Over devices of several TPU
+        slices (joined by the data-centre network, not ICI) the ``model`` axis stays inside one
+        slice and ``data`` runs across them: slice ``s`` holds data rows ``s * data / slices``
+        onwards (`mesh_utils.create_hybrid_device_mesh`).
+
+    Raises:
+        ValueError: the sizes do not divide the devices, or over several slices ``data`` is not a
+            multiple of the slices (the message says which).
     """
     devices = list(jax.devices() if devices is None else devices)
     if model < 1 or len(devices) % model:
@@ -87,9 +98,22 @@ def make_mesh(data: int | None = None, model: int = 1, devices: Any = None) -> M
         data = len(devices) // model
     if data < 1 or data * model > len(devices):
         raise ValueError(f"mesh data={data} x model={model} needs more than the {len(devices)} devices")
-    return jax.make_mesh((data, model), ("data", "model"),
-                         axis_types=(AxisType.Auto, AxisType.Auto),
-                         devices=devices[: data * model])
+    devices = devices[: data * model]
+    axis_types = (AxisType.Auto, AxisType.Auto)
+    slices = sorted({getattr(d, "slice_index", 0) for d in devices})
+    if len(slices) == 1:
+        return jax.make_mesh((data, model), ("data", "model"), axis_types=axis_types, devices=devices)
+    from jax.experimental import mesh_utils
+
+    n = len(slices)
+    if data % n:
+        raise ValueError(f"mesh data={data} x model={model} over {n} slices: data must be a multiple of {n} "
+                         "(model stays inside one slice)")
+    # jax.make_mesh lets v5e meshes split a chip grid's physical axes; the same here.
+    split = devices[0].device_kind in ("TPU v5 lite", "TPU v5e")
+    grid = mesh_utils.create_hybrid_device_mesh((data // n, model), (n, 1), devices,
+                                                allow_split_physical_axes=split)
+    return Mesh(grid, ("data", "model"), axis_types=axis_types)
 
 
 def logical_spec(
@@ -307,3 +331,58 @@ def cache_sharding(mesh: Mesh, cache: KVCache, rules: Mapping[str, str | None] =
                                            mesh, rules))
     return KVCache(k=kv, v=kv, positions=row, valid=row, length=NamedSharding(mesh, PartitionSpec()),
                    empty=cache.empty)
+
+
+class DataBlocks:
+    """The blocks of a mesh's ``data`` axis, and which of them this process's devices hold.
+
+    A batch split over ``data`` is D blocks of equal rows, block d on the devices at data
+    coordinate d. Under a mesh over several processes each process holds some blocks (one
+    each on a ``data 2 x model 3`` mesh over two processes of three devices; every process
+    holds the one block of ``data 1 x model 6``), so it can place a batch from the rows of
+    its blocks alone (`place`) and read them back from its own devices (`read`): no process
+    builds, or receives, the global batch.
+
+    Args:
+        mesh: a mesh with a ``data`` axis.
+    """
+
+    def __init__(self, mesh: Mesh):
+        self.mesh = mesh
+        grid = np.asarray(mesh.devices)
+        axis = list(mesh.axis_names).index("data")
+        self.n = int(grid.shape[axis])
+        per_block = np.moveaxis(grid, axis, 0).reshape(self.n, -1)
+        self.holders: tuple[tuple[int, ...], ...] = tuple(
+            tuple(sorted({d.process_index for d in per_block[b]})) for b in range(self.n))
+        me = jax.process_index()
+        self.mine: tuple[int, ...] = tuple(b for b in range(self.n) if me in self.holders[b])
+
+    def place(self, blocks: Mapping[int, np.ndarray], rows: int) -> jax.Array:
+        """A global ``[n * rows, ...]`` array split over ``data``, built from this process's
+        blocks only (``blocks[b]``: block b's ``[rows, ...]`` rows, for every b in `mine`)."""
+        first = np.asarray(blocks[self.mine[0]])
+        shape = (self.n * rows, *first.shape[1:])
+        sharding = batch_sharding(self.mesh, first.ndim)
+        arrays = []
+        for device, index in sharding.addressable_devices_indices_map(shape).items():
+            start = index[0].indices(shape[0])[0]
+            b = start // rows
+            part = np.asarray(blocks[b], first.dtype)
+            if part.shape != (rows, *first.shape[1:]):
+                raise ValueError(f"block {b} has shape {part.shape}, expected {(rows, *first.shape[1:])}")
+            arrays.append(jax.device_put(part, device))
+        return jax.make_array_from_single_device_arrays(shape, sharding, arrays)
+
+    def read(self, x: jax.Array, block: int) -> np.ndarray:
+        """Block ``block``'s rows of a batch-major global array (one of `mine`), read from this
+        process's own devices."""
+        rows = x.shape[0] // self.n
+        lo, hi = block * rows, (block + 1) * rows
+        for shard in x.addressable_shards:
+            idx = shard.index
+            start, stop, _ = idx[0].indices(x.shape[0])
+            whole = all(s.indices(n)[:2] == (0, n) for s, n in zip(idx[1:], x.shape[1:]))
+            if start <= lo and hi <= stop and whole:
+                return np.asarray(shard.data)[lo - start:hi - start]
+        raise ValueError(f"block {block} of an array sharded as {x.sharding} is not whole on this process")

@@ -22,8 +22,11 @@ def file_sha256(path: str | os.PathLike, *, block_size: int = 1 << 20, fresh: bo
     """sha256 (hex) of a file's bytes, read in blocks (model files are gigabytes).
 
     Cached within the process per (path, size, modification and status-change times); ``fresh``
-    hashes the bytes again (and refreshes the cache).
+    hashes the bytes again (and refreshes the cache). An object of a bucket
+    (`jaxjudge.store.bucket.BucketPath`, e.g. a data file) is hashed from its bytes each time.
     """
+    if not isinstance(path, (str, Path)) and hasattr(path, "read_bytes"):
+        return hashlib.sha256(path.read_bytes()).hexdigest()
     p = Path(path)
     st = p.stat()
     key = (str(p.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns)

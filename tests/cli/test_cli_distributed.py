@@ -1,14 +1,19 @@
 """Two processes on one sweep from the command line (``--coordinator``, ``--num-processes``,
-``--process-id``), on this CPU, three forced devices each: one SPMD program over the global mesh
-``data 2 x model 3`` (each process one block of every batch's rows, the judge split three ways
-on its own devices); each prints its plan line, and the stores and the report equal (1e-6) one
-process's with the same mesh over six devices. Score, greedy generation, random-number and
-content-free jobs.
+``--process-id``), on this CPU, three forced devices each, as the hosts of a pod run it: one
+SPMD program over the global mesh ``data 2 x model 3`` (each process one block of every
+batch's rows, the judge split three ways on its own devices), the data, stores and results in a
+Cloud Storage bucket (the emulator), and no folder shared between the processes (each its own
+working directory, home, model copy and converted-weights cache). Each prints its plan line;
+each tokenises only the rows of its own block (counted: the two processes' rows of every
+extraction are disjoint and together the one process's rows); and the stores (2e-5) and the
+report (1e-4) equal one process's on local disk with the same mesh over six devices. Score,
+greedy generation, random-number and content-free jobs.
 
 Equal to float32 rounding, not to the bit: the model axis's all-reduce between two processes (over
 gloo) adds the three shards' partial sums in another order than the one inside a process, and
-on the real 30-layer SmolLM2 the log-probabilities differed by up to about 1.2e-5 (measured:
-1.1e-5). Token ids, replies and labels are compared exactly.
+each process pads its rows to other shapes than one process padding the whole batch; on the
+real 30-layer SmolLM2 the log-probabilities differed by up to about 1.2e-5 (measured: 1.1e-5).
+Token ids, replies and labels are compared exactly.
 
 The judge is the tiny random one with SmolLM2's tokenizer and chat template (tests/tiny_judge.py;
 twelve query and six KV heads, so the three-way model axis splits it): what is checked is the
@@ -19,8 +24,10 @@ Slow: three fresh interpreters each load the judge and compile their programs.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,78 +40,139 @@ from jaxjudge.experiment import ExperimentConfig, TaskSpec, config_to_dict
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.alone  # it starts processes of its own
-FLOAT32_ATOL = 5e-5
+STORE_ATOL = 2e-5  # float32 arrays of the stores
+REPORT_ATOL = 1e-4  # numbers of results.json
+PAIRS = [("A man is playing a guitar.", "A man plays the guitar.", 4.6),
+         ("A woman is slicing an onion.", "A cat sleeps on the sofa.", 0.2),
+         ("Two dogs run in a field.", "Dogs are running outside.", 3.8),
+         ("The child reads a book.", "A kid is reading.", 4.2),
+         ("A plane is taking off.", "The stock market fell today.", 0.0),
+         ("Someone is cooking pasta.", "A person makes spaghetti.", 3.9),
+         ("The sun sets over the sea.", "Sunset at the beach.", 3.5),
+         ("A boy kicks a ball.", "A girl sings a song.", 0.8)]
+# Runs the command line with the engine's record of the prompts it tokenises kept, written as
+# JSON to argv[1] at exit (one list of example ids per tokenisation, in call order).
+COUNTED = """
+import atexit, json, sys
+from jaxjudge.engine.tokens import TOKENISED
+from jaxjudge.cli import main
+TOKENISED.log = []
+atexit.register(lambda: open(sys.argv[1], "w").write(json.dumps(TOKENISED.log)))
+sys.exit(main(sys.argv[2:]))
+"""
 
 
-def _experiment(tmp_path: Path, judge: Path, mesh: dict[str, int] | None = None, name: str = "twoproc") -> Path:
-    from tests.tiny_judge import spec
-
-    folder = tmp_path / "stsb"
-    folder.mkdir(exist_ok=True)
-    pairs = [("A man is playing a guitar.", "A man plays the guitar.", 4.6),
-             ("A woman is slicing an onion.", "A cat sleeps on the sofa.", 0.2),
-             ("Two dogs run in a field.", "Dogs are running outside.", 3.8),
-             ("The child reads a book.", "A kid is reading.", 4.2),
-             ("A plane is taking off.", "The stock market fell today.", 0.0),
-             ("Someone is cooking pasta.", "A person makes spaghetti.", 3.9),
-             ("The sun sets over the sea.", "Sunset at the beach.", 3.5),
-             ("A boy kicks a ball.", "A girl sings a song.", 0.8)]
-
+def _stsb_files() -> dict[str, str]:
     def rows(sel):
         return "".join(json.dumps({"genre": "g", "filename": "f", "year": "2012", "sid": str(i), "score": s,
                                    "sentence1": a, "sentence2": b}) + "\n" for i, (a, b, s) in sel)
 
-    (folder / "stsb_dev.jsonl").write_text(rows(list(enumerate(pairs))[:2]))
-    (folder / "stsb_test.jsonl").write_text(rows(list(enumerate(pairs))[2:]))
+    return {"stsb_dev.jsonl": rows(list(enumerate(PAIRS))[:2]), "stsb_test.jsonl": rows(list(enumerate(PAIRS))[2:])}
+
+
+def _experiment(tmp_path: Path, judge: Path | str, mesh: dict[str, int] | None = None, name: str = "twoproc",
+                data: str | None = None) -> Path:
+    """The config file (in ``tmp_path``): STS-B from ``data`` (default: a folder written here;
+    ``"shared"``: ``$JAXJUDGE_DATA_DIR/stsb``), the judge at ``judge`` (a relative path: the
+    judge's file in ``tmp_path``, named from the working directory)."""
+    import dataclasses
+
+    from tests.tiny_judge import spec
+
+    if data is None:
+        folder = tmp_path / "stsb"
+        folder.mkdir(exist_ok=True)
+        for file, text in _stsb_files().items():
+            (folder / file).write_text(text)
+        data = str(folder)
+    model = spec(tmp_path / judge)
+    if not Path(judge).is_absolute():
+        model = dataclasses.replace(model, path=str(judge))
     cfg = ExperimentConfig(
-        name="twoproc", models=(spec(judge),),
-        tasks=(TaskSpec("stsb", ("similarity",), data=str(folder), split="original"),),
+        name="twoproc", models=(model,),
+        tasks=(TaskSpec("stsb", ("similarity",), data=data, split="original"),),
         scales=("1-5",), methods=("vanilla", "generate", "contextual", "deb_r"), temperatures=(1.0,), lambdas_extended=None,
         prompt_style="raw", engine={"chunk_size": 2}, mesh=mesh, generation_max_new_tokens=8, n_boot=100,
         store_root=str(tmp_path / "stores"), results_root=str(tmp_path / "results"))
-    data = tmp_path / f"{name}.json"
-    data.write_text(json.dumps(config_to_dict(cfg)))
+    text = json.dumps(config_to_dict(cfg))
     path = tmp_path / f"{name}.py"
     path.write_text("import json\nfrom jaxjudge.experiment import config_from_dict\n\n\n"
-                    f"def get_config(arg=None):\n    return config_from_dict(json.loads(open({str(data)!r}).read()))\n")
+                    f"def get_config(arg=None):\n    return config_from_dict(json.loads({text!r}))\n")
     return path
 
 
-def _env(tmp_path: Path, tag: str, devices: int = 1) -> dict[str, str]:
+def _env(tmp_path: Path, tag: str, devices: int = 1, **extra: str) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "JAXJUDGE_CACHE": str(tmp_path / f"cache-{tag}"),
            "JAXJUDGE_XLA_CACHE": "", "JAX_PLATFORMS": "cpu",
-           "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+           "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", **extra}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)  # no compile cache under jax.distributed here
     return env
 
 
-def _arrays(root: Path) -> dict[str, np.ndarray]:
+def _arrays(root) -> dict[str, np.ndarray]:
+    """Every array of every chunk under a store root (a local folder or a bucket prefix)."""
     out = {}
     for f in sorted(root.rglob("*.npz")):
-        with np.load(f) as z:
+        with np.load(io.BytesIO(f.read_bytes())) as z:
             for k in z.files:
                 out[f"{f.relative_to(root)}:{k}"] = z[k]
     return out
 
 
-@pytest.mark.slow
-def test_two_processes_sweep_equals_one(tmp_path, coordinator, tiny_gguf):
-    spec = _experiment(tmp_path, tiny_gguf, {"data": 2, "model": 3}, "spmd")
-    one = subprocess.run([sys.executable, "-m", "jaxjudge.cli", "sweep", str(spec), "--quiet",
-                          "--stores", str(tmp_path / "one" / "stores"), "--results", str(tmp_path / "one" / "results"),
-                          "--run", "r"], cwd=tmp_path, env=_env(tmp_path, "one", 6), capture_output=True, text=True,
-                         timeout=900)
-    assert one.returncode == 0, one.stderr[-3000:]
-    assert "plan: process 0 of 1" in one.stdout
+def _worst(a, b) -> float:
+    """The largest difference between two results.json trees' numbers (NaN where both are)."""
+    if isinstance(a, dict):
+        return max((_worst(a[k], b[k]) for k in a if k in b), default=0.0)
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return max((_worst(x, y) for x, y in zip(a, b)), default=0.0)
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return 0.0 if (a != a and b != b) else abs(float(a) - float(b))
+    return 0.0
 
-    address = coordinator
-    procs = [subprocess.Popen([sys.executable, "-m", "jaxjudge.cli", "sweep", str(spec), "--quiet",
-                               "--stores", str(tmp_path / "two" / "stores"),
-                               "--results", str(tmp_path / "two" / "results"), "--run", "r",
-                               "--coordinator", address, "--num-processes", "2", "--process-id", str(i)],
-                              cwd=tmp_path, env=_env(tmp_path, f"two{i}", 3), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in range(2)]
-    outs = [p.communicate(timeout=900) for p in procs]
+
+@pytest.mark.slow
+def test_two_processes_on_a_bucket_equal_one_on_disk(tmp_path, coordinator, tiny_gguf, gcs_bucket):
+    from jaxjudge.store.location import location
+
+    def own_folder(tag: str) -> Path:
+        """A process's working directory: its copy of the judge and of the config, its home."""
+        where = tmp_path / tag
+        (where / "home").mkdir(parents=True)
+        shutil.copy(tiny_gguf, where / "tiny-judge.gguf")
+        _experiment(where, "tiny-judge.gguf", {"data": 2, "model": 3}, "spmd", data="shared")
+        (where / "counted.py").write_text(COUNTED)
+        return where
+
+    def command(where: Path, stores, results, *launch: str) -> list[str]:
+        return [sys.executable, str(where / "counted.py"), str(where / "tokenised.json"), "sweep", "spmd.py",
+                "--quiet", "--stores", str(stores), "--results", str(results), "--run", "r", *launch]
+
+    one = own_folder("one")
+    for file, text in _stsb_files().items():
+        (one / "data" / "stsb").mkdir(parents=True, exist_ok=True)
+        (one / "data" / "stsb" / file).write_text(text)
+        location(f"{gcs_bucket}/data/stsb/{file}").write_text(text)
+    # The one process on local disk runs beside the two (the reference shares nothing with them).
+    folders = [own_folder(f"p{i}") for i in range(2)]
+    stores, results = location(f"{gcs_bucket}/stores"), location(f"{gcs_bucket}/results")
+    alone = subprocess.Popen(command(one, one / "stores", one / "results"), cwd=one, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True,
+                             env=_env(one, "one", 6, HOME=str(one / "home"), JAXJUDGE_DATA_DIR=str(one / "data")))
+    procs = [subprocess.Popen(command(where, stores, results, "--coordinator", coordinator, "--num-processes", "2",
+                                      "--process-id", str(i)),
+                              cwd=where, env=_env(where, f"p{i}", 3, HOME=str(where / "home"),
+                                                  JAXJUDGE_DATA_DIR=f"{gcs_bucket}/data"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i, where in enumerate(folders)]
+    try:
+        run, *outs = [p.communicate(timeout=900) for p in (alone, *procs)]
+    finally:
+        for p in (alone, *procs):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert alone.returncode == 0, run[1][-3000:]
+    assert "plan: process 0 of 1" in run[0]
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
     for i, (out, _) in enumerate(outs):
@@ -114,21 +182,39 @@ def test_two_processes_sweep_equals_one(tmp_path, coordinator, tiny_gguf):
         assert "of 6; mesh {'data': 2, 'model': 3}" in plan[0], plan[0]
         assert f"rows in block(s) {i} of 2 of every batch, model shard(s) 0-2 of 3" in plan[0], plan[0]
     assert "written by process 0" in outs[1][0]
+    # Nothing was written beside the processes' own folders: no local store, report or data.
+    for where in folders:
+        assert not (where / "stores").exists() and not (where / "results").exists() and not (where / "gs:").exists()
+
+    # Each process tokenised only its own block's rows: in every extraction, the two processes'
+    # rows are disjoint and together are the rows one process tokenises.
+    alone, *fed = (json.loads((where / "tokenised.json").read_text()) for where in (one, *folders))
+    assert len(alone) == len(fed[0]) == len(fed[1]) > 3, (len(alone), len(fed[0]), len(fed[1]))
+    for every, first, second in zip(alone, *fed):
+        assert not set(first) & set(second), (first, second)
+        assert sorted(first + second) == sorted(every), (every, first, second)
+    assert sum(map(len, fed[0])) > 0 and sum(map(len, fed[1])) > 0
+
     # 6 test rows in chunks of 2: three chunks in the score store.
-    a, b = _arrays(tmp_path / "one" / "stores"), _arrays(tmp_path / "two" / "stores")
+    a, b = _arrays(one / "stores"), _arrays(stores)
     assert a.keys() == b.keys() and len(a) > 0
+    worst = 0.0
     for k in a:
         if k.endswith(":@seal"):
             continue  # a chunk's seal holds the sha256 of its arrays' bytes: compared below, by value
         if a[k].dtype.kind == "f":
-            np.testing.assert_allclose(b[k], a[k], atol=FLOAT32_ATOL, rtol=0, err_msg=k)
+            np.testing.assert_allclose(b[k], a[k], atol=STORE_ATOL, rtol=0, err_msg=k)
+            both = np.isfinite(a[k]) & np.isfinite(b[k])
+            worst = max(worst, float(np.abs(a[k][both] - b[k][both]).max(initial=0.0)))
         else:
             np.testing.assert_array_equal(b[k], a[k], err_msg=k)
-    ra = json.loads(next((tmp_path / "one" / "results").rglob("results.json")).read_text())
-    rb = json.loads(next((tmp_path / "two" / "results").rglob("results.json")).read_text())
-    assert len(list((tmp_path / "two" / "results").rglob("results.json"))) == 1
-    # Labels exactly, numbers within the same float32 tolerance: regenerate.py's comparison.
-    assert [d for part in COMPARED for d in compare(ra.get(part), rb.get(part), FLOAT32_ATOL, part)] == []
+    assert len(list(results.rglob("results.json"))) == 1
+    ra = json.loads(next((one / "results").rglob("results.json")).read_text())
+    rb = json.loads(next(results.rglob("results.json")).read_text())
+    # Labels exactly, numbers within the float32 tolerance: regenerate.py's comparison.
+    assert [d for part in COMPARED for d in compare(ra.get(part), rb.get(part), REPORT_ATOL, part)] == []
+    print(f"largest difference: stores {worst:.2e}, results.json "
+          f"{max(_worst(ra.get(part), rb.get(part)) for part in COMPARED):.2e}")
 
 
 @pytest.mark.parametrize("flags, needle", [

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from jaxjudge.experiment import ConfigError, check_location, load_config, with_overrides
+from jaxjudge.data.tasks import resolve_data_dir
 from jaxjudge.experiment import distributed
 from jaxjudge.store import location
 
@@ -68,6 +69,41 @@ def test_the_cli_refuses_an_unserved_location_before_any_work(tmp_path, flag, va
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [f"jaxjudge sweep: {line}"]
     assert not any(tmp_path.iterdir())  # no folder named gs: (nor anything else)
+
+
+def test_a_data_folder_may_be_a_bucket_and_a_bad_one_is_one_line(monkeypatch):
+    from jaxjudge.experiment import TaskSpec
+    from jaxjudge.experiment.checks import _task_problems
+
+    stsb = TaskSpec("stsb", ("similarity",), data="gs://bucket/data/stsb", split="original")
+    assert str(resolve_data_dir(stsb)) == "gs://bucket/data/stsb"
+    for value, why in (("gs:/bucket/stsb", "looks like a mistyped 'gs' URL"),
+                       ("s3://bucket/stsb", "names a 's3' location, which this version cannot read or write")):
+        with pytest.raises(ConfigError, match=rf"^TaskSpec\[stsb\]\.data: {re.escape(repr(value))} {why}"):
+            TaskSpec("stsb", ("similarity",), data=value, split="original")
+    with pytest.raises(ConfigError, match=r"^TaskSpec\[summeval\]\.data: 'gs://bucket/s': SummEval's files are read "
+                                          r"from a local folder"):
+        TaskSpec("summeval", ("coherence",), data="gs://bucket/s")
+    # $JAXJUDGE_DATA_DIR for data="shared": a bucket prefix, or one line naming the variable.
+    shared = TaskSpec("stsb", ("similarity",), data="shared", split="original")
+    monkeypatch.setenv("JAXJUDGE_DATA_DIR", "gs://bucket/data")
+    assert str(resolve_data_dir(shared)) == "gs://bucket/data/stsb"
+    monkeypatch.setenv("JAXJUDGE_DATA_DIR", "gs:/bucket/data")
+    (problem,) = _task_problems(shared)
+    assert problem.startswith("task 'stsb': $JAXJUDGE_DATA_DIR: 'gs:/bucket/data' looks like a mistyped "
+                              "'gs' URL"), problem
+
+
+def test_a_mistyped_compile_cache_variable_is_one_line_and_changes_nothing(monkeypatch):
+    import jax
+
+    from jaxjudge.cli import enable_compile_cache
+
+    before = jax.config.jax_compilation_cache_dir
+    monkeypatch.setenv("JAXJUDGE_XLA_CACHE", "gs:/bucket/xla")
+    with pytest.raises(ConfigError, match=r"^\$JAXJUDGE_XLA_CACHE: 'gs:/bucket/xla' looks like a mistyped 'gs' URL"):
+        enable_compile_cache()
+    assert jax.config.jax_compilation_cache_dir == before
 
 
 def test_a_failed_join_on_a_slice_of_several_workers_stops(monkeypatch):

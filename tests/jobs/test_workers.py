@@ -1,11 +1,11 @@
-"""Workers sharing one store root: `jaxjudge extract` started twice on the same config splits the
-chunks; one killed with SIGKILL mid-run leaves its chunks to the other, and the store equals an
-uninterrupted run's. On a local disk, and in a bucket of the Cloud Storage emulator the tests start
-(tests/conftest.py), where no folder is shared and the dead worker's claim is taken over after
-the lease.
+"""Workers sharing one store root in a bucket of the Cloud Storage emulator the tests start
+(tests/conftest.py): `jaxjudge extract` started twice on the same config splits the chunks; one
+killed with SIGKILL mid-run leaves its chunks to the other, and the store equals an uninterrupted
+run's on the local disk; the report of the bucket's stores equals the local one's.
 
-Slow: three extractions (subprocesses) on the tiny random judge with SmolLM2's tokenizer
-(tests/tiny_judge.py): what is checked is the claims, not the judge's numbers.
+Slow: four extractions and two reports (subprocesses) on the tiny random judge with SmolLM2's
+tokenizer (tests/tiny_judge.py): what is checked is the claims and the storage, not the judge's
+numbers (its report reads Spearman only).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _experiment(tmp_path: Path, judge: Path) -> Path:
         name="workers", models=(spec(judge),),
         tasks=(TaskSpec("summeval", ("coherence",), data="embedded", split="kfold", n_folds=2,
                         subset=SubsetSpec("two documents: a short test", n_docs=2)),),
-        scales=("1-5",), methods=("vanilla", "contextual"), temperatures=(1.0,),
+        scales=("1-5",), methods=("vanilla", "contextual"), temperatures=(1.0,), metrics=("spearman",),
         engine={"chunk_size": 2, "batch_size": 2}, claim_lease=2.0,
     )
     data = tmp_path / "workers.json"
@@ -61,17 +61,21 @@ def _arrays(root) -> dict[str, dict[str, np.ndarray]]:
             for m in sorted(root.iterdir()) if m.is_dir() for s in sorted(m.iterdir()) if (s / "manifest.json").is_file()}
 
 
-@pytest.fixture(params=["local", "bucket"])
-def roots(request, tmp_path):
-    if request.param == "local":
-        return tmp_path / "shared", tmp_path / "alone"
-    bucket = location(request.getfixturevalue("gcs_bucket"))
-    return bucket / "shared", bucket / "alone"
+def _first_difference(a, b, at="") -> str:
+    """Where two JSON values first differ, as a path and the two values."""
+    if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
+        return next((_first_difference(a[k], b[k], f"{at}/{k}") for k in a if a[k] != b[k]), "")
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return next((_first_difference(x, y, f"{at}[{i}]") for i, (x, y) in enumerate(zip(a, b)) if x != y), "")
+    return f"{at}: {a!r} != {b!r}"
 
 
-def test_a_killed_workers_chunks_are_done_by_the_other(tmp_path, tiny_gguf, roots):
+def test_a_killed_workers_chunks_are_done_by_the_other(tmp_path, tiny_gguf, gcs_bucket):
+    """In a bucket, where no folder is shared and a dead worker's claim is taken over after the
+    lease. The same story on a local disk, and in a bucket for the claims alone, is
+    tests/store/test_workers_store.py's (workers in seconds, without a model)."""
     config = _experiment(tmp_path, tiny_gguf)
-    shared, alone = roots
+    shared, alone = location(gcs_bucket) / "shared", tmp_path / "alone"
     a = _start(tmp_path, config, shared, "a.log")
     b = _start(tmp_path, config, shared, "b.log")
     score = shared / "tiny" / "score-summeval-coherence-1-5" / "chunks"
@@ -85,9 +89,13 @@ def test_a_killed_workers_chunks_are_done_by_the_other(tmp_path, tiny_gguf, root
     assert b.wait(timeout=600) == 0, (tmp_path / "b.log").read_text()[-2000:]
     manifest = json.loads((score.parent / "manifest.json").read_text())
     assert len(list(score.glob("*.npz"))) == manifest["n_chunks"] == 16
-    assert not list(score.glob(".*.claim"))  # every claim released or taken over
+    # Every claim released or taken over, except one the killed worker may have left on a chunk
+    # it had written but not yet released (the other worker finishes within the lease then, and
+    # leaves a live-looking claim alone; it marks no missing work).
+    left = [p.name for p in score.glob(".*.claim")]
+    assert len(left) <= 1 and all((score / (n[1:-len(".claim")] + ".npz")).exists() for n in left), left
 
-    # An uninterrupted run in its own store root gives the same arrays.
+    # An uninterrupted run in a store root of its own, on the local disk, gives the same arrays.
     c = _start(tmp_path, config, alone, "c.log")
     assert c.wait(timeout=600) == 0, (tmp_path / "c.log").read_text()[-2000:]
     got, want = _arrays(shared), _arrays(alone)
@@ -105,14 +113,17 @@ def test_a_killed_workers_chunks_are_done_by_the_other(tmp_path, tiny_gguf, root
     log = (tmp_path / "again.log").read_text()
     assert "computed " not in log and log.count("cached") == 2, log
 
-    if not str(shared).startswith("gs://"):
-        return  # on a local disk the report's folder is the report tests' subject
-    # The report of the shared stores, its run folder beside them (in the bucket) and on the local
-    # disk: the same results.json.
-    results = {"beside": shared.parent / "results", "local": tmp_path / "local-results"}
-    for name, where in results.items():
-        report = _start(tmp_path, config, shared, f"report-{name}.log", "report", "--results", str(where), "--run", "r1")
+    # The report of the bucket's stores, its run folder beside them in the bucket, and the report
+    # of the uninterrupted local stores on the local disk: the same results.json.
+    results = {"beside": (shared, shared.parent / "results"), "local": (alone, tmp_path / "local-results")}
+    for name, (stores, where) in results.items():
+        report = _start(tmp_path, config, stores, f"report-{name}.log", "report", "--results", str(where), "--run", "r1")
         assert report.wait(timeout=600) == 0, (tmp_path / f"report-{name}.log").read_text()[-2000:]
-    folders = {name: where / "workers" / "r1" for name, where in results.items()}
-    assert folders["beside"].joinpath("results.json").read_bytes() == folders["local"].joinpath("results.json").read_bytes()
+    folders = {name: where / "workers" / "r1" for name, (_, where) in results.items()}
+    beside, local = (json.loads(folders[k].joinpath("results.json").read_text()) for k in ("beside", "local"))
+    # Each store root registered the analysis plan, and wrote its first store, at its own first
+    # extraction: the same plan, other times.
+    for got in (beside, local):
+        assert got["registration"].pop("registered_utc") and got["registration"].pop("first_store_utc")
+    assert beside == local, _first_difference(beside, local)
     assert (folders["beside"] / "metadata.json").is_file()

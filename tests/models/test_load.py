@@ -78,7 +78,7 @@ def smollm2(tmp_path_factory):
             raise AssertionError("the second load read the GGUF file instead of the cache")
 
         mp.setattr(jg, "load_gguf", refuse)
-        mp.setattr(jg, "GGUFReader", refuse)
+        mp.setattr(jg, "GGUFFile", refuse)
         second = jm.load(path, cache_dir=cache)
     t2 = time.perf_counter()
     print(f"\nSmolLM2 load: first (convert + cache) {t1 - t0:.2f}s, second (cache) {t2 - t1:.2f}s")

@@ -158,3 +158,16 @@ def test_mesh_and_rules_errors():
     with pytest.raises(ValueError, match="no entry in the sharding rules"):
         S.logical_spec(("experts",), (4,), mesh)
     assert S.logical_spec(("vocab", "embed"), (38, 18), mesh) == P(None, None)
+
+
+def test_a_mesh_over_several_slices_needs_data_to_divide_among_them():
+    """Devices of two slices (only their slice_index matters before the mesh is built): data must
+    be a multiple of the slices, since model stays inside one (the mesh itself over real
+    multi-slice devices is tests/aot/test_aot.py's two-slice compile)."""
+    from types import SimpleNamespace
+
+    from jaxjudge.models.sharding import make_mesh
+
+    devices = [SimpleNamespace(slice_index=i // 4, device_kind="TPU v5 lite", id=i) for i in range(8)]
+    with pytest.raises(ValueError, match=r"over 2 slices: data must be a multiple of 2 \(model stays inside one"):
+        make_mesh(1, 8, devices=devices)

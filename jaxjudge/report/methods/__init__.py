@@ -10,7 +10,8 @@ report (``deb_t_tp10_ext``) with either
   to make (vanilla, contextual, batch and distribution calibration), or
 * ``data`` and ``grid``: the arrays handed to the family's ``adjust`` function at a reading and
   the hyper-parameter grid `jaxjudge.select.grid_search` chooses from on each fold's dev side
-  (Deb-R, Deb-T, contrastive decoding, contrastive + Deb-T).
+  (Deb-R, Deb-T, contrastive decoding, contrastive + Deb-T, and the linear mix that controls for
+  contrastive decoding).
 
 A tuned variant whose grid holds a knob the vanilla judge could also use (contrastive
 decoding's main-model temperature) names its *matched baseline* (``baseline``): the row that

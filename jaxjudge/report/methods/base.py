@@ -19,6 +19,7 @@ from jaxjudge.jobs import ExtractionJob, RandomTJob, ScoreJob
 from jaxjudge.report.cell_inputs import CellArrays, MethodOptions, RandomPrior
 
 __all__ = [
+    "ASSISTANT_SCORES",
     "JUDGE_SCORES",
     "RANDOM_T",
     "CellContext",
@@ -76,6 +77,9 @@ def random_prior_into(variant: str) -> Callable[[dict[str, Any]], dict[str, Any]
 
 JUDGE_SCORES = Need(ScoreJob, into=lambda r: r, has=lambda a: a.logprobs is not None)
 """The judge's own score arrays: every cell reads them."""
+ASSISTANT_SCORES = Need(ScoreJob, into=lambda r: {"assistant": r["logprobs"]}, has=lambda a: a.assistant is not None,
+                        assistant=True)
+"""The assistant's score arrays (``pairs``): contrastive decoding's and the linear mix's."""
 RANDOM_T = Need(RandomTJob, into=random_prior_into("T"), has=lambda a: "T" in a.random)
 """The judge's random-number arrays with the task instruction (Deb-T's prior)."""
 

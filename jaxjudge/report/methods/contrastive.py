@@ -12,13 +12,13 @@ import jax
 import jax.numpy as jnp
 
 from jaxjudge.debias import combined_adjust, contrastive_adjust
-from jaxjudge.jobs import RandomTJob, ScoreJob
+from jaxjudge.jobs import RandomTJob
 from jaxjudge.report.cell_inputs import MethodOptions, RandomPrior
-from jaxjudge.report.methods.base import RANDOM_T, CellContext, Kind, Method, Need, Variant, per_tp_rows
+from jaxjudge.report.methods.base import (
+    ASSISTANT_SCORES, RANDOM_T, CellContext, Kind, Method, Need, Variant, per_tp_rows,
+)
 from jaxjudge.select import lambda_temperature_grid, product_grid
 
-_ASSISTANT_SCORES = Need(ScoreJob, into=lambda r: {"assistant": r["logprobs"]}, has=lambda a: a.assistant is not None,
-                         assistant=True)
 _ASSISTANTRANDOM_T = Need(RandomTJob, into=lambda r: {"assistant_random": {"T": RandomPrior(r["logprobs"], r["nll"])}},
                            has=lambda a: "T" in (a.assistant_random or {}), assistant=True, required=False)
 
@@ -129,12 +129,12 @@ def _lam_and_temperature(opts: MethodOptions) -> tuple[str, ...]:
 FAMILIES = (
     Method("temperature", "tuned", variants=_temperature, rows=_with_fine("temperature"),
            adjust=contrastive_adjust, params=lambda opts: ("t_main",), order=80),
-    Method("contrastive", "tuned", needs=(_ASSISTANT_SCORES,), variants=_contrastive,
+    Method("contrastive", "tuned", needs=(ASSISTANT_SCORES,), variants=_contrastive,
            rows=_with_fine("contrastive"), adjust=contrastive_adjust, params=_lam_and_temperature, order=90),
     Method("deb_t_temperature", "tuned", needs=(RANDOM_T,), variants=_deb_t_temperature,
            rows=per_tp_rows("deb_t_temperature", extended=False), adjust=combined_adjust,
            params=lambda opts: ("t_main", "lam_d"), order=95),
-    Method("contrastive_deb_t", "tuned", needs=(_ASSISTANT_SCORES, RANDOM_T, _ASSISTANTRANDOM_T),
+    Method("contrastive_deb_t", "tuned", needs=(ASSISTANT_SCORES, RANDOM_T, _ASSISTANTRANDOM_T),
            variants=_contrastive_deb_t, rows=per_tp_rows("contrastive_deb_t", extended=False),
            adjust=combined_adjust, params=lambda opts: (*_lam_and_temperature(opts), "lam_d"), order=100),
 )
