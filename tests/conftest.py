@@ -138,3 +138,38 @@ def gcs_bucket(gcs_emulator):
     name = f"test-{uuid.uuid4().hex[:12]}"
     filesystem().mkdir(name)
     return f"gs://{name}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _gguf_files_parsed_once():
+    """`gguf.GGUFReader` (the reference reader: transformers' GGUF loader imports it when called)
+    builds each file's metadata views once per test process instead of once per call.
+
+    transformers reads a GGUF file's metadata for the config, again for the weights and again for
+    the tokenizer; for a 151k or 262k-token vocabulary each read is 10-17 s of numpy views. The
+    reader handed back is the same gguf-py object, so every reference value is still gguf-py's
+    own. A file is known by its resolved path, size and modification time (a test that rewrites
+    a file at the same path gets a fresh read)."""
+    import functools
+
+    try:
+        import gguf
+    except ImportError:  # the reference's tests skip without it
+        yield
+        return
+    original = gguf.GGUFReader
+
+    @functools.lru_cache(maxsize=16)
+    def _read(key, mode):
+        return original(key[0], mode)
+
+    def reader(path, mode="r"):
+        if mode != "r":
+            return original(path, mode)
+        p = os.path.realpath(os.fspath(path))
+        st = os.stat(p)
+        return _read((p, st.st_size, st.st_mtime_ns), mode)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gguf, "GGUFReader", reader)
+        yield
