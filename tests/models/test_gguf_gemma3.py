@@ -95,7 +95,8 @@ def test_gemma3_tensors_and_config_equal_transformers(gemma3):
     ref_sd = {k: v.numpy() for k, v in ref.state_dict().items()}
     assert set(ck.tensors) == set(ref_sd) - {"lm_head.weight"}  # tied head
     for name, arr in ck.tensors.items():
-        np.testing.assert_array_equal(arr, ref_sd[name], err_msg=name)
+        if not (arr.shape == ref_sd[name].shape and np.array_equal(arr, ref_sd[name])):  # fast path
+            np.testing.assert_array_equal(arr, ref_sd[name], err_msg=name)
     cfg, rc = judge.config, ref.config
     assert cfg.model_type == "gemma3_text" and cfg.tie_word_embeddings
     for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
