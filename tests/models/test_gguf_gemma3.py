@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.arrays import assert_same_array
 from jaxjudge.models import gguf as jg
 
 # Its time goes into running programs (see tests/conftest.py): full XLA optimisation.
@@ -95,8 +96,7 @@ def test_gemma3_tensors_and_config_equal_transformers(gemma3):
     ref_sd = {k: v.numpy() for k, v in ref.state_dict().items()}
     assert set(ck.tensors) == set(ref_sd) - {"lm_head.weight"}  # tied head
     for name, arr in ck.tensors.items():
-        if not (arr.shape == ref_sd[name].shape and np.array_equal(arr, ref_sd[name])):  # fast path
-            np.testing.assert_array_equal(arr, ref_sd[name], err_msg=name)
+        assert_same_array(arr, ref_sd[name], name)
     cfg, rc = judge.config, ref.config
     assert cfg.model_type == "gemma3_text" and cfg.tie_word_embeddings
     for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",

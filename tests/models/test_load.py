@@ -20,6 +20,7 @@ import pytest
 from flax import nnx
 from tokenizers import Tokenizer, models as tok_models, pre_tokenizers
 
+from tests.arrays import assert_same_array
 from jaxjudge.engine import calls
 import jaxjudge.models as jm
 from jaxjudge.models import cache as jc
@@ -137,9 +138,7 @@ def test_qwen05_tensors_and_logits_match_transformers():
     ref_sd = ref.state_dict()
     assert set(ck.tensors) == set(ref_sd)
     for name, arr in ck.tensors.items():
-        theirs = ref_sd[name].numpy()
-        if not (arr.shape == theirs.shape and np.array_equal(arr, theirs)):  # fast path (as test_gguf)
-            np.testing.assert_array_equal(arr, theirs, err_msg=name)
+        assert_same_array(arr, ref_sd[name].numpy(), name)
     # This file stores its own output head (Q8_0) next to the Q5_0 embedding: untied.
     assert ck.hf_config["model_type"] == "qwen2" and ck.hf_config["tie_word_embeddings"] is False
     judge = Judge.from_parts(*ck, source=str(path))
