@@ -147,8 +147,8 @@ def _gguf_files_parsed_once():
 
     transformers reads a GGUF file's metadata for the config, again for the weights and again for
     the tokenizer; each read of Gemma-3's file (262k-token vocabulary) took 15-18 s of numpy views
-    on this 2-core machine (profiled). The reader handed back is the same gguf-py object, so every reference value is still gguf-py's
-    own. A file is known by its resolved path, size and modification time (a test that rewrites
+    on this 2-core machine (profiled). The reader handed back is the same gguf-py object, so every
+    reference value is still gguf-py's own. A file is known by its resolved path, size and modification time (a test that rewrites
     a file at the same path gets a fresh read)."""
     import functools
 

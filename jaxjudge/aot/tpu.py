@@ -21,7 +21,6 @@ class LibtpuMissingError(RuntimeError):
     """libtpu is not installed, so no TPU topology can be described."""
 
 
-
 def describe_host_for_libtpu(topology: str) -> None:
     """Sets what libtpu asks of a host before it loads (unless already set): the accelerator type
     of the slice, this host as its only worker. Without them libtpu, loaded on a host that is not

@@ -374,7 +374,7 @@ def test_script_matches_full_forward(tmp_path, tiny_gguf):
 
     The judge is the tiny random one with SmolLM2's tokenizer and chat template
     (tests/tiny_judge.py): what is checked, the script's prefix-cached pairs against whole-text
-    forwards, its files and its figures, does not depend on the weights. SmolLM2's own numbers
+    forwards and the files it writes, does not depend on the weights. SmolLM2's own numbers
     are in the committed run (`results/position_bias/smollm2`, regenerated from its pairs)."""
     from jaxjudge import models
     from jaxjudge.data import load_summeval
