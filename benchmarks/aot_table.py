@@ -9,7 +9,7 @@ decode rows at token 16; bfloat16, XLA attention, full depth), one case at a tim
 case whose JSON is already there; then prints the Markdown rows. Every figure is a compiled
 TPU program's (memory, collectives, XLA's cost analysis) or the cost model's bound on it
 (`jaxjudge.aot.cost`: ICI by the ring formula, MFU as [serialised, overlapped]), never a
-measurement of a TPU.
+measurement of a TPU; the one measured column is the compile's wall time on the host that ran it.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ CASES = [
 
 HEAD = ("| judge, slice, mesh | step | HBM per chip, of usable | collectives per layer: all-reduce / all-gather "
         "| compiled / useful flops | bytes accessed per chip (x arguments) | ICI (ring) ms "
-        "| MFU bound [serialised, overlapped] | compile s |")
+        "| MFU bound [serialised, overlapped] | compile s, measured on the compiling host |")
 
 
 def compile_case(out: Path, name: str, judge: str, topology: str, data: int, model: int, groups: int | None,
