@@ -16,8 +16,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 # Under tests/run_by_file.py (JAXJUDGE_TEST_FAST_COMPILE=1, unless --optimized) programs compile
-# with JAX's jax_disable_most_optimizations: the same HLO, lowered to slower machine code in about
-# a third less compile time. Most tests compile many small programs and run each once; a test
+# with JAX's jax_disable_most_optimizations and XLA's older CPU fusion emitters (the runner's
+# XLA_FLAGS, `FAST_XLA_FLAGS` there): the same HLO, lowered to slower machine code in well under
+# half the compile time. Most tests compile many small programs and run each once; a test
 # whose time goes into running them (real weights, simulations) is marked `optimized` and
 # compiles as a user's run does. The mode is set before each test's setup (its module fixtures
 # included) and passed to the processes it starts through JAX's own variable.

@@ -118,3 +118,18 @@ def test_a_new_marked_file_runs_with_nothing_beside_it(tmp_path):
     assert overlap("one", "two")  # the unmarked files did run side by side
     record = json.loads((root / "durations.json").read_text())["seconds"]
     assert set(record) == {"test_one.py", "test_lonely.py", "test_two.py"}
+
+
+def test_xla_flags_keep_the_run_flags_and_replace_the_device_count():
+    from tests import run_by_file
+    from tests.xla_flags import xla_flags
+
+    flags = "--xla_cpu_use_fusion_emitters=false --xla_force_host_platform_device_count=8 --other=1"
+    assert xla_flags(2, flags) == ("--xla_cpu_use_fusion_emitters=false --other=1 "
+                                   "--xla_force_host_platform_device_count=2")
+    assert xla_flags(None, flags) == "--xla_cpu_use_fusion_emitters=false --other=1"
+    assert xla_flags(1, "") == "--xla_force_host_platform_device_count=1"
+    assert run_by_file.compile_mode(True, flags) == {}
+    fast = run_by_file.compile_mode(False, "--other=1")
+    assert fast["XLA_FLAGS"] == "--other=1 " + run_by_file.FAST_XLA_FLAGS
+    assert fast["JAXJUDGE_TEST_FAST_COMPILE"] == "1"

@@ -20,6 +20,8 @@ import pytest
 
 from jaxjudge.experiment import ModelSpec, TaskSpec, config_to_dict
 
+from tests.xla_flags import xla_flags
+
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
@@ -37,7 +39,7 @@ def _experiment(tmp_path: Path, cfg, name: str) -> Path:
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO), "JAXJUDGE_CACHE": str(tmp_path / "cache"),
            "JAX_PLATFORMS": "cpu"}
-    env.pop("XLA_FLAGS", None)
+    env["XLA_FLAGS"] = xla_flags()
     return subprocess.run([sys.executable, "-m", "jaxjudge.cli", *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)
 

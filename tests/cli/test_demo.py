@@ -17,13 +17,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.xla_flags import xla_flags
+
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
 def _cli(*args, cwd):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("XLA_FLAGS", None)  # one device, as a user's run
+    env["XLA_FLAGS"] = xla_flags()  # one device, as a user's run
     return subprocess.run([sys.executable, "-m", "jaxjudge.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=1800)
 
@@ -209,7 +211,7 @@ def test_notebook_runs_top_to_bottom(demo_run, tiny_folder, tiny_config, name):
     work, _, _ = demo_run
     nb = _run_notebook(name, {"JAXJUDGE_STORES": str(work / "stores"), "JAXJUDGE_NB_JUDGE": str(tiny_folder),
                               "JAXJUDGE_CONFIG": str(tiny_config), "JAXJUDGE_NB_EXAMPLES": "32",
-                              "XLA_FLAGS": "--xla_force_host_platform_device_count=1"})  # one device, as a user's
+                              "XLA_FLAGS": xla_flags(1)})  # one device, as a user's
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     printed = "".join(o.get("text", "") for o in outputs)
     assert "spearman" in printed.lower() or "vanilla=" in printed

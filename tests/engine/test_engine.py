@@ -457,7 +457,9 @@ engine.extract(tiny_judge(), make_prompts(n_groups=8, per_group=3), ScoreScale(1
 def _run_resume_script(tmp_path: Path, store: Path, log: Path, pause: float) -> subprocess.Popen:
     script = tmp_path / f"resume_{pause}.py"
     script.write_text(RESUME_SCRIPT.format(tests=str(TESTS), log=str(log), store=str(store), pause=pause))
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1", "JAX_PLATFORMS": "cpu"}
+    from tests.xla_flags import xla_flags  # here: worker scripts import this module from its folder
+
+    env = {**os.environ, "XLA_FLAGS": xla_flags(1), "JAX_PLATFORMS": "cpu"}
     return subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 

@@ -20,6 +20,8 @@ import pytest
 from jaxjudge import engine
 from jaxjudge.prompts import ScoreScale
 
+from tests.xla_flags import xla_flags
+
 TESTS = Path(__file__).resolve().parent
 pytestmark = pytest.mark.alone  # it starts processes of its own
 sys.path.insert(0, str(TESTS))
@@ -48,7 +50,7 @@ jax.distributed.shutdown()
 def test_two_processes_split_and_merge(tmp_path, coordinator):
     address = coordinator
     store = tmp_path / "store"
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags(1)}
     procs, results = [], []
     for pid in range(2):
         script = tmp_path / f"worker{pid}.py"

@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.xla_flags import xla_flags
+
 TESTS = Path(__file__).resolve().parent
 pytestmark = pytest.mark.alone  # it starts processes of its own
 
@@ -74,7 +76,7 @@ def _launch(tmp_path: Path, name: str, pid: int, devices: int, shapes, address: 
     result = tmp_path / f"{name}.npz"
     script.write_text(WORKER.format(address=address, pid=pid, tests=str(TESTS), store=str(tmp_path / f"store-{name.split('_')[0]}"),
                                     result=str(result), shapes=shapes))
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags(devices)}
     proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     return proc, result
 
