@@ -38,6 +38,8 @@ import pytest
 from experiments.regenerate import COMPARED, compare
 from jaxjudge.experiment import ExperimentConfig, TaskSpec, config_to_dict
 
+from tests.xla_flags import xla_flags
+
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.alone  # it starts processes of its own
 STORE_ATOL = 2e-5  # float32 arrays of the stores
@@ -104,7 +106,7 @@ def _experiment(tmp_path: Path, judge: Path | str, mesh: dict[str, int] | None =
 def _env(tmp_path: Path, tag: str, devices: int = 1, **extra: str) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "JAXJUDGE_CACHE": str(tmp_path / f"cache-{tag}"),
            "JAXJUDGE_XLA_CACHE": "", "JAX_PLATFORMS": "cpu",
-           "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", **extra}
+           "XLA_FLAGS": xla_flags(devices), **extra}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)  # no compile cache under jax.distributed here
     return env
 
@@ -215,18 +217,3 @@ def test_two_processes_on_a_bucket_equal_one_on_disk(tmp_path, coordinator, tiny
     assert [d for part in COMPARED for d in compare(ra.get(part), rb.get(part), REPORT_ATOL, part)] == []
     print(f"largest difference: stores {worst:.2e}, results.json "
           f"{max(_worst(ra.get(part), rb.get(part)) for part in COMPARED):.2e}")
-
-
-@pytest.mark.parametrize("flags, needle", [
-    (["--coordinator", "127.0.0.1:1234"], "--num-processes, --process-id missing"),
-    (["--coordinator", "nohost", "--num-processes", "2", "--process-id", "0"], "--coordinator: expected HOST:PORT"),
-    (["--coordinator", "127.0.0.1:1234", "--num-processes", "2", "--process-id", "2"], "--process-id: expected 0 .. 1"),
-])
-def test_bad_launch_flags_are_one_line(tmp_path, tiny_gguf, flags, needle):
-    spec = _experiment(tmp_path, tiny_gguf)
-    proc = subprocess.run([sys.executable, "-m", "jaxjudge.cli", "extract", str(spec), "--quiet", *flags],
-                          cwd=tmp_path, env=_env(tmp_path, "x"), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and needle in lines[0], proc.stderr
-    assert not (tmp_path / "stores").exists()

@@ -25,6 +25,8 @@ from jaxjudge.experiment import ExperimentConfig, SubsetSpec, TaskSpec, config_t
 from jaxjudge.store import Store
 from jaxjudge.store.location import location
 
+from tests.xla_flags import xla_flags
+
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.alone]  # alone: it starts processes of its own
 
@@ -49,7 +51,7 @@ def _experiment(tmp_path: Path, judge: Path) -> Path:
 
 def _start(tmp_path: Path, config: Path, stores, log: str, command: str = "extract", *more: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
-    env.pop("XLA_FLAGS", None)
+    env["XLA_FLAGS"] = xla_flags()
     out = open(tmp_path / log, "w")
     return subprocess.Popen([sys.executable, "-m", "jaxjudge.cli", command, str(config), "--quiet",
                              "--stores", str(stores), *more], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -78,6 +80,9 @@ def test_a_killed_workers_chunks_are_done_by_the_other(tmp_path, tiny_gguf, gcs_
     shared, alone = location(gcs_bucket) / "shared", tmp_path / "alone"
     a = _start(tmp_path, config, shared, "a.log")
     b = _start(tmp_path, config, shared, "b.log")
+    # An uninterrupted run in a store root of its own, on the local disk, beside them (it shares
+    # nothing with them; started now, it keeps both cores busy once one worker is gone).
+    c = _start(tmp_path, config, alone, "c.log")
     score = shared / "tiny" / "score-summeval-coherence-1-5" / "chunks"
     deadline = time.time() + 600
     while not (score.is_dir() and any(p.suffix == ".npz" for p in score.iterdir())):
@@ -95,8 +100,7 @@ def test_a_killed_workers_chunks_are_done_by_the_other(tmp_path, tiny_gguf, gcs_
     left = [p.name for p in score.glob(".*.claim")]
     assert len(left) <= 1 and all((score / (n[1:-len(".claim")] + ".npz")).exists() for n in left), left
 
-    # An uninterrupted run in a store root of its own, on the local disk, gives the same arrays.
-    c = _start(tmp_path, config, alone, "c.log")
+    # The uninterrupted run gives the same arrays.
     assert c.wait(timeout=600) == 0, (tmp_path / "c.log").read_text()[-2000:]
     got, want = _arrays(shared), _arrays(alone)
     assert got.keys() == want.keys() and len(got) == 2  # score, content_free
@@ -107,17 +111,17 @@ def test_a_killed_workers_chunks_are_done_by_the_other(tmp_path, tiny_gguf, gcs_
             else:
                 np.testing.assert_array_equal(got[store][name], value, err_msg=f"{store}: {name}")
 
-    # The killed worker, restarted, finds everything done.
+    # The killed worker, restarted, finds everything done; beside it (they only read), the report
+    # of the bucket's stores, its run folder beside them in the bucket, and the report of the
+    # uninterrupted local stores on the local disk: the same results.json.
     again = _start(tmp_path, config, shared, "again.log")
+    results = {"beside": (shared, shared.parent / "results"), "local": (alone, tmp_path / "local-results")}
+    reports = {name: _start(tmp_path, config, stores, f"report-{name}.log", "report", "--results", str(where),
+                            "--run", "r1") for name, (stores, where) in results.items()}
     assert again.wait(timeout=600) == 0
     log = (tmp_path / "again.log").read_text()
     assert "computed " not in log and log.count("cached") == 2, log
-
-    # The report of the bucket's stores, its run folder beside them in the bucket, and the report
-    # of the uninterrupted local stores on the local disk: the same results.json.
-    results = {"beside": (shared, shared.parent / "results"), "local": (alone, tmp_path / "local-results")}
-    for name, (stores, where) in results.items():
-        report = _start(tmp_path, config, stores, f"report-{name}.log", "report", "--results", str(where), "--run", "r1")
+    for name, report in reports.items():
         assert report.wait(timeout=600) == 0, (tmp_path / f"report-{name}.log").read_text()[-2000:]
     folders = {name: where / "workers" / "r1" for name, (_, where) in results.items()}
     beside, local = (json.loads(folders[k].joinpath("results.json").read_text()) for k in ("beside", "local"))
