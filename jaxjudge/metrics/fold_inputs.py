@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["FoldArrays", "FoldPrepared", "by_fold", "fold_arrays", "fold_layout"]
+__all__ = ["FoldArrays", "FoldPrepared", "fold_arrays", "fold_layout", "over_folds"]
 
 
 @jax.tree_util.register_dataclass
@@ -100,17 +100,27 @@ class FoldPrepared:
         return cls(doc=0, pairs=0, ranks=0, sums=0, shared=None)
 
 
-def by_fold(tree: Any) -> list[Any]:
-    """A pytree whose leaves lead with the fold axis `[F, ...]` as F pytrees of one fold each
-    (leaves `[...]`), by iterating over each leaf's first axis.
+def over_folds(fn: Any, *trees: Any) -> Any:
+    """``fn(*fold_trees)`` for each fold of ``trees`` (pytrees whose leaves lead with the fold
+    axis `[F, ...]`), the results stacked along a new leading fold axis.
+
+    One traced body for every fold (`jax.lax.map`), not F copies of it: the report's statistics
+    then compile in about the time of one fold's (their programs were F times one fold's
+    operations when the folds were a Python loop). Not a `jax.vmap` over the folds: under the
+    bootstrap's batching over resamples and a report's over methods, a third vmap level made
+    XLA's CPU code about five times slower (benchmarks/bench_report_stats.py); a loop keeps
+    each fold's operations as they were. One fold is a plain call.
 
     Raises:
       ValueError: the leaves' first axes differ (e.g. a method axis left in front of the folds).
     """
-    leaves, treedef = jax.tree.flatten(tree)
+    leaves = jax.tree.leaves(trees)
     if len({leaf.shape[0] for leaf in leaves}) > 1:
         raise ValueError(f"every leaf must lead with the fold axis, got shapes {[leaf.shape for leaf in leaves]}")
-    return [jax.tree.unflatten(treedef, fold) for fold in zip(*leaves)]
+    if leaves and leaves[0].shape[0] == 1:
+        one = fn(*jax.tree.map(lambda leaf: leaf[0], trees))
+        return jax.tree.map(lambda leaf: leaf[None], one)
+    return jax.lax.map(lambda folds: fn(*folds), trees)
 
 
 def fold_layout(test_nf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

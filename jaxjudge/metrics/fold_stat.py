@@ -42,7 +42,7 @@ import jax.numpy as jnp
 
 from jaxjudge.metrics.correlation import get_metric
 from jaxjudge.metrics.distribution import sdd_from_logprobs
-from jaxjudge.metrics.fold_inputs import FoldArrays, FoldPrepared, by_fold, fold_arrays, fold_layout
+from jaxjudge.metrics.fold_inputs import FoldArrays, FoldPrepared, fold_arrays, fold_layout, over_folds
 from jaxjudge.metrics.group_sums import (
     PEARSON_SUMS, kl_sums, mean_from_sums, midrank_pearson, pearson_from_sums, pearson_sums, sq_error_sums,
 )
@@ -168,28 +168,26 @@ def fold_prepare(names: tuple[str, ...], num_groups: int, resampled: bool = True
     cols = doc_columns(names)
 
     def prep(arrays: FoldArrays) -> FoldPrepared:
-        docs, pairs, ranks, sums = [], [], [], []
         m = arrays.index.shape[1]
         spearman = resampled and _pooled_spearman(names, m, num_groups)[0]
         kendall = resampled and _kendall_by_group(names, m, num_groups)
         layout = _sum_layout(names, m, num_groups) if resampled else {}
-        for fold in by_fold(arrays):
+
+        def one_fold(fold: FoldArrays):
             pred, human, codes = fold.pred, fold.human, fold.codes
             fixed = fold.pad * fold.ok  # every row once; a resample scales a group's rows alike
             src = {"pred": pred, "base": fold.base}
             pair = (jnp.stack([_to_groups(s, fixed, codes, num_groups) for s in pair_matrices(pred, human)])
                     if kendall else jnp.zeros((0, num_groups, num_groups), jnp.float32))
-            pairs.append(pair)
 
-            def values(s, c, pair=pair, src=src, human=human, codes=codes, fixed=fixed):
+            def values(s, c):
                 if kendall and (s, c) == ("pred", "kendall"):  # a group's own pairs: the diagonal
                     return tau_from_sums(*(jnp.diagonal(q) for q in pair))
                 return per_group(c, src[s], human, codes, weights=fixed, num_groups=num_groups)
 
-            docs.append(jnp.stack([values(s, c) for s, c in cols]) if cols
-                        else jnp.zeros((0, num_groups), jnp.float32))
-            ranks.append(_rank_matrix(pred, fixed, codes, num_groups)[None] if spearman
-                         else jnp.zeros((0, m, num_groups), jnp.float32))
+            doc = jnp.stack([values(s, c) for s, c in cols]) if cols else jnp.zeros((0, num_groups), jnp.float32)
+            rank = (_rank_matrix(pred, fixed, codes, num_groups)[None] if spearman
+                    else jnp.zeros((0, m, num_groups), jnp.float32))
             part = []
             for s, metric in layout:
                 if metric == "pearson":
@@ -198,8 +196,10 @@ def fold_prepare(names: tuple[str, ...], num_groups: int, resampled: bool = True
                     part.append(sq_error_sums(src[s], human, fixed, codes, num_groups))
                 else:
                     part.append(kl_sums(fold.probs, fold.hrel, fixed, codes, num_groups))
-            sums.append(jnp.concatenate(part) if part else jnp.zeros((0, num_groups), jnp.float32))
-        return FoldPrepared(doc=jnp.stack(docs), pairs=jnp.stack(pairs), ranks=jnp.stack(ranks), sums=jnp.stack(sums))
+            sums = jnp.concatenate(part) if part else jnp.zeros((0, num_groups), jnp.float32)
+            return FoldPrepared(doc=doc, pairs=pair, ranks=rank, sums=sums)
+
+        return over_folds(one_fold, arrays)
 
     prep.__name__ = "fold_prepare_" + "_".join(names)
     return prep
@@ -212,15 +212,16 @@ def shared_prepare(names: tuple[str, ...], num_groups: int, resampled: bool = Tr
     without the delta; 0 without a pooled Spearman read from rank matrices). Shared by every
     method of a batch: it reads no field with a method axis."""
     def prep(arrays: FoldArrays):
-        out = []
         m = arrays.index.shape[1]
         spearman, base_too = _pooled_spearman(names, m, num_groups) if resampled else (False, False)
-        for real, base, human, ok, codes in zip(arrays.pad, arrays.base, arrays.human, arrays.ok, arrays.codes):
+
+        def one_fold(real, base, human, ok, codes):
             fixed = real * ok
             vs = ([human] if spearman else []) + ([base] if base_too else [])
-            out.append(jnp.stack([_rank_matrix(v, fixed, codes, num_groups) for v in vs]) if vs
-                       else jnp.zeros((0, m, num_groups), jnp.float32))
-        return jnp.stack(out)
+            return (jnp.stack([_rank_matrix(v, fixed, codes, num_groups) for v in vs]) if vs
+                    else jnp.zeros((0, m, num_groups), jnp.float32))
+
+        return over_folds(one_fold, arrays.pad, arrays.base, arrays.human, arrays.ok, arrays.codes)
 
     prep.__name__ = "shared_prepare_" + "_".join(names)
     return prep
@@ -293,10 +294,7 @@ def _fold_mean_core(names: tuple[str, ...]):
                     out.append(pooled(name, pred))
             return jnp.stack(out)
 
-        # A Python loop over the (few) folds, not a vmap: under the bootstrap's vmap over
-        # resamples (and a report's over methods) a third vmap level made XLA's CPU code about
-        # five times slower (benchmarks/bench_report_stats.py).
-        per = jnp.stack([per_fold(fold, prep) for fold, prep in zip(by_fold(arrays), by_fold(prepared))])  # [F, S]
+        per = over_folds(per_fold, arrays, prepared)  # [F, S]
         return jnp.mean(per, axis=0)
 
     stat.__name__ = "cell_stat_" + "_".join(names)
