@@ -35,7 +35,7 @@ CASES = [
 ]
 
 HEAD = ("| judge, slice, mesh | step | HBM per chip, of usable | collectives per layer: all-reduce / all-gather "
-        "| compiled / useful flops | bytes accessed per chip (x arguments) | ICI (ring) ms "
+        "| compiled / useful flops | bytes accessed per chip (x arguments) | ICI (ring) ms, bound "
         "| MFU bound [serialised, overlapped] | compile s, measured on the compiling host |")
 
 
