@@ -88,6 +88,7 @@ from registry import (
     CPU_SUMMEVAL_SUBSET,
     QWEN_05B,
     QWEN_15B,
+    SMOLLM2,
 )
 
 # The primary endpoint of the exploratory variants (not registered: it was written here on 12-04,
@@ -186,8 +187,21 @@ CONFIRM = dict(PAIR_TASKS, methods=("vanilla", "temperature", "contrastive"), te
 
 # The mechanism control ("mechanism_stsb", "mechanism_semrel"): read from the exploratory runs'
 # stores on the expected score at T = 1 (the reading the mix is defined on and the primaries use).
-MECHANISM = dict(PAIR_TASKS, methods=("vanilla", "temperature", "contrastive", "linear_mix"), temperatures=(1.0,),
-                 greedy=False, comparisons=(("contrastive", "linear_mix"),), changes=(), primary=MECHANISM_PRIMARY)
+# Three controls, each against contrastive decoding: the score-level linear mix (report only), the
+# assistant replaced by the main judge's own content-free prior (the 1.5B judge's content-free
+# jobs), and by SmolLM2-135M, a judge of another family (its score jobs on the same rows). The
+# last two were added, and their stores extracted, after the first control's results were read.
+MECHANISM = dict(PAIR_TASKS, models=(QWEN_15B, QWEN_05B, SMOLLM2), control_pairs=((QWEN_15B.name, SMOLLM2.name),),
+                 methods=("vanilla", "temperature", "contrastive", "linear_mix", "contrastive_prior",
+                          "contrastive_other"),
+                 temperatures=(1.0,), greedy=False,
+                 comparisons=(("contrastive", "linear_mix"), ("contrastive", "contrastive_prior"),
+                              ("contrastive", "contrastive_other")),
+                 changes=("two controls added beside the linear mix: contrastive decoding with the main judge's "
+                          "own content-free prior as its assistant (contrastive_prior), and with SmolLM2-135M, "
+                          "a judge of another family, as its assistant (contrastive_other); their stores were "
+                          "extracted after the linear mix's results had been read",),
+                 primary=MECHANISM_PRIMARY)
 
 # The argument of `get_config` -> the fields of its `ExperimentConfig`.
 VARIANTS = {

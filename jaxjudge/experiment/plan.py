@@ -16,7 +16,7 @@ def extraction_plan(cfg: ExperimentConfig) -> list[ExtractionJob]:
     The union over the grid's cells of what the configured methods need
     (`jaxjudge.report.methods.cell_needs`: the judge's score arrays, and each method's declared
     `Need`s, some of them jobs of the judge's assistant in ``pairs``). Ordered model by model
-    (judges, then assistants), then by scale, task and aspect (a task-free job first), then by
+    (judges, then assistants, then other-family assistants), then by scale, task and aspect (a task-free job first), then by
     job kind (``order``).
     """
     needs = cell_needs(cfg.methods)
@@ -26,7 +26,7 @@ def extraction_plan(cfg: ExperimentConfig) -> list[ExtractionJob]:
             job = need.job(cfg, cell.judge, cell.task, cell.aspect, cell.scale)
             if job is not None:
                 jobs[job] = None
-    models = list(dict.fromkeys([*cfg.judge_names, *(a for _, a in cfg.pairs)]))
+    models = list(dict.fromkeys([*cfg.judge_names, *(a for _, a in (*cfg.pairs, *cfg.control_pairs))]))
     scales = list(cfg.scales)
     places = {(t.task, a): (i, j) for i, t in enumerate(cfg.tasks) for j, a in enumerate(t.aspects)}
 

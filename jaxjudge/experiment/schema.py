@@ -104,7 +104,11 @@ class ExperimentConfig(Typed):
       models: every model the experiment needs (judges and assistants).
       judges: names of the models scored as the main judge (None: every model that is not
         only an assistant; see `judge_names`).
-      pairs: ``(main, assistant)`` model names for contrastive decoding (same tokenizer).
+      pairs: ``(main, assistant)`` model names for contrastive decoding (one tokenizer where
+        contrastive generation runs; the score distributions are matched by candidate text).
+      control_pairs: ``(main, other assistant)`` model names for ``contrastive_other``:
+        contrastive decoding against an assistant of another family, a mechanism control; the
+        two judges' score candidates are matched by their text, not their token ids.
       tasks: the data sets.
       scales: score ranges, e.g. ``("0-4", "1-5", "2-6", "3-7")``.
       methods: method families from `jaxjudge.report.grids.METHODS`.
@@ -189,6 +193,7 @@ class ExperimentConfig(Typed):
     description: str = opt("", empty=True)
     judges: tuple[str, ...] | None = None
     pairs: tuple[tuple[str, str], ...] = opt((), empty=True)
+    control_pairs: tuple[tuple[str, str], ...] = opt((), empty=True)
     temperatures: tuple[float, ...] = opt((0.2, 1.0), gt=0)
     greedy: bool = True
     deb_tp: tuple[int, ...] = opt((10, 100), min=1)
@@ -239,6 +244,11 @@ class ExperimentConfig(Typed):
                 choose(f"{w}.pairs[{i}]", name, names)
             if pair[0] == pair[1]:
                 raise ConfigError(f"{w}.pairs[{i}]: main and assistant are the same model {pair[0]!r}")
+        for i, pair in enumerate(self.control_pairs):
+            for name in pair:
+                choose(f"{w}.control_pairs[{i}]", name, names)
+            if pair[0] == pair[1]:
+                raise ConfigError(f"{w}.control_pairs[{i}]: main and assistant are the same model {pair[0]!r}")
         for i, j in enumerate(self.judges or ()):
             if j not in names:
                 raise ConfigError(f"{w}.judges[{i}]: model {j!r} is not in models {names}")
@@ -256,6 +266,10 @@ class ExperimentConfig(Typed):
         needs_pair = [m for m in self.methods if METHOD_REGISTRY[m].needs_assistant]
         if needs_pair and not self.pairs:
             raise ConfigError(f"{w}.pairs: methods {needs_pair} need at least one (main, assistant) pair")
+        needs_control = [m for m in self.methods if METHOD_REGISTRY[m].needs_control]
+        if needs_control and not self.control_pairs:
+            raise ConfigError(f"{w}.control_pairs: methods {needs_control} need at least one (main, other "
+                              "assistant) pair")
         lonely = [j for j in self.judge_names if j not in {m for m, _ in self.pairs}]
         if needs_pair and lonely and len(needs_pair) == len(self.methods):
             raise ConfigError(f"{w}.judges: judges {lonely} have no assistant in pairs")
@@ -322,7 +336,7 @@ class ExperimentConfig(Typed):
         """The main judges: ``judges`` if given, else every model that is not only an assistant."""
         if self.judges is not None:
             return tuple(self.judges)
-        assistants_only = {a for _, a in self.pairs} - {m for m, _ in self.pairs}
+        assistants_only = {a for _, a in (*self.pairs, *self.control_pairs)} - {m for m, _ in self.pairs}
         return tuple(m.name for m in self.models if m.name not in assistants_only)
 
     def model(self, name: str) -> ModelSpec:
@@ -333,6 +347,13 @@ class ExperimentConfig(Typed):
 
     def assistant_of(self, judge: str) -> str | None:
         for main, asst in self.pairs:
+            if main == judge:
+                return asst
+        return None
+
+    def control_of(self, judge: str) -> str | None:
+        """The judge's other-family assistant in ``control_pairs`` (None if it has none)."""
+        for main, asst in self.control_pairs:
             if main == judge:
                 return asst
         return None

@@ -67,6 +67,8 @@ class CellArrays:
       random: variant (``"R"``, ``"T"``) -> `RandomPrior` of the judge.
       content_free: `[M, K]` log-probabilities on content-free inputs, or None.
       assistant: `[N, K]` the assistant model's log-probabilities, or None.
+      control: `[N, K]` the other-family assistant's log-probabilities (``control_pairs``;
+        candidates matched by their text), or None.
       assistant_random: variant -> `RandomPrior` of the assistant (same prompts, same order).
       split_labels: `[N]` data split of each example (``"dev"``/``"test"``...), or None.
     """
@@ -85,6 +87,7 @@ class CellArrays:
     random: Mapping[str, RandomPrior] = field(default_factory=dict)
     content_free: np.ndarray | None = None
     assistant: np.ndarray | None = None
+    control: np.ndarray | None = None  # [N, K] the other-family assistant's (``control_pairs``)
     assistant_random: Mapping[str, RandomPrior] = field(default_factory=dict)
     split_labels: np.ndarray | None = None
 
@@ -117,10 +120,11 @@ class CellArrays:
         if self.generated is not None:
             self.generated = np.asarray(self.generated, np.float64)
         k = self.scale.size
-        for name, arr in (("content_free", self.content_free), ("assistant", self.assistant)):
+        for name, arr in (("content_free", self.content_free), ("assistant", self.assistant),
+                          ("control", self.control)):
             if arr is not None:
                 arr = np.asarray(arr, np.float32)
-                want = (n, k) if name == "assistant" else (arr.shape[0], k)
+                want = (arr.shape[0], k) if name == "content_free" else (n, k)
                 if arr.ndim != 2 or arr.shape != want:
                     raise ValueError(f"{name} must be {list(want)}, got {list(arr.shape)}")
                 setattr(self, name, arr)

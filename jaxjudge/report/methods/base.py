@@ -15,11 +15,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxjudge.jobs import ExtractionJob, RandomTJob, ScoreJob
+from jaxjudge.jobs import ContentFreeJob, ExtractionJob, RandomTJob, ScoreJob
 from jaxjudge.report.cell_inputs import CellArrays, MethodOptions, RandomPrior
 
 __all__ = [
     "ASSISTANT_SCORES",
+    "CONTENT_FREE",
+    "CONTROL_SCORES",
     "JUDGE_SCORES",
     "RANDOM_T",
     "CellContext",
@@ -48,6 +50,7 @@ class Need:
         field's dict, so R and T priors share ``random``).
       has: whether a cell's arrays hold what this need fills.
       assistant: the job of the judge's assistant (``pairs``) instead of the judge's own.
+      control: the job of the judge's other-family assistant (``control_pairs``) instead.
       required: whether a cell without it cannot run the method (`check_needs`); an optional
         need is extracted and read when it can be, and the method does without it otherwise.
     """
@@ -57,18 +60,23 @@ class Need:
     has: Callable[[CellArrays], bool]
     assistant: bool = False
     required: bool = True
+    control: bool = False
 
     def job(self, cfg: Any, judge: str, task: str, aspect: str, scale: str) -> ExtractionJob | None:
         """The need's job in one cell; None when it names an assistant the judge does not have,
         or a job the config cannot run (`ExtractionJob.applies`)."""
-        model = cfg.assistant_of(judge) if self.assistant else judge
+        if self.control:
+            model = cfg.control_of(judge)
+        else:
+            model = cfg.assistant_of(judge) if self.assistant else judge
         if model is None:
             return None
         job = self.kind(model, *((task, aspect) if self.kind.per_task else (None, None)), scale)
         return job if job.applies(cfg) else None
 
     def describe(self) -> str:
-        return ("the assistant's " if self.assistant else "") + f"{self.kind.what} ({self.kind.role} store)"
+        whose = "the other-family assistant's " if self.control else "the assistant's " if self.assistant else ""
+        return whose + f"{self.kind.what} ({self.kind.role} store)"
 
 
 def random_prior_into(variant: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -80,6 +88,12 @@ JUDGE_SCORES = Need(ScoreJob, into=lambda r: r, has=lambda a: a.logprobs is not 
 ASSISTANT_SCORES = Need(ScoreJob, into=lambda r: {"assistant": r["logprobs"]}, has=lambda a: a.assistant is not None,
                         assistant=True)
 """The assistant's score arrays (``pairs``): contrastive decoding's and the linear mix's."""
+CONTROL_SCORES = Need(ScoreJob, into=lambda r: {"control": r["logprobs"]}, has=lambda a: a.control is not None,
+                      control=True)
+"""The other-family assistant's score arrays (``control_pairs``): ``contrastive_other``'s."""
+CONTENT_FREE = Need(ContentFreeJob, into=lambda r: {"content_free": r["logprobs"]},
+                    has=lambda a: a.content_free is not None)
+"""The judge's log-probabilities on content-free inputs (contextual calibration's prior)."""
 RANDOM_T = Need(RandomTJob, into=random_prior_into("T"), has=lambda a: "T" in a.random)
 """The judge's random-number arrays with the task instruction (Deb-T's prior)."""
 
@@ -201,6 +215,11 @@ class Method:
     def needs_assistant(self) -> bool:
         """Whether the family reads, or runs, the judge's assistant in ``pairs``."""
         return any(n.assistant or n.kind.uses_assistant for n in self.needs)
+
+    @property
+    def needs_control(self) -> bool:
+        """Whether the family reads the judge's other-family assistant in ``control_pairs``."""
+        return any(n.control for n in self.needs)
 
 
 def check_needs(method: Method, arrays: CellArrays, labels: Any) -> None:

@@ -11,8 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxjudge.debias import batch_calibration, contextual_calibration, distribution_correction, human_prior, rectify
-from jaxjudge.jobs import ContentFreeJob
-from jaxjudge.report.methods.base import CellContext, Kind, Method, Need, Role, Variant
+from jaxjudge.report.methods.base import CONTENT_FREE, CellContext, Kind, Method, Role, Variant
 
 
 def _vanilla(cx: CellContext) -> Iterator[Variant]:
@@ -48,9 +47,7 @@ def _distribution(cx: CellContext) -> Iterator[Variant]:
 
 FAMILIES = (
     Method("vanilla", "fixed", variants=_vanilla, role=Role.REFERENCE, order=0),
-    Method("contextual", "fixed", variants=_contextual, role=Role.CALIBRATION, order=30, needs=(
-        Need(ContentFreeJob, into=lambda r: {"content_free": r["logprobs"]},
-             has=lambda a: a.content_free is not None),)),
+    Method("contextual", "fixed", variants=_contextual, role=Role.CALIBRATION, order=30, needs=(CONTENT_FREE,)),
     Method("batch", "fixed", variants=_batch, role=Role.CALIBRATION, order=40),
     Method("distribution", "fixed", variants=_distribution, role=Role.CALIBRATION, order=50),
 )
