@@ -35,7 +35,7 @@ def _cfg(tmp_path, **kw):
         lambdas_extended=None, store_root=str(tmp_path / "stores"), results_root=str(tmp_path / "results"),
     )
     base.update(kw)
-    if "pairs" not in kw:
+    if "pairs" not in kw and "control_pairs" not in kw:
         base["models"] = base["models"][:1]
     return ExperimentConfig(**base)
 
@@ -135,15 +135,36 @@ def test_the_plan_is_the_union_of_the_methods_needs_in_a_stable_order(tmp_path):
                 tasks=(TaskSpec("summeval", ("coherence",), data="embedded", split="kfold", n_folds=4),))
     assert extraction_plan(pair) == [ScoreJob("big", s, t, "1-5"), RandomTJob("big", s, t, "1-5"),
                                      ScoreJob("small", s, t, "1-5"), RandomTJob("small", s, t, "1-5")]
+    # The mechanism controls: the judge's content-free prior, and the other-family assistant's
+    # scores (after the judge's jobs; that assistant is no judge of its own).
+    ctl = _cfg(tmp_path, control_pairs=(("big", "small"),), methods=("vanilla", "contrastive_prior", "contrastive_other"),
+               scales=("1-5",), tasks=(TaskSpec("summeval", ("coherence",), data="embedded", split="kfold", n_folds=4),))
+    assert ctl.judge_names == ("big",)
+    assert extraction_plan(ctl) == [ScoreJob("big", s, t, "1-5"), ContentFreeJob("big", s, t, "1-5"),
+                                    ScoreJob("small", s, t, "1-5")]
+
+
+def test_control_pairs_are_checked_by_name(tmp_path):
+    from jaxjudge.experiment import ConfigError
+
+    one = (TaskSpec("summeval", ("coherence",), data="embedded", split="kfold", n_folds=4),)
+    with pytest.raises(ConfigError, match=r"control_pairs: methods \['contrastive_other'\] need at least one"):
+        _cfg(tmp_path, pairs=(("big", "small"),), methods=("vanilla", "contrastive_other"), tasks=one)
+    with pytest.raises(ConfigError, match=r"control_pairs\[0\]"):
+        _cfg(tmp_path, control_pairs=(("big", "nobody"),), methods=("vanilla", "contrastive_other"), tasks=one)
+    with pytest.raises(ConfigError, match=r"control_pairs\[0\]: main and assistant are the same model 'big'"):
+        _cfg(tmp_path, control_pairs=(("big", "big"),), methods=("vanilla", "contrastive_other"), tasks=one)
 
 
 def test_every_method_declares_its_needs_once():
     assert cell_needs(["vanilla"]) == [JUDGE_SCORES]
     needs = cell_needs(list(METHODS))
     assert len(needs) == len(set(map(id, needs)))
-    kinds = {(n.kind, n.assistant) for n in needs}
-    assert kinds == {(ScoreJob, False), (GenerateJob, False), (ContrastiveGenerateJob, False), (ContentFreeJob, False),
-                     (RandomRJob, False), (RandomTJob, False), (ScoreJob, True), (RandomTJob, True)}
+    kinds = [(n.kind, n.assistant, n.control) for n in needs]
+    assert sorted(kinds, key=str) == sorted([
+        (ScoreJob, False, False), (GenerateJob, False, False), (ContrastiveGenerateJob, False, False),
+        (ContentFreeJob, False, False), (RandomRJob, False, False), (RandomTJob, False, False),
+        (ScoreJob, True, False), (RandomTJob, True, False), (ScoreJob, False, True)], key=str)
 
 
 def test_a_cell_without_a_required_need_is_refused_by_name():
