@@ -60,7 +60,8 @@ CLAIMS = [
     # Against its matched baseline: Deb-T with the temperature tuned on the same grid (the
     # combination at lambda = 0), so that the difference is the assistant's alone.
     Claim("Contrastive decoding adds to Deb-T (contrastive + Deb-T minus Deb-T with tuned temperature)",
-          CONTRASTIVE_RUNS, "contrastive_deb_t_tp10", "deb_t_temperature_tp10", "mean", "expected@1", "higher"),
+          CONTRASTIVE_RUNS, "contrastive_deb_t_tp10", "deb_t_temperature_tp10", "mean", "expected@1", "higher",
+          nested=True),
     Claim("Contrastive greedy generation beats plain greedy generation", ("contrastive/stsb",),
           "contrastive_generate", "generate", "mean", "generate", "higher"),
     # The confirmatory runs: both primaries registered before extraction, on rows no contrastive

@@ -156,6 +156,11 @@ class ExperimentConfig(Typed):
       comparisons: extra ``(method, other method)`` pairs compared over ranges with paired
         intervals, beside the defaults (every method against vanilla, its matched baseline and
         the calibration baseline with the best dev metric).
+      nested_rows: tuned rows (besides the primary endpoint's own) whose interval also redoes the
+        dev-side choice in every resample, at the primary's reading: a comparison between two
+        such rows (or one and the vanilla judge) then carries a nested interval beside the
+        conditional one, which a claim can read (`jaxjudge.report.claims.Claim.nested`). Needs a
+        primary endpoint with ``selection="nested"``.
       dtype: the judges' parameter and compute dtype, ``"float32"`` or ``"bfloat16"`` (part of
         every store's key: stores of another dtype are not reused).
       attention: the judges' attention, ``"xla"`` (XLA's dense masked attention, any backend) or
@@ -224,6 +229,7 @@ class ExperimentConfig(Typed):
     changes: tuple[str, ...] = opt((), empty=True)
     primary: Endpoint | None = None
     comparisons: tuple[tuple[str, str], ...] = opt((), empty=True)
+    nested_rows: tuple[str, ...] = opt((), empty=True)
     dtype: Literal["float32", "bfloat16"] = "float32"
     attention: Literal["xla", "splash"] = "xla"
     mesh: Literal["auto"] | Mapping[str, int] | None = "auto"
@@ -284,6 +290,11 @@ class ExperimentConfig(Typed):
         for i, pair in enumerate(self.comparisons):
             for name in pair:
                 self.check_row_name(f"{w}.comparisons[{i}]", name)
+        for i, name in enumerate(self.nested_rows):
+            self.check_row_name(f"{w}.nested_rows[{i}]", name)
+        if self.nested_rows and (self.primary is None or self.primary.selection != "nested"):
+            raise ConfigError(f"{w}.nested_rows: needs a primary endpoint with selection 'nested' (its reading is "
+                              "the one the rows are bootstrapped at)")
         if self.primary is not None:
             self.check_row_name(f"{w}.primary.method", self.primary.method)
             if self.primary.versus is not None:

@@ -31,7 +31,7 @@ from typing import Any
 
 from jaxjudge.metrics.multiplicity import holm
 from jaxjudge.report.intervals_text import format_p
-from jaxjudge.report.ranges import typed_comparisons
+from jaxjudge.report.ranges import nested_comparisons, typed_comparisons
 from jaxjudge.report.results import Results
 
 __all__ = ["Claim", "Run", "RULE", "verdict", "claims_table", "main"]
@@ -47,7 +47,9 @@ RULE = (
     "differs by the same rule (the pair with the smallest adjusted p-value is quoted). Each run's "
     "primary endpoint is read unadjusted (marked *primary*), its interval redoing the dev-side "
     "choice in every resample where a side is tuned; everything else is secondary, read with the "
-    "hyper-parameters held at the dev choice."
+    "hyper-parameters held at the dev choice, except where a claim is marked *nested*: its interval "
+    "then redoes the choice in every resample too, and its Holm-adjusted p-value is that of the "
+    "held-fixed comparison in the run's secondary family (both must clear)."
 )
 
 
@@ -83,6 +85,9 @@ class Claim:
       margin: the equivalence margin.
       holm_across_runs: the claim is one family over its runs (confirmatory primaries on several
         data sets): each run's p-value is Holm-adjusted across them and read at 0.05.
+      nested: read a secondary comparison with its nested interval (the dev-side choice redone
+        in every resample on both sides; the run's config lists both rows in ``nested_rows``);
+        its Holm p-value is the held-fixed comparison's. A run without that interval is refused.
     """
 
     text: str
@@ -95,6 +100,7 @@ class Claim:
     margin: float = 0.05
     role: str | None = None
     holm_across_runs: bool = False
+    nested: bool = False
 
     def run_refs(self) -> tuple[Run, ...]:
         return tuple(Run(r) if isinstance(r, str) else r for r in self.runs)  # (a Run of `python -m` is __main__.Run)
@@ -156,6 +162,14 @@ def _comparison(claim: Claim, res: Results, run: Run) -> tuple[dict, dict, bool]
     for e in ((res.endpoints or {}).get("primary") or {}).get("endpoints", []):
         if all(e["description"].get(k) == d[k] for k in keys) and e["description"].get("metric") == d["metric"]:
             return d, e["interval"], True
+    if claim.nested:
+        twins = [niv for nd, niv in nested_comparisons(res.ranges)
+                 if all(nd.get(k) == d[k] for k in keys) and nd["metric"] == d["metric"]]
+        if not twins:
+            raise ValueError(f"claim {claim.text!r}: run {run.label()} has no nested interval of {claim.method} vs "
+                             f"{claim.versus}, {claim.statistic}, {claim.score} (list both rows in its config's "
+                             "nested_rows)")
+        return {**d, "selection": "nested"}, {"n_boot": iv.get("n_boot"), **twins[0], "p_holm": iv.get("p_holm")}, False
     return d, iv, False
 
 
@@ -174,7 +188,8 @@ def verdict(res: Results, claim: Claim, run: Run | str | None = None,
         word = "holds" if _side(iv, False) != 0 else "not shown"
         return word, f"{d['method']}, ranges {' − '.join(d['scales'])}", _fmt(iv)
     d, iv, is_primary = _comparison(claim, res, run)
-    label = f"{d['method']} − {d['versus']}, {d['statistic']}" + (" (*primary*)" if is_primary else "")
+    label = (f"{d['method']} − {d['versus']}, {d['statistic']}" + (" (*primary*)" if is_primary else "")
+             + (" (*nested*)" if d.get("selection") == "nested" else ""))
     if claim.expect == "equivalent":
         if iv.get("low") is None or iv.get("reason"):
             word = "not shown"

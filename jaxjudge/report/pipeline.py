@@ -92,7 +92,8 @@ def report_from_arrays(
         spec = _as_dict(getattr(cfg, "primary", None))
         if spec and spec.get("selection") == "nested":
             # The primary endpoint's interval redoes the dev-side choice in every resample.
-            options = replace(options, nested=tuple(r for r in (spec["method"], spec.get("versus")) if r),
+            rows = (spec["method"], spec.get("versus"), *getattr(cfg, "nested_rows", ()))
+            options = replace(options, nested=tuple(dict.fromkeys(r for r in rows if r)),
                               nested_scores=(spec["score"],))
         if progress is not None:
             progress(cell.label())

@@ -72,3 +72,17 @@ def test_a_primary_is_read_with_the_selection_inside_its_interval_unless_told(tm
     _cfg(tmp_path, primary=Endpoint(**spec, selection="conditional"), ci_method="bca")
     with pytest.raises(ConfigError, match=r"selection"):
         _cfg(tmp_path, primary=Endpoint(**spec, selection="inner"))
+
+
+def test_nested_rows_must_be_rows_and_need_a_nested_primary(tmp_path):
+    primary = Endpoint(method="deb_t_tp10", versus="vanilla", statistic="mean", score="expected@0.2")
+    cfg = _cfg(tmp_path, primary=primary, nested_rows=("deb_r_tp10", "deb_t_tp100"))
+    assert cfg.nested_rows == ("deb_r_tp10", "deb_t_tp100")
+    with pytest.raises(ConfigError, match=r"nested_rows\[1\]: 'deb_t_tp1000' is no row of the configured methods"):
+        _cfg(tmp_path, primary=primary, nested_rows=("deb_r_tp10", "deb_t_tp1000"))
+    with pytest.raises(ConfigError, match=r"nested_rows: needs a primary endpoint with selection 'nested'"):
+        _cfg(tmp_path, nested_rows=("deb_r_tp10",))
+    held = Endpoint(method="deb_t_tp10", versus="vanilla", statistic="mean", score="expected@0.2",
+                    selection="conditional")
+    with pytest.raises(ConfigError, match=r"nested_rows: needs a primary endpoint with selection 'nested'"):
+        _cfg(tmp_path, primary=held, nested_rows=("deb_r_tp10",))

@@ -123,3 +123,22 @@ def test_p_values_below_the_bootstraps_resolution_are_printed_as_such():
 
     assert format_p(7.7e-67, 1000) == "<0.001" and format_p(0.0004, 2000) == "<0.0005"
     assert format_p(0.0012, 1000) == "0.0012" and format_p(7.7e-67) == "7.7e-67" and format_p(None) == "-"
+
+
+@pytest.mark.parametrize("nested, want", [
+    (_iv(0.1, 0.01, 0.2), "holds"),
+    (_iv(0.1, -0.01, 0.21), "not shown"),  # the conditional interval clears 0, the nested one does not
+])
+def test_a_nested_secondary_claim_reads_the_nested_interval_with_the_held_fixed_holm_p(nested, want):
+    res = _results(_iv(0.1, 0.02, 0.2, 0.01), _iv(0, -1, 1, 1.0), _iv(0, -1, 1, 1.0))
+    res.ranges[1]["versus"][0]["nested"] = {"mean_diff": nested, "spread_diff": _iv(0, -1, 1), "relative": _iv(0, 0, 0)}
+    word, label, text = verdict(res, _claim(nested=True))
+    assert (word, label) == (want, "m − vanilla, mean (*nested*)")
+    assert text == f"+0.100 [{nested['low']:+.3f}, {nested['high']:+.3f}], Holm p 0.01"
+    # A held-fixed Holm p above 0.05 leaves a nested interval that clears 0 not shown.
+    res.ranges[1]["versus"][0]["mean_diff"] = _iv(0.1, 0.02, 0.2, 0.2)
+    assert verdict(res, _claim(nested=True))[0] == "not shown"
+    # A run without the nested interval is refused, by name.
+    del res.ranges[1]["versus"][0]["nested"]
+    with pytest.raises(ValueError, match="has no nested interval of m vs vanilla, mean, expected@1"):
+        verdict(res, _claim(nested=True))
