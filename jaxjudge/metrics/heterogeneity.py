@@ -24,7 +24,8 @@ max - min of 0.01, it covered 16% in a simulation (issue 44). Here:
 
 When the observed deviations are smaller than the noise the lower bound is 0; when they are
 smaller than even the no-difference distribution's ``alpha/2`` quantile the set is empty and the
-interval is ``[0, 0]`` (a chance of at most ``alpha/2`` when the true values are equal). The
+interval is ``[0, 0]``, flagged ``empty`` (a chance of at most ``alpha/2`` when the true values
+are equal; the tables print it as an empty set with that reason, not as a point at 0). The
 estimate lies inside its interval whenever the statistic's mean lies between those quantiles.
 Two references check it (``tests/metrics/test_heterogeneity.py``): with two ranges it is the
 inversion of a folded normal, and with ``Sigma = s^2 I`` that of a noncentral chi-square with
@@ -83,7 +84,9 @@ def heterogeneity_interval(
       ``{estimate, low, high, raw, noise}``: ``raw`` is the plain standard deviation of the
       estimates and ``noise`` the root mean noise variance of their deviations
       (``sqrt(tr(C Sigma C) / (K - 1))``); ``reason`` instead of bounds where the estimates
-      are not all finite or fewer than two replicates are.
+      are not all finite or fewer than two replicates are; ``empty: True`` (bounds ``[0, 0]``)
+      where no ``tau0`` fits: the deviations are smaller than noise alone gives with
+      probability ``1 - alpha/2``.
     """
     est = np.asarray(estimates, np.float64)
     if est.ndim != 1 or est.shape[0] < 2:
@@ -136,9 +139,11 @@ def heterogeneity_interval(
 
     scale = math.sqrt(k - 1)
     low = 0.0 if quantile(0.0, hi_q) >= t_obs else solve(hi_q) / scale
-    high = 0.0 if quantile(0.0, lo_q) > t_obs else solve(lo_q) / scale
-    return {"estimate": heterogeneity(est, sigma), "low": low, "high": high,
-            "raw": math.sqrt(t_obs / (k - 1)), "noise": math.sqrt(noise / (k - 1))}
+    empty = quantile(0.0, lo_q) > t_obs
+    high = 0.0 if empty else solve(lo_q) / scale
+    out = {"estimate": heterogeneity(est, sigma), "low": low, "high": high,
+           "raw": math.sqrt(t_obs / (k - 1)), "noise": math.sqrt(noise / (k - 1))}
+    return {**out, "empty": True} if empty else out
 
 
 def noise_covariance(reps: np.ndarray) -> tuple[np.ndarray, float]:

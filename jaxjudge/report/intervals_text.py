@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["format_interval", "format_p"]
+__all__ = ["EMPTY_NOTE", "format_interval", "format_p"]
+
+EMPTY_NOTE = ("interval empty: no spread fits, the ranges agree more closely than sampling noise predicts even "
+              "with none")
+"""Why a test-inversion interval is empty (`jaxjudge.metrics.heterogeneity`)."""
 
 
 def format_interval(iv: dict[str, Any] | None, digits: int = 3) -> str:
@@ -20,6 +24,9 @@ def format_interval(iv: dict[str, Any] | None, digits: int = 3) -> str:
     notes = []
     if iv.get("reason"):
         notes.append(f"no interval: {iv['reason']}")
+    elif iv.get("empty"):
+        text += " [empty set]"
+        notes.append(EMPTY_NOTE)
     elif iv.get("low") is not None and iv.get("high") is not None:
         text += f" [{iv['low']:.{digits}f}, {iv['high']:.{digits}f}]"
         if iv.get("nan_share"):

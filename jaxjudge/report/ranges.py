@@ -172,6 +172,8 @@ class _Panel:
             out["reason"] = f"{share:.0%} of resamples undefined"
         else:
             out["low"], out["high"] = got["low"], got["high"]
+            if got.get("empty"):
+                out["empty"] = True
         return out
 
     def spread_diff(self, ser: _Series, bser: _Series) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from jaxjudge.report.results import Results
 from jaxjudge.report.endpoint_tables import primary_line
+from jaxjudge.report.intervals_text import EMPTY_NOTE
 from jaxjudge.report.methods import PARSED
 from jaxjudge.report.ranges import REFERENCE_ROLE
 
@@ -55,7 +56,10 @@ def _cell(iv: dict[str, Any] | None, notes: _Notes, extra: str | None = None) ->
         why = None if not iv or iv.get("docs") is None else f"{iv['docs_defined']}/{iv['docs']} documents defined"
         return " ".join(["-", *marks, *([notes.mark(why)] if why else [])])
     text = f"{iv['estimate']:.2f}"
-    if iv.get("low") is not None and iv.get("high") is not None and not iv.get("reason"):
+    if iv.get("empty") and not iv.get("reason"):
+        text += " [empty]"
+        marks.append(notes.mark(EMPTY_NOTE))
+    elif iv.get("low") is not None and iv.get("high") is not None and not iv.get("reason"):
         text += f" [{_short(iv['low'])},{_short(iv['high'])}]"
     else:
         marks.append(notes.mark(f"no interval: {iv.get('reason') or 'not computed'}"))

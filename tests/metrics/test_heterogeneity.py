@@ -70,6 +70,20 @@ def test_isotropic_noise_inverts_a_noncentral_chi_square(est):
     assert got["high"] == pytest.approx(high, abs=1e-3 * math.sqrt(s2) + 1e-2 * high)
     assert got["low"] <= got["estimate"] <= got["high"]
     assert got["noise"] == pytest.approx(math.sqrt(s2), rel=1e-9)
+    # The empty set is flagged exactly where scipy's inversion finds none (P(T <= t) < alpha / 2 at 0).
+    empty = stats.chi2.cdf(float(dev @ dev) / s2, 3) < 0.025
+    assert got.get("empty", False) == empty and (not empty or (got["low"], got["high"]) == (0.0, 0.0))
+
+
+def test_an_empty_interval_is_printed_as_one():
+    from jaxjudge.report.intervals_text import EMPTY_NOTE, format_interval
+    from jaxjudge.report.terminal import _cell, _Notes
+
+    iv = {"estimate": 0.0, "low": 0.0, "high": 0.0, "empty": True}
+    assert format_interval(iv, 2) == f"0.00 [empty set] ({EMPTY_NOTE})"
+    notes = _Notes()
+    assert _cell(iv, notes) == "0.00 [empty] (a)" and notes.notes == {EMPTY_NOTE: "a"}
+    assert format_interval({**iv, "empty": None}, 2) == "0.00 [0.00, 0.00]"
 
 
 def test_replicates_give_the_covariance_and_undefined_resamples_are_left_out():
