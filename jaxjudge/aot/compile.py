@@ -182,10 +182,9 @@ def _abstract_state(cfg: DecoderConfig, dtype: jnp.dtype, mesh, unroll: bool = F
     """The decoder's graphdef, its abstract state on the mesh, and its parameter bytes per chip
     (``unroll``: the layer scan unrolled, for the cost programs; ``attention="splash"``: the
     attention through the Pallas splash kernel where it serves, `jaxjudge.models.splash`)."""
-    # The CPU tunings (traced here on a CPU host) are off: the MLP's stacking of gate and up
-    # kernels per call is a copy of both on a TPU, and its attention is one program per chunk.
-    model = abstract_model(cfg, dtype, scan_unroll=cfg.num_hidden_layers if unroll else 1,
-                           fused_gate_up_min_rows=None, attention_query_chunk=None)
+    # Built for the TPU, though traced on a CPU host: the decoder reads its target here, never
+    # the default backend while tracing, so the CPU tunings are off.
+    model = abstract_model(cfg, dtype, scan_unroll=cfg.num_hidden_layers if unroll else 1, target="tpu")
     if attention == "splash":
         _splash.use_kernel(model, _splash.SplashKernel(mesh=mesh))
     elif attention != "xla":

@@ -227,8 +227,9 @@ class Attention(nnx.Module):
     """Grouped-query self-attention with rotary embeddings and an optional sliding window.
 
     Args:
-        query_chunk: on a CPU, the query chunk of `segmented_attention` (`CPU_QUERY_CHUNK`);
-            None attends in one piece. Other backends always attend in one piece.
+        query_chunk: the query chunk of `segmented_attention` (`CPU_QUERY_CHUNK`, a CPU
+            tuning: `jaxjudge.models.decoder.Decoder` passes None for any other ``target``);
+            None attends in one piece.
     """
 
     def __init__(self, cfg: DecoderConfig, *, dtype, param_dtype, rngs: nnx.Rngs,
@@ -289,8 +290,7 @@ class Attention(nnx.Module):
         v_btkh = self.v_proj(x_btd)
         own = KeyBlock(k_btkh, v_btkh, mask_bt, positions_bt, causal=True)
         blocks = [blk for blk in (prefix, past) if blk is not None] + [own]
-        chunk = self.query_chunk if jax.default_backend() == "cpu" else None
-        attend = functools.partial(segmented_attention, query_chunk=chunk)
+        attend = functools.partial(segmented_attention, query_chunk=self.query_chunk)
         if self.kernel is not None:
             from jaxjudge.models import splash  # noqa: PLC0415  (it imports this module)
             if splash.supported(blocks, window):

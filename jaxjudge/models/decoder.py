@@ -70,6 +70,8 @@ from jaxjudge.models.layers import (
 )
 
 __all__ = [
+    "TARGETS",
+    "backend_target",
     "Decoder",
     "DecoderLayer",
     "KVCache",
@@ -80,6 +82,16 @@ __all__ = [
     "DTYPES",
     "as_dtype",
 ]
+
+
+TARGETS = ("cpu", "gpu", "tpu")
+"""The chips a decoder's program can be built for (`Decoder`'s ``target``)."""
+
+
+def backend_target() -> str:
+    """The kind of chip of JAX's default backend: ``"cpu"``, ``"tpu"``, or ``"gpu"`` (CUDA, ROCm)."""
+    backend = jax.default_backend()
+    return backend if backend in ("cpu", "tpu") else "gpu"
 
 
 class DecoderLayer(nnx.Module):
@@ -170,17 +182,26 @@ class Decoder(nnx.Module):
         fused_gate_up_min_rows: the MLP's CPU tuning (`jaxjudge.models.layers.MLP`); None turns
             it off (an accelerator program, where stacking the kernels per call is a copy).
         attention_query_chunk: the attention's CPU tuning (`jaxjudge.models.attention.Attention`);
-            None turns it off. Both tunings apply only when the program is traced for a CPU, so
-            a program traced on a CPU host for another chip (`jaxjudge.aot`) turns them off.
+            None turns it off.
+        target: the chip the program is for, ``"cpu"``, ``"gpu"`` or ``"tpu"`` (None: the
+            default backend's kind, read here, once). The two CPU tunings apply only for
+            ``"cpu"``; nothing is read from the backend while tracing, so a program traced on a
+            CPU host for a TPU (`jaxjudge.aot`, ``target="tpu"``) is the TPU's program.
     """
 
     def __init__(self, cfg: DecoderConfig, *, rngs: nnx.Rngs, dtype: Any = jnp.float32,
                  param_dtype: Any = jnp.float32, scan_unroll: int = 1,
                  fused_gate_up_min_rows: int | None = FUSED_GATE_UP_MIN_ROWS,
-                 attention_query_chunk: int | None = CPU_QUERY_CHUNK):
+                 attention_query_chunk: int | None = CPU_QUERY_CHUNK, target: str | None = None):
         dtype, param_dtype = as_dtype(dtype), as_dtype(param_dtype)
         if isinstance(scan_unroll, bool) or not isinstance(scan_unroll, int) or scan_unroll < 1:
             raise ValueError(f"Decoder: scan_unroll must be a positive int, got {scan_unroll!r}")
+        target = backend_target() if target is None else target
+        if target not in TARGETS:
+            raise ValueError(f"Decoder: target must be one of {TARGETS}, got {target!r}")
+        if target != "cpu":  # the CPU tunings are copies and extra programs elsewhere
+            fused_gate_up_min_rows = attention_query_chunk = None
+        self.target: str = target
         self.cfg = cfg
         self.dtype = dtype
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)

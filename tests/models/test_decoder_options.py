@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -52,3 +55,27 @@ def test_options_reach_an_abstract_model_and_bad_unroll_is_refused():
     for bad in (True, 0, 1.5):
         with pytest.raises(ValueError, match="scan_unroll must be a positive int"):
             Decoder(cfg, rngs=nnx.Rngs(0), scan_unroll=bad)
+
+
+def _jaxpr(model, t=80):
+    tokens = jnp.zeros((2, t), jnp.int32)
+    positions = jnp.broadcast_to(jnp.arange(t), (2, t))
+    read = jnp.asarray([[t - 1, t // 2]] * 2, jnp.int32)
+    return str(jax.make_jaxpr(lambda tok: model(tok, positions, jnp.ones((2, t), bool), read)[0])(tokens))
+
+
+def test_the_target_is_read_at_construction_and_decides_the_program():
+    """A decoder built for a TPU on this CPU traces the TPU's program (no CPU tuning), the same
+    program as a CPU decoder with both tunings off; the default target is the backend's."""
+    cfg = LlamaConfig.tiny(vocab_size=64, num_hidden_layers=2)
+    build = functools.partial(Decoder, cfg, rngs=nnx.Rngs(0))
+    cpu, tpu, gpu = build(), build(target="tpu"), build(target="gpu", attention_query_chunk=16)
+    assert (cpu.target, tpu.target, gpu.target) == (jax.default_backend(), "tpu", "gpu") == ("cpu", "tpu", "gpu")
+    for model in (tpu, gpu):
+        assert model.layers.mlp.fused_gate_up_min_rows is None and model.layers.self_attn.query_chunk is None
+    plain = build(fused_gate_up_min_rows=None, attention_query_chunk=None)
+    chunked = build(attention_query_chunk=16)
+    assert _jaxpr(tpu) == _jaxpr(plain) == _jaxpr(gpu) != _jaxpr(cpu) != _jaxpr(chunked)
+    assert abstract_model(cfg, "float32", target="tpu").layers.self_attn.query_chunk is None
+    with pytest.raises(ValueError, match=r"target must be one of \('cpu', 'gpu', 'tpu'\), got 'cuda'"):
+        build(target="cuda")
