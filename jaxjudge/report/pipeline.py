@@ -83,7 +83,8 @@ def report_from_arrays(
             if note not in results.notes:
                 results.notes.append(note)
             options = replace(options, methods=kept)
-        if cfg.control_of(cell.judge) is None and any(METHODS[m].needs_control for m in options.methods):
+        control_of = getattr(cfg, "control_of", lambda judge: None)  # a config without control_pairs
+        if control_of(cell.judge) is None and any(METHODS[m].needs_control for m in options.methods):
             kept = tuple(m for m in options.methods if not METHODS[m].needs_control)
             note = f"{cell.judge}: no other-family assistant in control_pairs, contrastive_other skipped"
             if note not in results.notes:
