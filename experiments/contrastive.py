@@ -5,7 +5,8 @@ config). The contrastive candidate distribution is
 ``log_softmax(log_softmax(main / t) - lambda * log_softmax(assistant))`` over the score
 candidates, the temperature dividing the main model's logits as in the paper's public code.
 The grid lambda in {0.01, 0.1, 0.5, 1} x t in {0.5, 1, 2, 3, 5} (the committed ``stsb``,
-``semrel`` and ``summeval`` runs widen it to lambda up to 5 and t from 0.25 to 100, see ``WIDE``; argument ``"fine"`` adds
+``semrel`` and ``summeval`` runs widen it to lambda up to 5 and t from 0.25 to 100, see ``WIDE``, and
+the ``stsb`` and ``semrel`` runs further to lambda up to 20 and t from 0.05, ``PAIR_GRIDS``; argument ``"fine"`` adds
 lambda 0..1 step 0.05 x t 0.5..5 step 0.25 as ``contrastive_fine``) is searched on the 10
 development documents of SummEval (``dev_doc_ids.txt``) and reported on the other 90, per
 range 0-4, 1-5, 2-6, 3-7 and aspect. Reported: Spearman (pooled and per document), Pearson,
@@ -64,15 +65,20 @@ before the first forward pass.
     jaxjudge extract experiments/contrastive.py:stsb_confirm
     jaxjudge report experiments/contrastive.py:stsb_confirm
 
-``"mechanism_stsb"`` and ``"mechanism_semrel"`` are report-only runs of the exploratory runs' stores
-(no forward pass), added after those runs' results had been read: a control for what contrastive
-decoding does. ``linear_mix`` subtracts the assistant at the level of the score, the main judge's
-expected score minus ``w`` times the assistant's (`jaxjudge.debias.linear_mix`), with as many
-tuned values as contrastive decoding on the same grid (``w`` over its lambda values, ``t_main``
-over its temperatures), chosen the same way on the same dev data. Their primary is contrastive −
-``linear_mix`` (mean over ranges, expected score at T = 1, selection redone in every resample,
-with the confirmatory runs' smallest effect of interest, 0.02); ``temperature`` is beside both.
+``"mechanism_stsb"`` and ``"mechanism_semrel"`` read the exploratory runs' stores, added after
+those runs' results had been read: three controls for what contrastive decoding does, each with
+as many tuned values as contrastive decoding on the same grid, chosen the same way on the same
+dev data. ``linear_mix`` subtracts the assistant at the level of the score, the main judge's
+expected score minus ``w`` times the assistant's (`jaxjudge.debias.linear_mix`; ``w`` over the
+lambda values, ``t_main`` over the temperatures); ``contrastive_prior`` replaces the assistant by
+the main judge's own content-free prior (the 1.5B judge's content-free jobs); ``contrastive_other``
+by SmolLM2-135M, a judge of another family (``control_pairs``; its score jobs on the same rows).
+Those two needed extraction (``jaxjudge extract``, about 8 minutes per data set here). Their
+primary is contrastive − ``linear_mix`` (mean over ranges, expected score at T = 1, selection
+redone in every resample, with the confirmatory runs' smallest effect of interest, 0.02);
+``temperature`` is beside all.
 
+    jaxjudge extract experiments/contrastive.py:mechanism_stsb
     jaxjudge report experiments/contrastive.py:mechanism_stsb
 """
 
