@@ -25,7 +25,8 @@ max - min of 0.01, it covered 16% in a simulation (issue 44). Here:
 When the observed deviations are smaller than the noise the lower bound is 0; when they are
 smaller than even the no-difference distribution's ``alpha/2`` quantile the set is empty and the
 interval is ``[0, 0]``, flagged ``empty`` (a chance of at most ``alpha/2`` when the true values
-are equal; the tables print it as an empty set with that reason, not as a point at 0). The
+are equal; the tables print ``[0, 0]`` with a note that the set is empty, the convention of
+test-inversion intervals for a heterogeneity, so that it does not read as a certainty). The
 estimate lies inside its interval whenever the statistic's mean lies between those quantiles.
 Two references check it (``tests/metrics/test_heterogeneity.py``): with two ranges it is the
 inversion of a folded normal, and with ``Sigma = s^2 I`` that of a noncentral chi-square with

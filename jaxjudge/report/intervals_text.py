@@ -6,8 +6,8 @@ from typing import Any
 
 __all__ = ["EMPTY_NOTE", "format_interval", "format_p"]
 
-EMPTY_NOTE = ("interval empty: no spread fits, the ranges agree more closely than sampling noise predicts even "
-              "with none")
+EMPTY_NOTE = ("empty confidence set, shown as [0, 0] by convention: no spread fits, the ranges agree more closely "
+              "than sampling noise predicts even with none")
 """Why a test-inversion interval is empty (`jaxjudge.metrics.heterogeneity`)."""
 
 
@@ -24,11 +24,10 @@ def format_interval(iv: dict[str, Any] | None, digits: int = 3) -> str:
     notes = []
     if iv.get("reason"):
         notes.append(f"no interval: {iv['reason']}")
-    elif iv.get("empty"):
-        text += " [empty set]"
-        notes.append(EMPTY_NOTE)
     elif iv.get("low") is not None and iv.get("high") is not None:
         text += f" [{iv['low']:.{digits}f}, {iv['high']:.{digits}f}]"
+        if iv.get("empty"):
+            notes.append(EMPTY_NOTE)
         if iv.get("nan_share"):
             notes.append(f"{iv['nan_share']:.1%} of resamples undefined")
     if iv.get("docs") is not None:

@@ -56,11 +56,10 @@ def _cell(iv: dict[str, Any] | None, notes: _Notes, extra: str | None = None) ->
         why = None if not iv or iv.get("docs") is None else f"{iv['docs_defined']}/{iv['docs']} documents defined"
         return " ".join(["-", *marks, *([notes.mark(why)] if why else [])])
     text = f"{iv['estimate']:.2f}"
-    if iv.get("empty") and not iv.get("reason"):
-        text += " [empty]"
-        marks.append(notes.mark(EMPTY_NOTE))
-    elif iv.get("low") is not None and iv.get("high") is not None and not iv.get("reason"):
+    if iv.get("low") is not None and iv.get("high") is not None and not iv.get("reason"):
         text += f" [{_short(iv['low'])},{_short(iv['high'])}]"
+        if iv.get("empty"):
+            marks.append(notes.mark(EMPTY_NOTE))
     else:
         marks.append(notes.mark(f"no interval: {iv.get('reason') or 'not computed'}"))
     return " ".join([text, *marks])

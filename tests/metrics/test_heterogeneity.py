@@ -75,14 +75,14 @@ def test_isotropic_noise_inverts_a_noncentral_chi_square(est):
     assert got.get("empty", False) == empty and (not empty or (got["low"], got["high"]) == (0.0, 0.0))
 
 
-def test_an_empty_interval_is_printed_as_one():
+def test_an_empty_interval_is_printed_as_0_0_with_a_note_that_it_is_empty():
     from jaxjudge.report.intervals_text import EMPTY_NOTE, format_interval
     from jaxjudge.report.terminal import _cell, _Notes
 
     iv = {"estimate": 0.0, "low": 0.0, "high": 0.0, "empty": True}
-    assert format_interval(iv, 2) == f"0.00 [empty set] ({EMPTY_NOTE})"
+    assert format_interval(iv, 2) == f"0.00 [0.00, 0.00] ({EMPTY_NOTE})"
     notes = _Notes()
-    assert _cell(iv, notes) == "0.00 [empty] (a)" and notes.notes == {EMPTY_NOTE: "a"}
+    assert _cell(iv, notes) == "0.00 [.00,.00] (a)" and notes.notes == {EMPTY_NOTE: "a"}
     assert format_interval({**iv, "empty": None}, 2) == "0.00 [0.00, 0.00]"
 
 
