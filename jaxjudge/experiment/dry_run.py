@@ -237,6 +237,9 @@ def _job_lines(jobs: Sequence[Any], root: Any, rows: dict[str, int], launch: Lau
                 status += f", {sum(1 for i in missing if i % n == me)} of the missing ones here"
         except FileNotFoundError:
             status = "not started"
-        what = f"{job.task} rows: {rows.get(job.task, '?')}" if job.task else "task-free"
+        if job.prompt_set:  # its own prompts (random numbers, content-free fillers), one chunk
+            what = f"{job.what}{f' of {job.task}' if job.task else ', task-free'}, one chunk"
+        else:
+            what = f"{job.task} rows: {rows.get(job.task, '?')}" if job.task else "task-free"
         out.append(f"  {where.relative_to(root)} ({what}): {status}")
     return out

@@ -34,6 +34,8 @@ def content_free_examples(template: Any) -> list:
 class _OneChunk(ExtractionJob):
     """A prompt set small enough for one chunk, keyed also by the model file's sha256."""
 
+    prompt_set: ClassVar[bool] = True
+
     def run(self, rc: RunContext) -> tuple[bool, int]:
         prompts = self.prompts(rc.examples(self), chat=rc.chat)
         return one_chunk(self.folder(rc.root), {**rc.key(self), "model_sha256": rc.judge.sha256},

@@ -101,3 +101,9 @@ def test_the_committed_confirmatory_runs_plan(capsys, nothing_runs):
     assert cli.main(["extract", spec, "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "jobs: 8 under " in out and "qwen2.5-coder-1.5b/score-stsb-similarity-0-4 (stsb rows: 1079)" in out
+    # A prompt-set job says what it is, not the task's row count (the mechanism run's content-free jobs).
+    spec = str(REPO / "experiments" / "contrastive.py") + ":mechanism_stsb"
+    assert cli.main(["extract", spec, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert ("qwen2.5-coder-1.5b/content_free-stsb-similarity-0-4 (content-free arrays of stsb, one chunk): complete"
+            in out) and "smollm2-135m/score-stsb-similarity-3-7 (stsb rows: 700): complete" in out
