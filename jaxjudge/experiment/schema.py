@@ -245,16 +245,12 @@ class ExperimentConfig(Typed):
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ConfigError(f"{w}.models: duplicate model name {dup[0]!r}")
-        for i, pair in enumerate(self.pairs):
-            for name in pair:
-                choose(f"{w}.pairs[{i}]", name, names)
-            if pair[0] == pair[1]:
-                raise ConfigError(f"{w}.pairs[{i}]: main and assistant are the same model {pair[0]!r}")
-        for i, pair in enumerate(self.control_pairs):
-            for name in pair:
-                choose(f"{w}.control_pairs[{i}]", name, names)
-            if pair[0] == pair[1]:
-                raise ConfigError(f"{w}.control_pairs[{i}]: main and assistant are the same model {pair[0]!r}")
+        for field in ("pairs", "control_pairs"):
+            for i, pair in enumerate(getattr(self, field)):
+                for name in pair:
+                    choose(f"{w}.{field}[{i}]", name, names)
+                if pair[0] == pair[1]:
+                    raise ConfigError(f"{w}.{field}[{i}]: main and assistant are the same model {pair[0]!r}")
         for i, j in enumerate(self.judges or ()):
             if j not in names:
                 raise ConfigError(f"{w}.judges[{i}]: model {j!r} is not in models {names}")

@@ -77,19 +77,15 @@ def report_from_arrays(
             raise KeyError(f"no arrays for cell {cell.label()}")
         task = cfg.task(cell.task)
         options = MethodOptions.from_config(cfg, task)
-        if cfg.assistant_of(cell.judge) is None and any(METHODS[m].needs_assistant for m in options.methods):
-            kept = tuple(m for m in options.methods if not METHODS[m].needs_assistant)
-            note = f"{cell.judge}: no assistant in pairs, contrastive methods skipped"
-            if note not in results.notes:
-                results.notes.append(note)
-            options = replace(options, methods=kept)
         control_of = getattr(cfg, "control_of", lambda judge: None)  # a config without control_pairs
-        if control_of(cell.judge) is None and any(METHODS[m].needs_control for m in options.methods):
-            kept = tuple(m for m in options.methods if not METHODS[m].needs_control)
-            note = f"{cell.judge}: no other-family assistant in control_pairs, contrastive_other skipped"
-            if note not in results.notes:
-                results.notes.append(note)
-            options = replace(options, methods=kept)
+        for partner, needs, note in (
+                (cfg.assistant_of, "needs_assistant", f"{cell.judge}: no assistant in pairs, contrastive methods skipped"),
+                (control_of, "needs_control",
+                 f"{cell.judge}: no other-family assistant in control_pairs, contrastive_other skipped")):
+            if partner(cell.judge) is None and any(getattr(METHODS[m], needs) for m in options.methods):
+                options = replace(options, methods=tuple(m for m in options.methods if not getattr(METHODS[m], needs)))
+                if note not in results.notes:
+                    results.notes.append(note)
         spec = _as_dict(getattr(cfg, "primary", None))
         if spec and spec.get("selection") == "nested":
             # The primary endpoint's interval redoes the dev-side choice in every resample.

@@ -23,8 +23,9 @@ _ASSISTANTRANDOM_T = Need(RandomTJob, into=lambda r: {"assistant_random": {"T": 
                            has=lambda a: "T" in (a.assistant_random or {}), assistant=True, required=False)
 
 
-def _contrastive_data(cx: CellContext) -> Callable[[Kind], dict[str, jax.Array]]:
-    asst = jnp.asarray(cx.arrays.assistant)
+def _contrastive_data(cx: CellContext, assistant=None) -> Callable[[Kind], dict[str, jax.Array]]:
+    """The judge and an assistant's `[N, K]` arrays (default: the pair's assistant) at a reading."""
+    asst = jnp.asarray(cx.arrays.assistant if assistant is None else assistant)
 
     def data(kt: Kind) -> dict[str, jax.Array]:
         # Both models tempered at the reading's T; the grid's own temperature then

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 
 from jaxjudge.debias import contextual_prior, contrastive_adjust
 from jaxjudge.report.methods.base import CONTENT_FREE, CONTROL_SCORES, CellContext, Kind, Method, Variant
+from jaxjudge.report.methods.contrastive import _contrastive_data, _lam_and_temperature
 from jaxjudge.select import lambda_temperature_grid
 
 
@@ -43,16 +44,9 @@ def _contrastive_prior(cx: CellContext) -> Iterator[Variant]:
 
 
 def _contrastive_other(cx: CellContext) -> Iterator[Variant]:
-    other = jnp.asarray(cx.arrays.control)  # [N, K], candidates in the scale's order
-
-    def data(kt: Kind) -> dict[str, jax.Array]:
-        return {"main": cx.logits / cx.tau(kt), "asst": other / cx.tau(kt)}
-
-    yield Variant("contrastive_other", data=data, grid=_grid(cx), baseline="temperature")
-
-
-def _lam_and_temperature(opts) -> tuple[str, ...]:
-    return ("lam", opts.contrastive_temperature)
+    # The other judge's [N, K] arrays, candidates in the scale's order, read as the pair's are.
+    yield Variant("contrastive_other", data=_contrastive_data(cx, cx.arrays.control), grid=_grid(cx),
+                  baseline="temperature")
 
 
 FAMILIES = (
