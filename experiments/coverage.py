@@ -19,8 +19,8 @@ population Spearman over dev draws:
 
 With ``--spread`` it measures the intervals of the spread over score ranges
 (`jaxjudge.report.spread_coverage`): the heterogeneity (standard deviation of the
-ranges' true values, net of noise, test-inversion interval) against the percentile interval of
-max - min, with the noise of a committed run (its vanilla judge's bootstrap covariance across the
+ranges' true values, median-unbiased estimate, profile-likelihood interval) against the
+percentile interval of max - min, with the noise of a committed run (its vanilla judge's bootstrap covariance across the
 four ranges, recomputed from its committed stores):
 
     python experiments/coverage.py --spread             # experiments/score_range_bias.py:stsb, expected@1

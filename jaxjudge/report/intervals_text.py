@@ -4,12 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["EMPTY_NOTE", "format_interval", "format_p"]
-
-EMPTY_NOTE = ("empty confidence set, shown as [0, 0] by convention: no spread fits, the ranges agree more closely "
-              "than sampling noise predicts even with none")
-"""Why a test-inversion interval is empty (`jaxjudge.metrics.heterogeneity`)."""
-
+__all__ = ["format_interval", "format_p"]
 
 def format_interval(iv: dict[str, Any] | None, digits: int = 3) -> str:
     """``"0.412 [0.351, 0.470]"``; ``"-"`` when undefined.
@@ -26,8 +21,6 @@ def format_interval(iv: dict[str, Any] | None, digits: int = 3) -> str:
         notes.append(f"no interval: {iv['reason']}")
     elif iv.get("low") is not None and iv.get("high") is not None:
         text += f" [{iv['low']:.{digits}f}, {iv['high']:.{digits}f}]"
-        if iv.get("empty"):
-            notes.append(EMPTY_NOTE)
         if iv.get("nan_share"):
             notes.append(f"{iv['nan_share']:.1%} of resamples undefined")
     if iv.get("docs") is not None:

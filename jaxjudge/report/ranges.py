@@ -10,17 +10,19 @@ interval, with the reason). From each row's replicates of the selection metric, 
 (judge, task, aspect, reading, method):
 
 * ``mean``: the mean of the metric over ranges; ``spread``: its heterogeneity over ranges, the
-  standard deviation of the ranges' values net of sampling noise, with a test-inversion interval
-  that reaches 0 (`jaxjudge.metrics.heterogeneity`; the noise is the covariance of the ranges'
-  paired replicates); ``max_min``, the plain max - min of the estimates, is kept beside it as a
+  standard deviation of the ranges' true values, estimated median-unbiased with a
+  profile-likelihood interval that reaches 0 (`jaxjudge.metrics.heterogeneity`; the noise is the
+  covariance of the ranges' paired replicates); ``max_min``, the plain max - min of the estimates, is kept beside it as a
   description (no interval: noise alone pushes it up);
 * for the vanilla judge, ``range_diffs``: the difference between every pair of ranges (does
   the range matter? each is a secondary comparison);
 * against each comparator (the vanilla judge read the same way, the method's matched baseline,
   the calibration baseline with the best dev metric, and any pair the config lists):
-  ``mean_diff`` (difference of the means), ``spread_diff`` (difference of the heterogeneities:
-  negative is more stable; each replicate's heterogeneity is netted of twice the noise, so that
-  the replicates centre on the estimate rather than above it) and ``relative`` (the papers'
+  ``mean_diff`` (difference of the means), ``spread_diff`` (difference of the heterogeneities,
+  each the moment estimate ``sqrt(max(0, |C x|^2 - tr(C Sigma C)) / (K - 1))`` rather than the
+  median-unbiased one ``spread`` prints, with a percentile interval: negative is more stable;
+  each replicate's heterogeneity is netted of twice the noise, so that the replicates centre on
+  the estimate rather than above it) and ``relative`` (the papers'
   headline figure: the relative improvement of the mean over ranges, a ratio of means
   ``(mean m - mean b) / |mean b|``), each with its interval.
 
@@ -155,7 +157,7 @@ class _Panel:
         return self.options.alpha
 
     def spread(self, ser: _Series) -> dict[str, Any]:
-        """The heterogeneity over ranges with its test-inversion interval (see the module)."""
+        """The heterogeneity over ranges with its profile-likelihood interval (see the module)."""
         est, reps = ser
         out: dict[str, Any] = {"estimate": None, "low": None, "high": None}
         if reps is None:
@@ -172,8 +174,6 @@ class _Panel:
             out["reason"] = f"{share:.0%} of resamples undefined"
         else:
             out["low"], out["high"] = got["low"], got["high"]
-            if got.get("empty"):
-                out["empty"] = True
         return out
 
     def spread_diff(self, ser: _Series, bser: _Series) -> dict[str, Any]:

@@ -15,7 +15,6 @@ from typing import Any
 
 from jaxjudge.report.results import Results
 from jaxjudge.report.endpoint_tables import primary_line
-from jaxjudge.report.intervals_text import EMPTY_NOTE
 from jaxjudge.report.methods import PARSED
 from jaxjudge.report.ranges import REFERENCE_ROLE
 
@@ -58,8 +57,6 @@ def _cell(iv: dict[str, Any] | None, notes: _Notes, extra: str | None = None) ->
     text = f"{iv['estimate']:.2f}"
     if iv.get("low") is not None and iv.get("high") is not None and not iv.get("reason"):
         text += f" [{_short(iv['low'])},{_short(iv['high'])}]"
-        if iv.get("empty"):
-            marks.append(notes.mark(EMPTY_NOTE))
     else:
         marks.append(notes.mark(f"no interval: {iv.get('reason') or 'not computed'}"))
     return " ".join([text, *marks])

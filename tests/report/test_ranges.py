@@ -8,6 +8,7 @@ per-range rows, which come from another code path (`score_stats_batch`).
 from __future__ import annotations
 
 import dataclasses
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -93,17 +94,20 @@ def test_range_statistics_against_numpy():
     assert con["mean"]["estimate"] == pytest.approx(est["contrastive"].mean())
     assert [con["mean"]["low"], con["mean"]["high"]] == pytest.approx(
         np.quantile(reps["contrastive"].mean(0), [0.025, 0.975]))
-    # The spread: the sd over ranges net of the replicates' covariance, by hand; its interval is
-    # heterogeneity_interval's (checked against scipy in tests/metrics/test_heterogeneity.py).
+    # The spread: heterogeneity_interval's estimate and interval (checked against scipy in
+    # tests/metrics/test_heterogeneity.py); its raw sd and noise by hand. spread_diff below is
+    # the difference of the sds net of the replicates' covariance, by hand.
     def net(x, sigma, times):
         c = np.eye(3) - 1 / 3
         dev = x - x.mean(0)
         return np.sqrt(np.maximum((dev * dev).sum(0) - times * np.trace(c @ sigma @ c), 0) / 2)
 
     sig = {m: np.cov(reps[m]) for m in recs}
-    assert con["spread"]["estimate"] == pytest.approx(float(net(est["contrastive"], sig["contrastive"], 1)))
     ref = heterogeneity_interval(est["contrastive"], reps["contrastive"], 0.05)
-    assert (con["spread"]["low"], con["spread"]["high"]) == (ref["low"], ref["high"])
+    assert [con["spread"][k] for k in ("estimate", "low", "high")] == [ref[k] for k in ("estimate", "low", "high")]
+    assert con["spread"]["raw"] == pytest.approx(float(net(est["contrastive"], sig["contrastive"], 0)))
+    assert con["spread"]["noise"] == pytest.approx(math.sqrt(np.trace((np.eye(3) - 1 / 3) @ sig["contrastive"]) / 2))
+    assert con["spread"]["low"] <= con["spread"]["estimate"] <= con["spread"]["high"]
     assert con["max_min"] == pytest.approx(np.ptp(est["contrastive"]))
     versus = {v["baseline"]: v for v in con["versus"]}
     assert {v["role"] for v in con["versus"]} == {"vanilla", "matched"}
