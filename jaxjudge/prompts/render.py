@@ -16,6 +16,17 @@ source removed entirely, or a template without a truncatable field, raises.
 
 ``reserve_tokens`` is the room the answer needs after the prompt:
 `ScoreCandidates.extra_input_tokens` + 1 for teacher-forced scoring.
+
+Checking the length without tokenising
+--------------------------------------
+Every token of a byte-level BPE or a SentencePiece model with byte fallback covers at least one
+byte of the normalised text; the exceptions are the special tokens the tokenizer adds (BOS) and
+one prefix marker a pre-tokenizer may prepend (``add_prefix_space``, Metaspace's "first").
+So ``len(normalise(text).encode()) + 1 + specials`` (`token_bound`) bounds a prompt's token
+count, and only prompts whose bound exceeds the limit are tokenised. A run's prompts usually all
+fit by that bound (a SummEval prompt is about 3,000 bytes; the judges' contexts are 8,192 tokens
+and more), so a process of a multi-host job does not tokenise every prompt of the job to check
+them: the engine tokenises only the rows it feeds.
 """
 
 from __future__ import annotations
@@ -30,7 +41,7 @@ from jaxjudge.prompts.chat import ChatFormat
 from jaxjudge.prompts.scale import ScoreScale
 from jaxjudge.prompts.template import RenderedPrompt, Template, TemplateError
 
-__all__ = ["ContextOverflowError", "RenderResult", "render", "render_all", "truncate_text"]
+__all__ = ["ContextOverflowError", "RenderResult", "render", "render_all", "token_bound", "truncate_text"]
 
 OverflowPolicy = Literal["raise", "truncate"]
 
@@ -122,6 +133,18 @@ def _check_shared_prefix_fields(template: Template, examples: Sequence[Example])
                 )
 
 
+def token_bound(tokenizer: Any, texts: Sequence[str], *, add_special_tokens: bool) -> list[int]:
+    """An upper bound on each text's token count, without tokenising: the UTF-8 bytes of the text
+    after the tokenizer's normaliser, plus one possible prefix marker, plus the special tokens the
+    tokenizer adds (see the module; ``tests/prompts/test_render.py`` checks it on the judges'
+    tokenizers)."""
+    tok = as_tokenizer(tokenizer)
+    norm = tok.normalizer
+    post = tok.post_processor
+    specials = post.num_special_tokens_to_add(False) if add_special_tokens and post is not None else 0
+    return [len((norm.normalize_str(t) if norm is not None else t).encode("utf-8")) + 1 + specials for t in texts]
+
+
 def render_all(
     template: Template,
     examples: Sequence[Example],
@@ -173,8 +196,17 @@ def render_all(
         # Chat text carries its own special tokens; raw prompts get the tokenizer's (BOS).
         return [len(e.ids) for e in tok.encode_batch([p.text for p in ps], add_special_tokens=ps[0].add_special_tokens)]
 
-    n_tokens = lengths(prompts)
-    over = [i for i, n in enumerate(n_tokens) if n > limit]
+    # Only prompts that might not fit are tokenised (`token_bound`); the rest fit for certain.
+    bounds = token_bound(tok, [p.text for p in prompts], add_special_tokens=prompts[0].add_special_tokens)
+    n_tokens: dict[int, int] = {}
+
+    def measure(idx: Sequence[int]) -> None:
+        todo = [i for i in idx if i not in n_tokens]
+        if todo:
+            n_tokens.update(zip(todo, lengths([prompts[i] for i in todo]), strict=True))
+
+    measure([i for i, b in enumerate(bounds) if b > limit])
+    over = sorted(i for i, n in n_tokens.items() if n > limit)
     if not over:
         return RenderResult(prompts, 0)
 
@@ -204,6 +236,7 @@ def render_all(
         if key in clusters:
             clusters[key].append(i)
 
+    measure([i for members in clusters.values() for i in members])
     n_truncated = 0
     for (_, source), members in clusters.items():
         source_len = len(tok.encode(source, add_special_tokens=False).ids)

@@ -52,14 +52,28 @@ PAIRS = [("A man is playing a guitar.", "A man plays the guitar.", 4.6),
          ("Someone is cooking pasta.", "A person makes spaghetti.", 3.9),
          ("The sun sets over the sea.", "Sunset at the beach.", 3.5),
          ("A boy kicks a ball.", "A girl sings a song.", 0.8)]
-# Runs the command line with the engine's record of the prompts it tokenises kept, written as
-# JSON to argv[1] at exit (one list of example ids per tokenisation, in call order).
+# Runs the command line with the engine's record of the prompts it tokenises kept, and a count of
+# the texts the renderer's context check tokenises, written as JSON to argv[1] at exit
+# ({"engine": one list of example ids per tokenisation, in call order; "render": a count}).
 COUNTED = """
-import atexit, json, sys
+import atexit, importlib, json, sys
 from jaxjudge.engine.tokens import TOKENISED
 from jaxjudge.cli import main
-TOKENISED.log = []
-atexit.register(lambda: open(sys.argv[1], "w").write(json.dumps(TOKENISED.log)))
+render = importlib.import_module("jaxjudge.prompts.render")
+TOKENISED.log, rendered, as_tokenizer = [], [0], render.as_tokenizer
+
+class Counting:
+    def __init__(self, tok):
+        self.tok, self.normalizer, self.post_processor = tok, tok.normalizer, tok.post_processor
+    def encode_batch(self, texts, **kw):
+        rendered[0] += len(texts)
+        return self.tok.encode_batch(texts, **kw)
+    def encode(self, text, **kw):
+        rendered[0] += 1
+        return self.tok.encode(text, **kw)
+
+render.as_tokenizer = lambda t: t if isinstance(t, Counting) else Counting(as_tokenizer(t))
+atexit.register(lambda: open(sys.argv[1], "w").write(json.dumps({"engine": TOKENISED.log, "render": rendered[0]})))
 sys.exit(main(sys.argv[2:]))
 """
 
@@ -189,8 +203,11 @@ def test_two_processes_on_a_bucket_equal_one_on_disk(tmp_path, coordinator, tiny
         assert not (where / "stores").exists() and not (where / "results").exists() and not (where / "gs:").exists()
 
     # Each process tokenised only its own block's rows: in every extraction, the two processes'
-    # rows are disjoint and together are the rows one process tokenises.
-    alone, *fed = (json.loads((where / "tokenised.json").read_text()) for where in (one, *folders))
+    # rows are disjoint and together are the rows one process tokenises; the renderer's context
+    # check tokenised none (every prompt fits by its byte bound).
+    counts = [json.loads((where / "tokenised.json").read_text()) for where in (one, *folders)]
+    assert [c["render"] for c in counts] == [0, 0, 0], counts
+    alone, *fed = (c["engine"] for c in counts)
     assert len(alone) == len(fed[0]) == len(fed[1]) > 3, (len(alone), len(fed[0]), len(fed[1]))
     for every, first, second in zip(alone, *fed):
         assert not set(first) & set(second), (first, second)

@@ -485,3 +485,52 @@ def test_truncate_text_hand_cases():
 def test_rendered_prompt_text():
     p = RenderedPrompt("a", "b", "id", "g")
     assert p.text == "ab" and p.truncated_tokens == 0
+
+
+def test_render_all_tokenises_only_the_prompts_that_might_not_fit(monkeypatch):
+    """The length check tokenises a prompt only where `token_bound` says it might not fit, and
+    decides as tokenising every prompt would: no error and nothing tokenised when all fit by the
+    bound; the same error, or the same truncation, when some do not."""
+    render_mod = importlib.import_module("jaxjudge.prompts.render")  # the package's `render` is the function
+    tok = gpt2_style_tokenizer()
+    seen: list[str] = []
+
+    class Counting:
+        normalizer, post_processor = tok.normalizer, tok.post_processor
+
+        def encode_batch(self, texts, **kw):
+            seen.extend(texts)
+            return tok.encode_batch(texts, **kw)
+
+        def encode(self, text, **kw):
+            return tok.encode(text, **kw)
+
+    monkeypatch.setattr(render_mod, "as_tokenizer", lambda t: Counting() if t is tok else t)
+    t = get_template("summeval", "consistency")
+    exs = load_summeval_subset()
+    scale = ScoreScale(1, 5)
+    full = render_all(t, exs, scale)
+    lengths = [len(encode(tok, p.text)) for p in full]
+    bounds = render_mod.token_bound(tok, [p.text for p in full], add_special_tokens=True)
+    assert all(n <= b for n, b in zip(lengths, bounds, strict=True))
+
+    # Every prompt fits by its bound: nothing is tokenised.
+    out = render_all(t, exs, scale, tokenizer=tok, max_tokens=max(bounds) + 2, reserve_tokens=2)
+    assert seen == [] and out.prompts == full.prompts
+
+    # A limit between the lengths: only the prompts whose bound exceeds it are measured, and the
+    # first prompt over the limit is the one named.
+    limit = sorted(lengths)[len(lengths) // 2]
+    seen.clear()
+    with pytest.raises(ContextOverflowError) as info:
+        render_all(t, exs, scale, tokenizer=tok, max_tokens=limit + 2, reserve_tokens=2)
+    assert sorted(seen) == sorted(p.text for p, b in zip(full, bounds, strict=True) if b > limit)
+    assert exs[next(i for i, n in enumerate(lengths) if n > limit)].id in str(info.value)
+
+    # Truncation: the same cuts as a reference that measures every prompt (within the group,
+    # every member is measured, as the cut needs their lengths).
+    seen.clear()
+    cut = render_all(t, exs, scale, tokenizer=tok, max_tokens=limit + 2, reserve_tokens=2, overflow="truncate")
+    monkeypatch.setattr(render_mod, "token_bound", lambda tk, texts, **kw: [10**9] * len(texts))
+    reference = render_all(t, exs, scale, tokenizer=tok, max_tokens=limit + 2, reserve_tokens=2, overflow="truncate")
+    assert cut.prompts == reference.prompts and cut.n_truncated == reference.n_truncated > 0
