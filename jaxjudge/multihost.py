@@ -5,6 +5,7 @@ models, the engine and the experiment share one copy:
 
 - `is_leader`: process 0 (or the only process), the one that writes what is written once;
 - `agree`: process 0's integer on every process (a collective);
+- `any_process`: whether any process's flag is set (a collective);
 - `barrier`: waits until every process reaches the named point;
 - `spans_processes`: whether a mesh holds devices of other processes (one SPMD program);
 - `to_host`: a device array's whole value on this process, gathered from the others if split
@@ -21,7 +22,7 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["is_leader", "agree", "barrier", "spans_processes", "to_host"]
+__all__ = ["is_leader", "agree", "any_process", "barrier", "spans_processes", "to_host"]
 
 
 def is_leader() -> bool:
@@ -34,6 +35,15 @@ def agree(value: int) -> int:
     from jax.experimental import multihost_utils
 
     return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
+
+
+def any_process(flag: bool) -> bool:
+    """Whether ``flag`` is set on any process of the ``jax.distributed`` job (a collective): so
+    that an error one process finds in its own rows stops every process before the next
+    collective, instead of leaving the others waiting in it."""
+    from jax.experimental import multihost_utils
+
+    return bool(np.asarray(multihost_utils.process_allgather(np.int32(bool(flag)))).max())
 
 
 def barrier(name: str) -> None:

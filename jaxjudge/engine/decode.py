@@ -268,12 +268,13 @@ def contrastive_decode(
     alpha: float,
     vocab: int,
     max_new_tokens: int,
+    host: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Greedy contrastive decoding of ``main`` against ``assistant`` (`Contrastive`) from both
     judges' prompt caches (DONATED, each with at least ``max_new_tokens - 1`` free slots, as
     `jaxjudge.engine.contrastive_generate` allocates them; not checked here, since reading a
     cache's fill level would wait for the prefill on the hot path); a row ends at the main
-    judge's EOS.
+    judge's EOS. ``host`` as in `generate_tokens`.
 
     Returns:
         (tokens ``[B, G]`` int32, lengths ``[B]`` int32 up to and including the first EOS).
@@ -282,5 +283,7 @@ def contrastive_decode(
     out = DECODE((main.graphdef, assistant.graphdef), (main.state, assistant.state), (logits_main, logits_asst),
                  (cache_main, cache_asst), (prefix_main, prefix_asst), params, choice=Contrastive(int(vocab)),
                  max_new_tokens=max_new_tokens, eos_ids=_eos(main), pad_id=main.pad_id)
+    if not host:
+        return out.tokens_bg, out.lengths_b
     return to_host(out.tokens_bg), to_host(out.lengths_b)
 

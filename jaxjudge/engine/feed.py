@@ -31,7 +31,7 @@ NLL needs a pass per group that blocks splitting the group cannot share.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,7 +194,8 @@ class Lockstep:
     """The calls of a chunk, every block's side by side (step 3 of the module docstring).
 
     Args:
-        judge: the judge, on the mesh over the processes.
+        judges: the judges whose prefixes each step prefills (one; two for contrastive
+            generation), on the one mesh over the processes.
         tk: from `feed_plan`.
         plan: from `feed_plan`.
         batch_size, max_batch_tokens: each block's call sizes (`jaxjudge.engine.runner.batches`).
@@ -202,13 +203,13 @@ class Lockstep:
         rows_per_example: rows each example takes (teacher-forcing variants).
     """
 
-    def __init__(self, judge: Any, tk: Tokenised, plan: FeedPlan, *, batch_size: int, max_batch_tokens: int,
-                 extra_tokens: int = 0, rows_per_example: int = 1):
-        self.judge = judge
+    def __init__(self, judges: Sequence[Any], tk: Tokenised, plan: FeedPlan, *, batch_size: int,
+                 max_batch_tokens: int, extra_tokens: int = 0, rows_per_example: int = 1):
+        self.judges = tuple(judges)
         self.tk = tk
         self.plan = plan
         self.blocks = plan.blocks
-        self.pad = judge.pad_id
+        self.pad = self.judges[0].pad_id
         self.sizes = dict(batch_size=batch_size, max_batch_tokens=max_batch_tokens, extra_tokens=extra_tokens,
                           rows_per_example=rows_per_example)
 
@@ -241,13 +242,14 @@ class Lockstep:
             mask[b] = np.zeros((1, t), bool)
             mask[b][0, :len(ids)] = True
         read = {b: np.zeros((1, 1), np.int32) for b in self.blocks.mine}
-        return calls.prefill_placed(self.judge, *(self.blocks.place(x, 1) for x in (tokens, mask, read)))
+        placed = [self.blocks.place(x, 1) for x in (tokens, mask, read)]
+        return tuple(calls.prefill_placed(j, *placed) for j in self.judges)
 
     def steps(self, chunk: int, progress: Progress | None = None) -> Iterator[tuple[list, int, int, Any]]:
-        """The job's calls of chunk ``chunk``: ``(step, rows, length, prefix)``, ``step[b]`` block
-        b's call ``(group, members, batch)`` or None (a dummy), each block's part padded to
-        ``rows`` examples of ``length`` tokens, ``prefix`` the blocks' prefix cache (P = D) or
-        None. Every process gets the same steps."""
+        """The job's calls of chunk ``chunk``: ``(step, rows, length, prefixes)``, ``step[b]``
+        block b's call ``(group, members, batch)`` or None (a dummy), each block's part padded
+        to ``rows`` examples of ``length`` tokens, ``prefixes`` each judge's prefix cache of the
+        blocks (P = D) or None. Every process gets the same steps."""
         per_block = [self._local_calls(parts) for parts in self.plan.parts[chunk]]
         tokens = self.plan.info[:, _TOKENS]
         for with_prefix in (True, False):
@@ -309,7 +311,7 @@ class FedReader:
         self.tk = tk
         self.plan = plan
         self.blocks = plan.blocks
-        self.lock = Lockstep(reader.judge, tk, plan, batch_size=reader.batch_size,
+        self.lock = Lockstep((reader.judge,), tk, plan, batch_size=reader.batch_size,
                              max_batch_tokens=reader.max_batch_tokens,
                              extra_tokens=reader.cplan.n_ext + max(len(p) for p in reader.cplan.paths),
                              rows_per_example=reader.cplan.n_variants)
@@ -373,8 +375,8 @@ class FedReader:
         process must call this for the same chunk)."""
         results: dict[int, dict[str, np.ndarray]] = {}
         pending = None
-        for step, rows, length, prefix in self.lock.steps(chunk.index, progress):
-            started = self._dispatch(step, rows, length, prefix)
+        for step, rows, length, prefixes in self.lock.steps(chunk.index, progress):
+            started = self._dispatch(step, rows, length, prefixes[0] if prefixes else None)
             # The next call is on its way before this one's outputs are read back.
             if pending is not None:
                 self._collect(*pending, results)
@@ -394,27 +396,41 @@ class FedReader:
         return arrays
 
 
-def generate_fed(judge: Any, tk: Tokenised, plan: FeedPlan, *, max_new_tokens: int, batch_size: int,
-                 max_batch_tokens: int, progress: Progress | None = None) -> list[list[int]]:
-    """Greedy replies of every prompt of a one-chunk `FeedPlan` (`jaxjudge.engine.generate_scores`
-    over a mesh spanning processes), each process feeding its blocks' rows; the replies reach
-    every process in one gather.
+def generate_fed(judges: Sequence[Any], tk: Tokenised, plan: FeedPlan, *, max_new_tokens: int, batch_size: int,
+                 max_batch_tokens: int, progress: Progress | None = None,
+                 decode: Callable[[list, tuple], tuple[Any, Any]] | None = None) -> list[list[int]]:
+    """Replies to every prompt of a one-chunk `FeedPlan` over a mesh spanning processes, each
+    process feeding its blocks' rows; the replies reach every process in one gather.
+
+    Args:
+        judges: one judge (`jaxjudge.engine.generate_scores`'s greedy replies), or the main judge
+            and the assistant of `jaxjudge.engine.contrastive_generate`, on one mesh.
+        decode: ``decode(extended, prefixes)`` -> ``(tokens [B, G], lengths [B])`` device arrays,
+            from each judge's ``(logits, cache)`` of the step's rows and its prefix cache (None
+            without one); the default decodes the one judge greedily.
 
     Returns:
         ``[N]`` reply token ids (up to and including the first EOS), on every process.
     """
-    lock = Lockstep(judge, tk, plan, batch_size=batch_size, max_batch_tokens=max_batch_tokens)
-    blocks = plan.blocks
+    judges = tuple(judges)
+    if decode is None:
+        def decode(extended, prefixes):
+            (logits, cache), = extended
+            return generate_tokens(judges[0], logits[:, 0], cache, max_new_tokens=max_new_tokens,
+                                   prefix=prefixes[0], host=False)
+    lock = Lockstep(judges, tk, plan, batch_size=batch_size, max_batch_tokens=max_batch_tokens)
+    blocks = lock.blocks
     results: dict[int, dict[str, np.ndarray]] = {}
-    for step, rows, length, prefix in lock.steps(0, progress):
+    for step, rows, length, prefixes in lock.steps(0, progress):
         tokens, mask, read = {}, {}, {}
         for b in blocks.mine:
-            tokens[b], mask[b] = pad_batch(lock.tails(step, b, rows), side="left", length=length, pad_id=judge.pad_id)
+            tokens[b], mask[b] = pad_batch(lock.tails(step, b, rows), side="left", length=length, pad_id=lock.pad)
             read[b] = np.full((rows, 1), length - 1, np.int32)
-        logits, cache = calls.extend_placed(judge, *(blocks.place(x, rows) for x in (tokens, mask, read)),
-                                            prefix=prefix, max_length=length + max_new_tokens)
-        out, lengths = generate_tokens(judge, logits[:, 0], cache, max_new_tokens=max_new_tokens, prefix=prefix,
-                                       host=False)
+        placed = [blocks.place(x, rows) for x in (tokens, mask, read)]
+        prefixes = prefixes or (None,) * len(judges)
+        extended = [calls.extend_placed(j, *placed, prefix=p, max_length=length + max_new_tokens)
+                    for j, p in zip(judges, prefixes)]
+        out, lengths = decode(extended, prefixes)
         for b in blocks.mine:
             if step[b]:
                 ids, n = blocks.read(out, b), blocks.read(lengths, b)

@@ -20,7 +20,8 @@ like the vanilla generation's. With ``lam = 0`` it is the main judge's greedy ge
 
 Both walk the prompts with the engine's one loop (`jaxjudge.engine.runner`); the jitted
 decoding is the engine's one decoding loop (`jaxjudge.engine.decode`: `generate_tokens`,
-`contrastive_decode`).
+`contrastive_decode`). Under a mesh over several processes both feed per host
+(`jaxjudge.engine.feed.generate_fed`): each process tokenises and places only its own rows.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from jaxjudge.engine.runner import Progress, batches, pad_rows, prefix_groups
 from jaxjudge.engine.tokens import Tokenised, check_prompts, positive_int, tokenise
 from jaxjudge.models.decoder import pad_batch
 from jaxjudge.models.judge import Judge
-from jaxjudge.multihost import spans_processes
+from jaxjudge.multihost import any_process, spans_processes
 from jaxjudge.prompts import RenderedPrompt, ScoreScale, as_tokenizer
 
 __all__ = [
@@ -123,7 +124,7 @@ def generate_scores(
                              limit=ctx - max_new_tokens, overflow=o.overflow, prefix_cache=o.prefix_cache,
                              min_prefix_tokens=o.min_prefix_tokens, whole=False)
         with Progress(len(prompts), enabled=progress, desc="generate") as bar:
-            fed = generate_fed(judge, tk, plan, max_new_tokens=max_new_tokens, batch_size=o.batch_size,
+            fed = generate_fed((judge,), tk, plan, max_new_tokens=max_new_tokens, batch_size=o.batch_size,
                                max_batch_tokens=o.max_batch_tokens, progress=bar)
         return parse_replies(judge, fed, scale)
     tk = tokenise(judge.tokenizer, prompts, limit=ctx - max_new_tokens, overflow=o.overflow)
@@ -155,16 +156,23 @@ def parse_replies(judge: Judge, replies: Sequence[Sequence[int]],
     return texts, parsed, int(np.isnan(parsed).sum())
 
 
-def _shared_vocabulary(main: Judge, assistant: Judge, tk: Tokenised) -> int:
-    """The vocabulary the two judges share (checked on the prompts' tokens); raises if none."""
+def _shared_vocabulary(main: Judge, assistant: Judge, tk: Tokenised, rows: Sequence[int] | None = None) -> int:
+    """The vocabulary the two judges share (checked on the prompts' tokens: ``rows`` only, this
+    process's, under a mesh over several processes, with every process stopping if one finds a
+    difference); raises if none."""
     tok_m, tok_a = as_tokenizer(main.tokenizer), as_tokenizer(assistant.tokenizer)
     if tok_m.get_vocab(with_added_tokens=True) != tok_a.get_vocab(with_added_tokens=True):
         raise ValueError("contrastive generation needs two judges sharing a tokenizer; the main judge's and the "
                          "assistant's vocabularies differ")
-    for p, ids in zip(tk.prompts, tk.ids):
-        if list(tok_a.encode(p.text, add_special_tokens=p.add_special_tokens).ids) != list(ids):
-            raise ValueError(f"prompt {p.example_id!r} tokenises differently under the assistant's tokenizer; "
-                             "contrastive generation needs two judges sharing a tokenizer")
+    differs = next((tk.prompts[i].example_id for i in (range(len(tk.prompts)) if rows is None else rows)
+                    if list(tok_a.encode(tk.prompts[i].text, add_special_tokens=tk.prompts[i].add_special_tokens).ids)
+                    != list(tk.ids[i])), None)
+    if rows is not None and any_process(differs is not None) and differs is None:
+        raise ValueError("a prompt of another process of this job tokenises differently under the assistant's "
+                         "tokenizer (its error names it); nothing was run")
+    if differs is not None:
+        raise ValueError(f"prompt {differs!r} tokenises differently under the assistant's tokenizer; "
+                         "contrastive generation needs two judges sharing a tokenizer")
     vocab = min(main.config.vocab_size, assistant.config.vocab_size)
     if tok_m.get_vocab_size(with_added_tokens=True) > vocab:
         raise ValueError(f"the tokenizer has {tok_m.get_vocab_size(with_added_tokens=True)} tokens, more than a "
@@ -233,6 +241,22 @@ def contrastive_generate(
            if o.context_length is None else o.context_length)
     if ctx <= max_new_tokens:
         raise ValueError(f"context_length={ctx} leaves no room for a prompt before {max_new_tokens} new tokens")
+    if spans_processes(main.mesh):
+        # One SPMD program over several processes: each tokenises and feeds only its own rows.
+        tk, plan = feed_plan(main.tokenizer, prompts, main.mesh, chunk_size=len(prompts), limit=ctx - max_new_tokens,
+                             overflow=o.overflow, prefix_cache=o.prefix_cache, min_prefix_tokens=o.min_prefix_tokens,
+                             whole=False)
+        vocab = _shared_vocabulary(main, assistant, tk, rows=plan.fed_here().tolist())
+
+        def decode(extended, prefixes):
+            (lm, cm), (la, ca) = extended
+            return contrastive_decode(main, assistant, lm[:, 0], la[:, 0], cm, ca, *prefixes, lam=lam, t_main=t_main,
+                                      t_asst=t_asst, alpha=alpha, vocab=vocab, max_new_tokens=max_new_tokens,
+                                      host=False)
+
+        with Progress(len(prompts), enabled=progress, desc="contrastive generate") as bar:
+            return generate_fed((main, assistant), tk, plan, max_new_tokens=max_new_tokens, batch_size=o.batch_size,
+                                max_batch_tokens=o.max_batch_tokens, progress=bar, decode=decode)
     tk = tokenise(main.tokenizer, prompts, limit=ctx - max_new_tokens, overflow=o.overflow)
     vocab = _shared_vocabulary(main, assistant, tk)
     replies: dict[int, list[int]] = {}

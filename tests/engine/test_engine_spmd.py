@@ -3,7 +3,8 @@
 Two processes under ``jax.distributed`` (CPU, loopback coordinator), three forced devices
 each, one global mesh over the six: ``data 2 x model 3`` (rows split across the processes, the
 judge within each) and ``data 1 x model 6`` (the judge's ``model`` axis across both processes).
-Each runs score extraction into a shared store and greedy generation on a tiny random judge
+Each runs score extraction into a shared store, greedy generation and contrastive generation
+(against a second random judge on the same mesh, each process tokenising only its own rows) on a tiny random judge
 whose heads, MLP and vocabulary the six-way axis divides; a single process with six devices
 runs the same on the same meshes, and one with one device without a mesh. Process 0 alone
 writes the store; both processes return every row.
@@ -40,6 +41,7 @@ from jaxjudge.models.judge import Judge
 from jaxjudge.models.decoder import Decoder
 from jaxjudge.models.sharding import make_mesh, param_shardings
 from jaxjudge.prompts import ScoreScale
+from jaxjudge.engine.tokens import TOKENISED
 
 tok = byte_tokenizer(True)
 vocab = -(-tok.get_vocab_size() // 6) * 6
@@ -65,6 +67,17 @@ for data, model in {shapes!r}:
     texts, parsed, _ = engine.generate_scores(judge, prompts, ScoreScale(1, 10), max_new_tokens=6, progress=False,
                                               min_prefix_tokens=4, batch_size=4)
     out[tag + ":texts"] = np.asarray(texts)
+    # Contrastive generation against a second judge on the same mesh; the prompts this process
+    # tokenised for it are recorded.
+    assistant = Judge(cfg, Decoder(cfg, rngs=nnx.Rngs(1)), tok, source="tiny-spmd-assistant")
+    if data is not None:
+        assistant.shard(mesh)
+    TOKENISED.log = []
+    replies = engine.contrastive_generate(judge, assistant, prompts, max_new_tokens=6, lam=0.5, t_main=1.0,
+                                          t_asst=2.0, alpha=0.05, progress=False, min_prefix_tokens=4, batch_size=4)
+    out[tag + ":contrastive"] = np.asarray([r + [-1] * (6 - len(r)) for r in replies], np.int64)
+    out[tag + ":contrastive_tokenised"] = np.asarray(sorted(i for call in TOKENISED.log for i in call))
+    TOKENISED.log = None
 np.savez({result!r}, **out)
 if {pid} >= 0:
     jax.distributed.shutdown()
@@ -107,7 +120,7 @@ def test_mesh_over_two_processes_equals_one_process(tmp_path, coordinator):
     # embedding and the output head.
     assert spmd0["split_1x6"] == single["split_1x6"] == 9
     for tag in ("2x3", "1x6"):
-        names = sorted(k for k in single if k.startswith(tag + ":"))
+        names = sorted(k for k in single if k.startswith(tag + ":") and not k.endswith("_tokenised"))
         assert len(names) > 5
         for name in names:
             a = single[name]
@@ -125,8 +138,13 @@ def test_mesh_over_two_processes_equals_one_process(tmp_path, coordinator):
                 continue
             if plain.dtype.kind == "f":
                 np.testing.assert_allclose(single[name], plain, atol=1e-4, rtol=0, err_msg=name)
-            elif not name.endswith((":texts", ":greedy_ids", ":topk_ids", ":valid")):
+            elif not name.endswith((":texts", ":contrastive", ":greedy_ids", ":topk_ids", ":valid")):
                 np.testing.assert_array_equal(single[name], plain, err_msg=name)
+    # Contrastive generation over two processes fed per host: each process tokenised its own
+    # block's rows only, the two blocks together every prompt once.
+    mine = [set(run["2x3:contrastive_tokenised"].tolist()) for run in (spmd0, spmd1)]
+    assert mine[0] and mine[1] and not mine[0] & mine[1], mine
+    assert sorted(mine[0] | mine[1]) == sorted(single["2x3:contrastive_tokenised"].tolist())
     # One worker: both processes computed every chunk together, process 0 wrote them.
     assert spmd0["2x3:computed"].tolist() == spmd1["2x3:computed"].tolist() == single["2x3:computed"].tolist()
     chunks = sorted((tmp_path / "store-spmd" / "2x3" / "chunks").glob("*.npz"))
