@@ -7,8 +7,9 @@ Entry points (the ``jaxjudge`` command calls them):
   ``get_config(arg)`` picks its variant;
 * `validate_config(cfg)`, `check_tokenizer(cfg, model, tokenizer)`: every problem that can be
   seen before a forward pass;
-* `extraction_plan(cfg)` -> the `ExtractionJob`s a config needs; `run_extractions(cfg)` runs
-  them into resumable stores, `upgrade_stores(cfg)` migrates stores written before keys held
+* `extraction_plan(cfg)` -> the `ExtractionJob`s a config needs; `plan_run(cfg)` -> the
+  `RunPlan` of one run (its jobs, models and store root; ``--dry-run`` prints it);
+  `run_extractions(cfg)` carries it out into resumable stores, `upgrade_stores(cfg)` migrates stores written before keys held
   their setup;
 * `collect_metadata(cfg)`, `run_dir(cfg)`: a run's metadata and folder (the report writes it).
 """
@@ -18,7 +19,7 @@ from jaxjudge.experiment.few_labels import FewLabelsConfig
 from jaxjudge.experiment.jobs import JobResult, job_store_path, load_tokenizer, run_extractions, upgrade_stores
 from jaxjudge.experiment.loader import load_config, pick_variant
 from jaxjudge.experiment.metadata import collect_metadata, command_line, portable_path, run_dir
-from jaxjudge.experiment.plan import extraction_plan
+from jaxjudge.experiment.plan import RunPlan, extraction_plan, plan_run
 from jaxjudge.experiment.schema import (
     ConfigError,
     Endpoint,
@@ -46,6 +47,7 @@ __all__ = [
     "ExtractionJob",
     "JobResult",
     "ModelSpec",
+    "RunPlan",
     "SubsetSpec",
     "TaskSpec",
     "cells",
@@ -62,6 +64,7 @@ __all__ = [
     "load_config",
     "load_tokenizer",
     "pick_variant",
+    "plan_run",
     "portable_path",
     "resolve_model_path",
     "run_dir",

@@ -19,10 +19,9 @@ import jax
 
 from jaxjudge.experiment.hardware import model_header, model_shapes, prompt_lengths, step_for
 from jaxjudge.experiment.metadata import portable_path
-from jaxjudge.experiment.plan import extraction_plan
-from jaxjudge.experiment.schema import ConfigError, ExperimentConfig, resolve_model_path
+from jaxjudge.experiment.plan import RunPlan, plan_run
+from jaxjudge.experiment.schema import ConfigError, ExperimentConfig
 from jaxjudge.models.mesh_plan import GIB, ChipMemory, MeshPlanError, chip_memory, plan_mesh, usable_memory
-from jaxjudge.store.location import location
 
 __all__ = ["Launch", "describe_run"]
 
@@ -105,24 +104,15 @@ def describe_run(cfg: ExperimentConfig, launch: Launch, *, store_root: str | os.
         planner cannot fit, or ``models`` naming a model without jobs.
     """
     n, me = launch.processes, launch.process_id
-    root = location(store_root or cfg.store_root, "store root")
-    jobs = extraction_plan(cfg)
-    names = list(dict.fromkeys(j.model for j in jobs))
-    if models is not None:
-        unknown = sorted(set(models) - set(names))
-        if unknown:
-            raise ConfigError(f"config {cfg.name!r}: no jobs for models {unknown} (jobs exist for {names})")
-        names = [m for m in names if m in models]
-        jobs = [j for j in jobs if j.model in names]
-    companions = {m: tuple(dict.fromkeys(c for j in jobs if j.model == m for c in j.companions(cfg))) for m in names}
+    rp = plan_run(cfg, store_root=store_root, models=models)  # the walk the run itself carries out
+    root, jobs, names, companions = rp.root, rp.jobs, rp.judges, rp.companions
     title = cfg.name + (f" (run {cfg.run})" if cfg.run else "")
     out = [f"dry run of {title}: nothing loaded, no device used beyond counting them",
            f"launch: process {me} of {n}; {launch.local_devices} {launch.platform} device(s) ({launch.kind}) "
            f"per process{f', {launch.devices} in all (each process taken to have as many)' if n > 1 else ''}"]
-    shapes, data, lengths = _judges(cfg, jobs, companions, out)
+    shapes, data, lengths = _judges(rp, out)
     resident = [g for g in ([(m, shapes[m]) for m in (j, *companions[j]) if m in shapes] for j in names) if g]
-    spans = _mesh_lines(cfg, launch, resident, any(j.role in ("generate", "contrastive_generate") for j in jobs),
-                        lengths, out)
+    spans = _mesh_lines(cfg, launch, resident, rp.decodes, lengths, out)
     if n == 1:
         share = "this process computes every chunk"
     elif spans:
@@ -138,17 +128,14 @@ def describe_run(cfg: ExperimentConfig, launch: Launch, *, store_root: str | os.
     return out
 
 
-def _judges(cfg: ExperimentConfig, jobs: Sequence[Any], companions: dict[str, tuple[str, ...]], out: list[str]
-            ) -> tuple[dict[str, Any], dict[str, Any], dict[str, tuple[int, int]]]:
+def _judges(rp: RunPlan, out: list[str]) -> tuple[dict[str, Any], dict[str, Any], dict[str, tuple[int, int]]]:
     """Each judge's shapes (its file's header), the tasks' data and the judges' longest prompts
     in tokens; a line per judge (and per absent file or unreadable data) added to ``out``."""
     from jaxjudge.data.tasks import load_task_data
     from jaxjudge.experiment.jobs import load_tokenizer
     from jaxjudge.models.tokenizer import tokenizer_from_gguf_metadata
 
-    names = list(companions)
-    paths = {m: resolve_model_path(cfg.model(m)) for m in dict.fromkeys([*names, *(c for cs in companions.values()
-                                                                                      for c in cs)])}
+    cfg, paths = rp.cfg, rp.paths
     shapes: dict[str, Any] = {}
     for m, path in paths.items():
         if not path.exists():
@@ -170,8 +157,8 @@ def _judges(cfg: ExperimentConfig, jobs: Sequence[Any], companions: dict[str, tu
             return tokenizer_from_gguf_metadata(model_header(path)[1], source=str(path))
         return load_tokenizer(path)[0]
 
-    lengths = {m: prompt_lengths(cfg, [j for j in jobs if j.model == m], tokenizer(paths[m]), data) for m in names
-               if m in shapes and all(j.task is None or j.task in data for j in jobs if j.model == m)}
+    lengths = {m: prompt_lengths(cfg, rp.jobs_of(m), tokenizer(paths[m]), data) for m in rp.judges
+               if m in shapes and all(j.task is None or j.task in data for j in rp.jobs_of(m))}
     return shapes, data, lengths
 
 

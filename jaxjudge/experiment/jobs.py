@@ -1,9 +1,10 @@
 """Run an experiment's extractions: the expensive half, into resumable stores.
 
-`run_extractions(cfg)` walks `jaxjudge.experiment.extraction_plan(cfg)` model by model. For
-each model it first loads only the tokenizer and checks that every scale can be expressed
-(`check_tokenizer`), so a bad config fails before any weights are read or any forward pass
-runs; then it loads the judge once and runs every job of that model. What a job runs, how its
+`run_extractions(cfg)` carries out the run's plan (`jaxjudge.experiment.plan_run`, the same
+walk ``--dry-run`` prints) model by model. Before any weights load it checks every model's
+hash and tokenizer (every scale can be expressed: `check_tokenizer`), the mesh and that the
+parameters fit it, so a bad config fails before any weights are read or any forward pass runs;
+then it loads each judge once and runs every job of that model. What a job runs, how its
 store is keyed and chunked, is the job kind's own (`jaxjudge.jobs`: score, generation,
 contrastive generation, random-number R and T, content-free).
 
@@ -28,7 +29,7 @@ from jaxjudge.data.tasks import load_task_data
 from jaxjudge.experiment.checks import check_tokenizer, validate_config
 from jaxjudge.experiment.distributed import is_leader, plan_line
 from jaxjudge.experiment.hardware import check_fits, mesh_and_plan, prompt_lengths
-from jaxjudge.experiment.plan import extraction_plan
+from jaxjudge.experiment.plan import RunPlan, extraction_plan, plan_run
 from jaxjudge.experiment.schema import ConfigError, ExperimentConfig, engine_options, resolve_model_path
 from jaxjudge.engine import EngineOptions
 from jaxjudge.jobs import CONTENT_FREE, GENERATE_CHUNK_ROWS, ExtractionJob, RunContext
@@ -101,31 +102,20 @@ def run_extractions(
         tokenizer cannot express, a chat template missing, the splash kernel off a TPU; all
         before the first forward pass (and before any weights are read).
     """
-    validate_config(cfg)
+    rp = plan_run(cfg, store_root=store_root, models=models)
     mesh, planned = _configured_mesh(cfg, log)
-    root = location(store_root or cfg.store_root, "store root")
-    plan = extraction_plan(cfg)
-    names = list(dict.fromkeys(j.model for j in plan))
-    if models is not None:
-        unknown = sorted(set(models) - set(names))
-        if unknown:
-            raise ConfigError(f"config {cfg.name!r}: no jobs for models {unknown} (jobs exist for {names})")
-        names = [n for n in names if n in models]
-    # Models a job loads beside its own (contrastive generation's assistant), by judge.
-    companions = {n: tuple(dict.fromkeys(c for j in plan if j.model == n for c in j.companions(cfg))) for n in names}
-    paths = {n: resolve_model_path(cfg.model(n))
-             for n in dict.fromkeys([*names, *(c for cs in companions.values() for c in cs)])}
-    tokenizers = _check_models(cfg, paths, companions, verify)
+    root, paths = rp.root, rp.paths
+    tokenizers = _check_models(cfg, paths, rp.companions, verify)
     data = {t.task: load_task_data(t) for t in cfg.tasks}
     if planned:
-        mesh = _planned_mesh(cfg, plan, companions, paths, tokenizers, data, log)
+        mesh = _planned_mesh(rp, tokenizers, data, log)
     for n, path in paths.items():  # parameters that fit the mesh's devices, before any weights load
         check_fits(n, path, cfg.dtype, mesh)
     _register(cfg, root, log)
 
     engine = EngineOptions(**cfg.engine, mesh=None)
     results: list[JobResult] = []
-    for n in names:
+    for n in rp.judges:
         judge, chat = _load_judge(cfg, n, paths[n], mesh)
         loaded: dict[str, Any] = {}  # assistants, loaded at the first job that runs one
 
@@ -138,7 +128,7 @@ def run_extractions(
             cfg=cfg, root=root, data=data, judge=judge, chat=chat,
             context=int(engine.context_length or judge.config.max_position_embeddings), engine=engine,
             max_new_tokens=cfg.generation_max_new_tokens, progress=progress,
-            jobs=[j for j in plan if j.model == n], load_assistant=load_assistant,
+            jobs=rp.jobs_of(n), load_assistant=load_assistant,
             # The hash `models.load` gives a model, without loading it for a finished job.
             assistant_sha256=lambda name: source_sha256(paths[name], memo_dir=cache_root()),
             claim_lease=cfg.claim_lease,
@@ -165,21 +155,17 @@ def _configured_mesh(cfg: ExperimentConfig, log: Callable[[str], None]) -> tuple
     return mesh, False
 
 
-def _planned_mesh(cfg: ExperimentConfig, plan: Sequence[ExtractionJob], companions: dict[str, tuple[str, ...]],
-                  paths: dict[str, Path], tokenizers: dict[str, Any], data: dict[str, Any],
-                  log: Callable[[str], None]) -> Any:
+def _planned_mesh(rp: RunPlan, tokenizers: dict[str, Any], data: dict[str, Any], log: Callable[[str], None]) -> Any:
     """The planner's mesh (``mesh="auto"`` on an accelerator) for the judges each process holds
     together, its calls sized by their prompts; its plan line logged."""
-    lengths = {n: prompt_lengths(cfg, [j for j in plan if j.model == n], tokenizers[n], data) for n in companions}
-    mesh, mesh_plan = mesh_and_plan(cfg, resident=[[(m, paths[m]) for m in (n, *cs)] for n, cs in companions.items()],
-                                    lengths=lengths, generates=any(j.role in _DECODING for j in plan))
+    cfg = rp.cfg
+    lengths = {n: prompt_lengths(cfg, rp.jobs_of(n), tokenizers[n], data) for n in rp.judges}
+    mesh, mesh_plan = mesh_and_plan(cfg, resident=[[(m, rp.paths[m]) for m in (n, *cs)]
+                                                   for n, cs in rp.companions.items()],
+                                    lengths=lengths, generates=rp.decodes)
     _check_attention(cfg, mesh)
     log(plan_line(mesh) + f"; {mesh_plan.line()}")
     return mesh
-
-
-_DECODING = ("generate", "contrastive_generate")
-"""Job kinds that decode tokens (a KV cache per row), for the planner's bytes."""
 
 
 def _register(cfg: ExperimentConfig, root: Path, log: Callable[[str], None]) -> None:

@@ -1,13 +1,22 @@
-"""Planning an experiment: the extraction jobs its methods need, in a stable order."""
+"""Planning an experiment: the extraction jobs its methods need, in a stable order, and the plan
+of one run (`plan_run`), which ``jaxjudge extract|sweep`` carries out and ``--dry-run`` prints."""
 
 from __future__ import annotations
 
-from jaxjudge.experiment.schema import ExperimentConfig
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jaxjudge.experiment.checks import validate_config
+from jaxjudge.experiment.schema import ConfigError, ExperimentConfig, resolve_model_path
 from jaxjudge.jobs import ExtractionJob
 from jaxjudge.report.methods import cell_needs
 from jaxjudge.report.stores import cells
+from jaxjudge.store.location import location
 
-__all__ = ["extraction_plan"]
+__all__ = ["RunPlan", "extraction_plan", "plan_run"]
 
 
 def extraction_plan(cfg: ExperimentConfig) -> list[ExtractionJob]:
@@ -35,3 +44,63 @@ def extraction_plan(cfg: ExperimentConfig) -> list[ExtractionJob]:
         return models.index(job.model), scales.index(job.scale), *where, job.order
 
     return sorted(jobs, key=place)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run of a config does, decided from the config alone (no file read beyond the
+    config, nothing loaded): the one walk that `jaxjudge.experiment.run_extractions` carries out
+    and ``--dry-run`` (`jaxjudge.experiment.dry_run`) describes.
+
+    Attributes:
+      cfg: the validated config.
+      root: the store root (a local path or a bucket location).
+      jobs: the extraction jobs of the judges below, in plan order.
+      judges: the models whose jobs run, in plan order (``models`` of `plan_run`, or all).
+      companions: per judge, the models its jobs load beside it (contrastive generation's
+        assistant).
+      paths: every model file the run reads, judges and companions, by name.
+    """
+
+    cfg: ExperimentConfig
+    root: Any
+    jobs: tuple[ExtractionJob, ...]
+    judges: tuple[str, ...]
+    companions: dict[str, tuple[str, ...]]
+    paths: dict[str, Path]
+
+    def jobs_of(self, judge: str) -> list[ExtractionJob]:
+        """The jobs run with ``judge`` loaded, in plan order."""
+        return [j for j in self.jobs if j.model == judge]
+
+    @property
+    def decodes(self) -> bool:
+        """Whether a job decodes tokens (a KV cache per row), for the mesh planner's bytes."""
+        return any(j.role in ("generate", "contrastive_generate") for j in self.jobs)
+
+
+def plan_run(cfg: ExperimentConfig, *, store_root: str | os.PathLike | None = None,
+             models: Sequence[str] | None = None) -> RunPlan:
+    """The run's plan: the config checked (`validate_config`), the store root's location, the
+    jobs of ``models`` (default: every model with jobs), what each judge loads beside it, and
+    the model files.
+
+    Raises:
+      ConfigError: the config's checks, or ``models`` naming a model without jobs.
+      LocationError: a store root no installed library serves.
+    """
+    validate_config(cfg)
+    root = location(store_root or cfg.store_root, "store root")
+    jobs = extraction_plan(cfg)
+    names = list(dict.fromkeys(j.model for j in jobs))
+    if models is not None:
+        unknown = sorted(set(models) - set(names))
+        if unknown:
+            raise ConfigError(f"config {cfg.name!r}: no jobs for models {unknown} (jobs exist for {names})")
+        names = [n for n in names if n in models]
+    chosen = tuple(j for j in jobs if j.model in names)
+    companions = {n: tuple(dict.fromkeys(c for j in chosen if j.model == n for c in j.companions(cfg)))
+                  for n in names}
+    paths = {n: resolve_model_path(cfg.model(n))
+             for n in dict.fromkeys([*names, *(c for cs in companions.values() for c in cs)])}
+    return RunPlan(cfg, root, chosen, tuple(names), companions, paths)

@@ -1,6 +1,7 @@
 """Jobs run through `run_extractions` on the tiny random judge with SmolLM2's tokenizer and chat
 template (tests/tiny_judge.py): what each kind writes equals the engine called directly on the
-same prompts, and a second call computes nothing.
+same prompts, a second call computes nothing, and ``--dry-run``'s plan lists the stores the run
+writes (one walk, `jaxjudge.experiment.plan_run`).
 
 Slow: forward passes over one document of the embedded SummEval subset (16 summaries).
 """
@@ -21,7 +22,7 @@ from jaxjudge.store import Store
 pytestmark = pytest.mark.slow
 
 
-def test_contrastive_generation_and_content_free_jobs_write_what_the_engine_gives(tmp_path, tiny_gguf):
+def test_contrastive_generation_and_content_free_jobs_write_what_the_engine_gives(tmp_path, tiny_gguf, monkeypatch):
     from tests.tiny_judge import sha256
 
     # The same file under a second name stands in for the assistant (it shares the tokenizer).
@@ -34,8 +35,26 @@ def test_contrastive_generation_and_content_free_jobs_write_what_the_engine_give
         scales=("1-5",), methods=("vanilla", "contextual", "contrastive_generate"), temperatures=(1.0,),
         contrastive_generate_lam=0.5, generation_max_new_tokens=6, store_root=str(tmp_path / "stores"),
     )
+    # The dry run and the run take one walk (`plan_run`): the stores the plan lists before anything
+    # loads are the ones the run writes, in its order.
+    import jaxjudge.experiment.dry_run as dry_run
+    import jaxjudge.experiment.jobs as jobs_mod
+    from jaxjudge.experiment import plan as plan_mod
+
+    walks = []
+
+    def counted(*a, **k):
+        walks.append(a[0].name)
+        return plan_mod.plan_run(*a, **k)
+
+    for mod in (dry_run, jobs_mod):
+        monkeypatch.setattr(mod, "plan_run", counted)
+    planned = [line.split(" (")[0].strip() for line in dry_run.describe_run(cfg, dry_run.Launch(1, 0, 1, "cpu", "cpu"))
+               if line.startswith("  main/")]
     logs = []
     first = run_extractions(cfg, progress=False, log=logs.append)
+    assert walks == ["run", "run"]
+    assert planned == [str(r.store.relative_to(tmp_path / "stores")) for r in first]
     assert [type(r.job) for r in first] == [ScoreJob, ContrastiveGenerateJob, ContentFreeJob]
     assert all(r.computed for r in first) and [r.n_rows for r in first] == [16, 16, 3]
 
