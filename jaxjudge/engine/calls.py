@@ -39,6 +39,7 @@ __all__ = [
     "read_rows",
     "text_nll",
     "token_nll",
+    "token_nll_placed",
 ]
 
 
@@ -128,8 +129,13 @@ def token_nll(judge: Judge, tokens_bt: np.ndarray, mask_bt: np.ndarray, count_bt
     """Summed NLL of each row's tokens after its first (or of the slots ``count_bt`` marks:
     slot j predicts the token at j + 1), and how many tokens were summed."""
     put = judge.put_rows
-    return _prim.TOKEN_NLL(judge.graphdef, judge.state, put(tokens_bt), put(mask_bt),
-                           None if count_bt is None else put(count_bt), chunk=chunk)
+    return token_nll_placed(judge, put(tokens_bt), put(mask_bt), None if count_bt is None else put(count_bt),
+                            chunk=chunk)
+
+
+def token_nll_placed(judge: Judge, tokens_bt: Any, mask_bt: Any, count_bt: Any = None, *, chunk: int = 128) -> TokenNLL:
+    """`token_nll` of arrays already placed on the judge's mesh (rows over ``data``)."""
+    return _prim.TOKEN_NLL(judge.graphdef, judge.state, tokens_bt, mask_bt, count_bt, chunk=chunk)
 
 
 # ------------------------------------------------------------------------------ simple path

@@ -8,17 +8,20 @@ summed on the device by `jaxjudge.engine.calls.token_nll`; `jaxjudge.engine.extr
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 
 import numpy as np
 
 from jaxjudge.engine import calls
+from jaxjudge.engine.feed import Lockstep, feed_plan
 from jaxjudge.engine.runner import Group, Progress, batches, left_slots, pad_rows
 from jaxjudge.engine.tokens import nll_token_span, positive_int
 from jaxjudge.models.decoder import pad_batch
 from jaxjudge.models.judge import Judge
 from jaxjudge.models.sharding import to_host
+from jaxjudge.multihost import spans_processes
 from jaxjudge.prompts import RenderedPrompt, as_tokenizer
 
 __all__ = ["sequence_nll"]
@@ -63,6 +66,9 @@ def sequence_nll(
         raise ValueError("texts is empty")
     batch_size = positive_int("batch_size", batch_size)
     tok = as_tokenizer(judge.tokenizer)
+    if spans_processes(judge.mesh):
+        return _fed(judge, texts, batch_size=batch_size, add_special_tokens=add_special_tokens,
+                    max_batch_tokens=max_batch_tokens, progress=progress)
     ids, spans = [], []
     for i, t in enumerate(texts):
         if isinstance(t, RenderedPrompt):
@@ -98,3 +104,51 @@ def sequence_nll(
                                       np.nan).astype(np.float32)
             bar.update(len(batch), sum(len(ids[j]) for j in batch))
     return out
+
+
+def _fed(judge: Judge, texts: Sequence[str | RenderedPrompt], *, batch_size: int, add_special_tokens: bool,
+         max_batch_tokens: int, progress: bool) -> np.ndarray:
+    """`sequence_nll` under a mesh over several processes: each process tokenises and places only
+    the texts of its own ``data`` blocks (`jaxjudge.engine.feed`), every text whole, and the
+    means reach every process in one gather. A text that is too short or too long stops every
+    process, the error naming it as ``texts[i]``."""
+    prompts = []
+    for i, t in enumerate(texts):
+        name = f"texts[{i}]"
+        if isinstance(t, RenderedPrompt):
+            prompts.append(dataclasses.replace(t, example_id=name, group=name))
+        elif isinstance(t, str):
+            prompts.append(RenderedPrompt("", t, name, name, add_special_tokens=add_special_tokens))
+        else:
+            raise TypeError(f"texts[{i}] is a {type(t).__name__}, not a str or RenderedPrompt")
+    tk, plan = feed_plan(judge.tokenizer, prompts, judge.mesh, chunk_size=len(prompts),
+                         limit=judge.config.max_position_embeddings, overflow="raise", prefix_cache=False,
+                         min_prefix_tokens=0, whole=True)
+    n_tokens = plan.info[:, 0]  # every text's length, on every process
+    short = np.flatnonzero(n_tokens < 2)
+    if short.size:
+        raise ValueError(f"texts[{short[0]}] has {n_tokens[short[0]]} token(s); a log-likelihood needs at least 2")
+    lock = Lockstep((judge,), tk, plan, batch_size=batch_size, max_batch_tokens=max_batch_tokens)
+    blocks, results = lock.blocks, {}
+    spans = {i: nll_token_span(judge.tokenizer, tk.prompts[i], tk.ids[i]) for i in plan.fed_here().tolist()}
+    with Progress(len(prompts), enabled=progress, desc="nll") as bar:
+        for step, rows, length, _ in lock.steps(0, bar):
+            tokens, mask, count = {}, {}, {}
+            for b in blocks.mine:
+                tails = lock.tails(step, b, rows)
+                tokens[b], mask[b] = pad_batch(tails, side="left", length=length, pad_id=judge.pad_id)
+                # Left padding: token k of a row of n tokens sits at slot t - n + k and is
+                # predicted by the slot before it; a padding row counts nothing.
+                span = np.zeros((rows, 2), np.int64)
+                for r, j in enumerate(step[b][1] if step[b] else []):
+                    span[r] = np.asarray(spans[j]) - 1
+                count[b] = left_slots(np.asarray([len(r) for r in tails]), length, span)
+            res = calls.token_nll_placed(judge, *(blocks.place(x, rows) for x in (tokens, mask, count)))
+            for b in blocks.mine:
+                if step[b]:
+                    sums, counts = blocks.read(res.sums_b, b), blocks.read(res.counts_b, b)
+                    for r, i in enumerate(step[b][1]):
+                        results[i] = {"sum": sums[r], "count": counts[r]}
+    got = lock.gather(np.arange(len(prompts)), results, [("sum", np.float32, ()), ("count", np.int32, ())])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(got["count"] > 0, got["sum"].astype(np.float64) / got["count"], np.nan).astype(np.float32)

@@ -3,7 +3,7 @@
 Two processes under ``jax.distributed`` (CPU, loopback coordinator), three forced devices
 each, one global mesh over the six: ``data 2 x model 3`` (rows split across the processes, the
 judge within each) and ``data 1 x model 6`` (the judge's ``model`` axis across both processes).
-Each runs score extraction into a shared store, greedy generation and contrastive generation
+Each runs score extraction into a shared store, greedy generation, prompt log-likelihoods and contrastive generation
 (against a second random judge on the same mesh, each process tokenising only its own rows) on a tiny random judge
 whose heads, MLP and vocabulary the six-way axis divides; a single process with six devices
 runs the same on the same meshes, and one with one device without a mesh. Process 0 alone
@@ -26,6 +26,7 @@ TESTS = Path(__file__).resolve().parent
 pytestmark = pytest.mark.alone  # it starts processes of its own
 
 WORKER = """
+import dataclasses
 import sys
 import jax
 if {pid} >= 0:
@@ -77,6 +78,12 @@ for data, model in {shapes!r}:
                                           t_asst=2.0, alpha=0.05, progress=False, min_prefix_tokens=4, batch_size=4)
     out[tag + ":contrastive"] = np.asarray([r + [-1] * (6 - len(r)) for r in replies], np.int64)
     out[tag + ":contrastive_tokenised"] = np.asarray(sorted(i for call in TOKENISED.log for i in call))
+    # Prompt log-likelihoods: whole texts (one with an NLL span) and plain strings.
+    TOKENISED.log = []
+    spanned = [dataclasses.replace(p, nll_span=(0, min(5, len(p.suffix)))) for p in prompts[:4]]
+    out[tag + ":nll"] = engine.sequence_nll(judge, [*spanned, *prompts[4:], "a plain string", "another one here"],
+                                           batch_size=3)
+    out[tag + ":nll_tokenised"] = np.asarray(sorted(i for call in TOKENISED.log for i in call))
     TOKENISED.log = None
 np.savez({result!r}, **out)
 if {pid} >= 0:
@@ -145,6 +152,11 @@ def test_mesh_over_two_processes_equals_one_process(tmp_path, coordinator):
     mine = [set(run["2x3:contrastive_tokenised"].tolist()) for run in (spmd0, spmd1)]
     assert mine[0] and mine[1] and not mine[0] & mine[1], mine
     assert sorted(mine[0] | mine[1]) == sorted(single["2x3:contrastive_tokenised"].tolist())
+    # The same for the prompt log-likelihoods (the one-process path tokenises them outside the
+    # engine's record); their values are compared with one process's above.
+    mine = [set(run["2x3:nll_tokenised"].tolist()) for run in (spmd0, spmd1)]
+    assert mine[0] and mine[1] and not mine[0] & mine[1], mine
+    assert len(mine[0] | mine[1]) == len(single["2x3:nll"]) and np.isfinite(single["2x3:nll"]).all()
     # One worker: both processes computed every chunk together, process 0 wrote them.
     assert spmd0["2x3:computed"].tolist() == spmd1["2x3:computed"].tolist() == single["2x3:computed"].tolist()
     chunks = sorted((tmp_path / "store-spmd" / "2x3" / "chunks").glob("*.npz"))
