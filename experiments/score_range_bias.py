@@ -88,9 +88,9 @@ BASE = dict(
     run=None,
     changes=(),
     # The bias itself: how far the vanilla judge's expected score (temperature 1) moves across
-    # the four ranges (the spread: the standard deviation of its Spearman correlation over the
-    # ranges, net of sampling noise; until 2026-12-06 it was max - min, which noise alone pushes
-    # up). A spread is never below 0, so its interval describes the size of the bias; its lower
+    # the four ranges (the spread: the standard deviation of its Spearman correlation's true
+    # values over the ranges, the noise taken out; until 2026-12-06 it was max - min, which noise
+    # alone pushes up). A spread is never below 0, so its interval describes the size of the bias; its lower
     # bound reaches 0 when the data cannot tell the ranges apart.
     primary=Endpoint(method="vanilla", versus=None, statistic="spread", score="expected@1"),
     prompt_style="chat",

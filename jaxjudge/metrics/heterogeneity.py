@@ -1,4 +1,4 @@
-"""How much a metric differs across score ranges, net of sampling noise, with an interval that
+"""How much a metric's true values differ across score ranges, with an interval that
 covers down to no difference at all.
 
 The score-range question is how far apart a judge's metric lies on K ranges of the same items.

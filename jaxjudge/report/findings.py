@@ -2,7 +2,7 @@
 
 For every (judge, task, aspect, score reading) of a run and every method, the table gives the
 metric (Spearman by default) on each score range with its 95% interval, the spread over ranges
-(the report's heterogeneity, net of sampling noise, with its interval: `jaxjudge.report.ranges`),
+(the report's heterogeneity, the sd of the ranges' true values, with its interval: `jaxjudge.report.ranges`),
 the mean over ranges, and on each range the
 paired difference from the vanilla judge read the same way (with its interval, from the same
 resamples). The figure draws the metric against the range, one line per method, with the

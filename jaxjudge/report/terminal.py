@@ -120,7 +120,7 @@ def terminal_report(results: Results, metric: str = "spearman", scores: Sequence
                     body.append([g["method"], _cell(g["mean"], notes), _cell(g["spread"], notes),
                                  _cell(van["mean_diff"], notes) if van else ""])
                 out += ["", f"over the ranges {scales[0]} .. {scales[-1]}:", ""]
-                out += _table(["method", "mean", "spread (sd, net of noise)", "mean - vanilla's"], body)
+                out += _table(["method", "mean", "spread (sd of true values)", "mean - vanilla's"], body)
     if notes.notes:
         out += [""] + notes.lines(width)
     return "\n".join(out)
