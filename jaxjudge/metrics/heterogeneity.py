@@ -120,18 +120,9 @@ def heterogeneity_interval(
     k = est.shape[0]
     if not np.all(np.isfinite(est)):
         return {"estimate": None, "low": None, "high": None, "reason": "a range's estimate is undefined"}
-    if cov is None:
-        reps = np.asarray(replicates, np.float64)
-        if reps.ndim != 2 or reps.shape[0] != k:
-            raise ValueError(f"replicates must be [K={k}, B], got shape {reps.shape}")
-        reps = reps[:, np.all(np.isfinite(reps), axis=0)]
-        if reps.shape[1] < 2:
-            return {"estimate": None, "low": None, "high": None, "reason": "fewer than 2 defined resamples"}
-        sigma = np.cov(reps)
-    else:
-        sigma = np.asarray(cov, np.float64)
-        if sigma.shape != (k, k):
-            raise ValueError(f"cov must be [{k}, {k}], got shape {sigma.shape}")
+    sigma = _covariance(k, replicates, cov)
+    if isinstance(sigma, str):
+        return {"estimate": None, "low": None, "high": None, "reason": sigma}
     q = _basis(k)
     w, e = np.linalg.eigh(q.T @ ((sigma + sigma.T) / 2) @ q)
     d = e.T @ (q.T @ est)  # the deviations in W's eigenbasis
@@ -140,7 +131,31 @@ def heterogeneity_interval(
     out = {"raw": norm / scale, "noise": math.sqrt(max(float(np.sum(w)), 0.0) / (k - 1))}
     if float(w.max()) <= 1e-14 * max(float(np.trace(np.abs(sigma))), 1e-300):  # no noise: the deviations are the truth
         return {"estimate": norm / scale, "low": norm / scale, "high": norm / scale, **out}
-    w = np.maximum(w, 1e-12 * float(w.max()))  # directions without noise, pinned almost exactly
+    estimate, low, high = _profile(d, np.maximum(w, 1e-12 * float(w.max())), alpha, n_draws, seed)
+    return {"estimate": estimate / scale, "low": low / scale, "high": high / scale, **out}
+
+
+def _covariance(k: int, replicates: Any, cov: Any) -> np.ndarray | str:
+    """The ``[K, K]`` noise covariance: ``cov``, or the replicates' over the resamples defined on
+    every range; the reason there is none instead."""
+    if cov is not None:
+        sigma = np.asarray(cov, np.float64)
+        if sigma.shape != (k, k):
+            raise ValueError(f"cov must be [{k}, {k}], got shape {sigma.shape}")
+        return sigma
+    reps = np.asarray(replicates, np.float64)
+    if reps.ndim != 2 or reps.shape[0] != k:
+        raise ValueError(f"replicates must be [K={k}, B], got shape {reps.shape}")
+    reps = reps[:, np.all(np.isfinite(reps), axis=0)]
+    if reps.shape[1] < 2:
+        return "fewer than 2 defined resamples"
+    return np.cov(reps)
+
+
+def _profile(d: np.ndarray, w: np.ndarray, alpha: float, n_draws: int, seed: int) -> tuple[float, float, float]:
+    """``(estimate, low, high)`` of ``a = |phi|`` from the deviations ``d`` in the eigenbasis of
+    the noise ``diag(w)`` (directions without noise floored, so pinned almost exactly)."""
+    norm = float(np.linalg.norm(d))
     top = int(np.argmax(w))
     if abs(d[top]) < 1e-12 * max(norm, math.sqrt(float(w[top]))):
         # The trust-region problem's hard case (no deviation along the noisiest direction), which
@@ -148,12 +163,11 @@ def heterogeneity_interval(
         d = d.copy()
         d[top] = 1e-12 * max(norm, math.sqrt(float(w[top])))
         norm = float(np.linalg.norm(d))
-    z = np.random.default_rng(seed).standard_normal((n_draws, k - 1)) * np.sqrt(w)
-    d_row = d[None]
+    z = np.random.default_rng(seed).standard_normal((n_draws, d.shape[0])) * np.sqrt(w)
 
     def draws(a: float) -> tuple[float, np.ndarray, np.ndarray]:
         """The observed deviance, and the draws' deviances and signs, at ``|phi| = a``."""
-        d_obs, phi = profile_deviance(d_row, w, a)
+        d_obs, phi = profile_deviance(d[None], w, a)
         star = phi + z
         d_star, _ = profile_deviance(star, w, a)
         return float(d_obs[0]), d_star, np.sign(np.linalg.norm(star, axis=1) - a)
@@ -179,11 +193,9 @@ def heterogeneity_interval(
     low = 0.0 if excess(0.0) <= 0 else root(excess, 0.0, norm)
     high = root(excess, norm, beyond(excess, norm))
     if signed_gap(0.0) <= 0:
-        estimate = 0.0
-    else:
-        gap_hi = norm if signed_gap(norm) < 0 else beyond(lambda a: -signed_gap(a), norm)
-        estimate = root(signed_gap, 0.0, gap_hi)
-    return {"estimate": estimate / scale, "low": low / scale, "high": high / scale, **out}
+        return 0.0, low, high
+    gap_hi = norm if signed_gap(norm) < 0 else beyond(lambda a: -signed_gap(a), norm)
+    return root(signed_gap, 0.0, gap_hi), low, high
 
 
 def noise_covariance(reps: np.ndarray) -> tuple[np.ndarray, float]:
