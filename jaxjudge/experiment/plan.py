@@ -76,7 +76,7 @@ class RunPlan:
     @property
     def decodes(self) -> bool:
         """Whether a job decodes tokens (a KV cache per row), for the mesh planner's bytes."""
-        return any(j.role in ("generate", "contrastive_generate") for j in self.jobs)
+        return any(j.decodes for j in self.jobs)
 
 
 def plan_run(cfg: ExperimentConfig, *, store_root: str | os.PathLike | None = None,

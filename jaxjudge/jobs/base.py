@@ -134,6 +134,7 @@ class ExtractionJob:
     what: ClassVar[str] = ""
     uses_assistant: ClassVar[bool] = False  # runs the judge against its assistant in ``pairs``
     prompt_set: ClassVar[bool] = False  # its prompts are a fixed set of its own, not the task's rows
+    decodes: ClassVar[bool] = False  # it decodes tokens (a KV cache per row): the mesh planner's bytes
 
     def __post_init__(self) -> None:
         if self.per_task and not (self.task and self.aspect):

@@ -40,6 +40,7 @@ class GenerateJob(ExtractionJob):
     its `jaxjudge.jobs.ScoreJob` decoded from its own prefill (the same store either way)."""
 
     role: ClassVar[str] = "generate"
+    decodes: ClassVar[bool] = True  # contrastive generation too (a subclass)
     order: ClassVar[int] = 2
     arrays: ClassVar[Mapping[str, str]] = _PARSED
     what: ClassVar[str] = "parsed generations"
