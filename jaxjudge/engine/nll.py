@@ -65,10 +65,10 @@ def sequence_nll(
     if not texts:
         raise ValueError("texts is empty")
     batch_size = positive_int("batch_size", batch_size)
-    tok = as_tokenizer(judge.tokenizer)
     if spans_processes(judge.mesh):
         return _fed(judge, texts, batch_size=batch_size, add_special_tokens=add_special_tokens,
                     max_batch_tokens=max_batch_tokens, progress=progress)
+    tok = as_tokenizer(judge.tokenizer)
     ids, spans = [], []
     for i, t in enumerate(texts):
         if isinstance(t, RenderedPrompt):

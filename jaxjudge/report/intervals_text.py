@@ -6,6 +6,7 @@ from typing import Any
 
 __all__ = ["format_interval", "format_p"]
 
+
 def format_interval(iv: dict[str, Any] | None, digits: int = 3) -> str:
     """``"0.412 [0.351, 0.470]"``; ``"-"`` when undefined.
 

@@ -12,8 +12,8 @@ interval, with the reason). From each row's replicates of the selection metric, 
 * ``mean``: the mean of the metric over ranges; ``spread``: its heterogeneity over ranges, the
   standard deviation of the ranges' true values, estimated median-unbiased with a
   profile-likelihood interval that reaches 0 (`jaxjudge.metrics.heterogeneity`; the noise is the
-  covariance of the ranges' paired replicates); ``max_min``, the plain max - min of the estimates, is kept beside it as a
-  description (no interval: noise alone pushes it up);
+  covariance of the ranges' paired replicates); ``max_min``, the plain max - min of the
+  estimates, is kept beside it as a description (no interval: noise alone pushes it up);
 * for the vanilla judge, ``range_diffs``: the difference between every pair of ranges (does
   the range matter? each is a secondary comparison);
 * against each comparator (the vanilla judge read the same way, the method's matched baseline,
