@@ -115,7 +115,8 @@ def format_table(reports: list[Any]) -> str:
     """The reports as a fixed-width table (per chip unless the column says otherwise). ``MFU bound``
     is ``[serialised, overlapped]``: upper bounds of a cost model (`jaxjudge.aot.cost`), not measured."""
     head = ("step", "fits", "HBM GiB", "usable", "temp GiB", "copies GB", "all-red", "red-sc", "all-gath",
-            "coll MB", "ICI ms", "useful TF", "compiled/useful", "roofline ms", "x HBM bound", "MFU bound",
+            "coll MB", "ICI ms", "useful TF", "compiled/useful", "HBM GB", "roofline ms", "global ms", "x HBM bound",
+            "MFU bound",
             "compile s")
     rows = [head]
     for r in reports:
@@ -126,7 +127,7 @@ def format_table(reports: list[Any]) -> str:
             f"{sum(r.collective_bytes.values()) / 1e6:.1f}", f"{r.ici_seconds * 1e3:.3f}",
             f"{r.flops_useful / 1e12:.3f}",
             f"{r.flops_compiled / r.flops_useful:.3f}" if r.flops_useful else "-",
-            f"{r.roofline_seconds * 1e3:.3f}",
+            f"{r.hbm_bytes / 1e9:.3f}", f"{r.roofline_seconds * 1e3:.3f}", f"{r.roofline_global_seconds * 1e3:.3f}",
             f"{r.roofline_seconds / r.hbm_bound_seconds:.2f}" if r.hbm_bound_seconds else "-",
             f"[{100 * r.mfu_bound[0]:.1f}%, {100 * r.mfu_bound[1]:.1f}%]", f"{r.compile_seconds:.1f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
@@ -175,10 +176,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"{r.step}: compiled per slice ({r.chips_per_program} chips a program); between the {r.slices} "
                   f"slices, over the data-centre network (not in the ICI time): {kinds or 'nothing'}")
     print("Compiled TPU programs and a cost model on published chip figures, not measurements: 'MFU bound' is "
-          "[collectives serialised, collectives overlapped], each an upper bound (every matmul at peak; roofline "
-          "max(compute, HBM bytes); 'ICI ms': each collective by a ring formula over its mesh axis, links without "
+          "[collectives serialised, collectives overlapped], each an upper bound (every matmul at peak; 'roofline ms': "
+          "the program's instructions one after another, each max(its flops at peak, its HBM bytes at the HBM "
+          "bandwidth), 'HBM GB' the bytes of arrays in HBM they read and write, both from the full-depth program's "
+          "HLO; 'global ms': max(compiled flops at peak, XLA's bytes accessed at the bandwidth), not a bound since "
+          "XLA counts on-chip arrays too; 'ICI ms': each collective by a ring formula over its mesh axis, links without "
           "wraparound on axes shorter than a torus, plus a latency per ring step; 'usable': the runtime's HBM "
-          "limit). Flops and bytes: " + "; ".join(f"{r.step} from {r.cost_from}" for r in reports) + " (XLA counts a "
+          "limit). Compiled flops and bytes accessed: " + "; ".join(f"{r.step} from {r.cost_from}" for r in reports) + " (XLA counts a "
           "loop body once). HBM bound: the step's argument bytes at the published bandwidth.")
     if args.json_file:
         with open(args.json_file, "w") as f:

@@ -54,6 +54,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxjudge.aot import cost as _cost
 from jaxjudge.aot import flops as _flops
 from jaxjudge.aot import hlo as _hlo
+from jaxjudge.aot import roofline as _roofline
 from jaxjudge.aot.chips import Chip, chip_for_topology
 from jaxjudge.aot.tpu import LibtpuMissingError, describe_host_for_libtpu, tpu_devices  # re-exported
 from jaxjudge.engine import primitives as _prim
@@ -143,6 +144,10 @@ class StepReport:
     hbm_bound_seconds: float
     mfu_bound: tuple[float, float]
     compile_seconds: float
+    hbm_bytes: float = 0.0
+    hlo_flops: float = 0.0
+    roofline_global_seconds: float = 0.0
+    hbm_bound_share: float = 0.0
     hbm_copy_bytes: int = 0
     cost_from: str = ""
     attention: str = "xla"
@@ -153,8 +158,12 @@ class StepReport:
     slice_transfer_bytes: dict[str, int] = dataclasses.field(default_factory=dict)
     note: str = ("compiled program and a cost model that is a bound, not a measurement (jaxjudge.aot.cost): "
                  "flops_compiled and bytes_accessed are XLA:TPU's cost analysis, plus the splash kernels' flops "
-                 "counted from the blocks they compute; roofline_seconds = max(compute at peak, bytes at HBM "
-                 "bandwidth); ici_seconds = every collective by a ring formula over the axis its replica groups "
+                 "counted from the blocks they compute; roofline_seconds = the program's instructions one after "
+                 "another, each max(its flops at peak, its HBM bytes at HBM bandwidth), summed over every run "
+                 "(jaxjudge.aot.roofline; hlo_flops and hbm_bytes per chip, x chips for hlo_flops, read from the "
+                 "full-depth program's HLO: dots and convolutions, arrays in HBM only); roofline_global_seconds = "
+                 "max(flops_compiled at peak, bytes_accessed at HBM bandwidth), the earlier model, for comparison "
+                 "(XLA's bytes_accessed counts on-chip arrays too); ici_seconds = every collective by a ring formula over the axis its replica groups "
                  "name, plus a latency per ring step; seconds_overlapped = max(roofline, ici), seconds_serialised "
                  "= roofline + ici; mfu_bound = [useful flops / (chips x peak x serialised), ... overlapped]: "
                  "upper bounds on MFU, uncalibrated; hbm_capacity is the usable HBM, not nominal; over several "
@@ -221,23 +230,25 @@ def _compile(step: Step, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple
 
 @dataclasses.dataclass(frozen=True)
 class _Cost:
-    flops: float  # per chip
+    flops: float  # per chip, the kernels' included
     bytes_accessed: float  # per chip
+    kernel_flops: float = 0.0  # per chip: the Pallas kernels'
 
     @classmethod
     def of(cls, compiled, kernel_flops: float = 0.0) -> "_Cost":
         """XLA's cost analysis of a compiled program, plus the flops of its Pallas kernels."""
         cost = compiled.cost_analysis()
         cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-        return cls(float(cost.get("flops", 0.0)) + kernel_flops, float(cost.get("bytes accessed", 0.0)))
+        return cls(float(cost.get("flops", 0.0)) + kernel_flops, float(cost.get("bytes accessed", 0.0)), kernel_flops)
 
 
 def _report(step: str, compiled, seconds: float, cost: _Cost, *, topology: str, mesh, chip: Chip, layers: int,
             groups: int, useful: float, dump: str | None, cost_from: str, attention: str,
             collectives_from: Any = None, trips: int | None = None) -> StepReport:
-    """``collectives_from`` (default ``compiled``): the program whose collectives and copies are
-    counted, each in a loop body ``trips`` times (default ``layers``: the only loops are the
-    layer scans)."""
+    """``collectives_from`` (default ``compiled``): the program whose collectives, copies and
+    per-instruction roofline are counted, a collective or copy in a loop body ``trips`` times
+    (default ``layers``: the only loops are the layer scans; the roofline reads each loop's
+    trip count from its condition, a loop with no constant bound, the decoding loop, once)."""
     mem = compiled.memory_analysis()
     text = compiled.as_text()
     if dump:
@@ -267,7 +278,9 @@ def _report(step: str, compiled, seconds: float, cost: _Cost, *, topology: str, 
     compute_s = cost.flops / chip.peak_flops
     hbm_s = cost.bytes_accessed / chip.hbm_bandwidth
     ici_s = sum(ici_by_kind.values())
-    roof = max(compute_s, hbm_s)
+    fused = _roofline.roofline(text, chip.peak_flops, chip.hbm_bandwidth, default_trips=1,
+                               kernel_flops=cost.kernel_flops)
+    roof = fused.seconds
     overlapped, serialised = max(roof, ici_s), roof + ici_s
     usable = topo.links.usable_hbm
 
@@ -281,7 +294,8 @@ def _report(step: str, compiled, seconds: float, cost: _Cost, *, topology: str, 
         hbm_bandwidth=chip.hbm_bandwidth, ici_link_bandwidth=topo.links.bandwidth, compute_seconds=compute_s,
         hbm_seconds=hbm_s, ici_seconds=ici_s, roofline_seconds=roof, seconds_overlapped=overlapped,
         seconds_serialised=serialised, hbm_bound_seconds=nbytes["argument"] / chip.hbm_bandwidth,
-        mfu_bound=(mfu(serialised), mfu(overlapped)), compile_seconds=seconds,
+        mfu_bound=(mfu(serialised), mfu(overlapped)), compile_seconds=seconds, hbm_bytes=fused.hbm_bytes,
+        hlo_flops=fused.flops * chips, roofline_global_seconds=max(compute_s, hbm_s), hbm_bound_share=fused.hbm_bound_share,
         hbm_copy_bytes=_hlo.hbm_copy_bytes(text, loop_trips=trips), cost_from=cost_from, attention=attention,
         ici_seconds_by_kind=ici_by_kind, slices=slices, chips_per_program=_hlo.partitions(text),
         slice_transfers={k: sum(c.times for c in across if c.kind == k) for k in sorted({c.kind for c in across})},
@@ -430,7 +444,8 @@ def aot_compile(hf_config: dict[str, Any], *, topology: str, mesh_shape: dict[st
             else:
                 c_lo, c_hi = unrolled(step, _config(hf_config, lo))[1], unrolled(step, _config(hf_config, lo + 1))[1]
                 cost = _Cost(c_lo.flops + (n - lo) * (c_hi.flops - c_lo.flops),
-                             c_lo.bytes_accessed + (n - lo) * (c_hi.bytes_accessed - c_lo.bytes_accessed))
+                             c_lo.bytes_accessed + (n - lo) * (c_hi.bytes_accessed - c_lo.bytes_accessed),
+                             c_lo.kernel_flops + (n - lo) * (c_hi.kernel_flops - c_lo.kernel_flops))
                 cost_from = f"{lo}-{lo + 1} unrolled layers, extrapolated"
         if step == "decode":
             cost_from += ", per generated token (XLA counts the token loop's body once)"
@@ -464,5 +479,8 @@ def combine(name: str, parts: list[StepReport]) -> StepReport:
         compute_seconds=add("compute_seconds"), hbm_seconds=add("hbm_seconds"), ici_seconds=add("ici_seconds"),
         roofline_seconds=add("roofline_seconds"), seconds_overlapped=overlapped, seconds_serialised=serialised,
         hbm_bound_seconds=add("hbm_bound_seconds"), hbm_copy_bytes=int(add("hbm_copy_bytes")),
+        hbm_bytes=add("hbm_bytes"), hlo_flops=add("hlo_flops"), roofline_global_seconds=add("roofline_global_seconds"),
+        hbm_bound_share=(sum(p.hbm_bound_share * p.roofline_seconds for p in parts) / add("roofline_seconds")
+                         if add("roofline_seconds") else 0.0),
         mfu_bound=(useful / (denom * serialised) if serialised else 0.0, useful / (denom * overlapped) if overlapped else 0.0),
         compile_seconds=add("compile_seconds"), cost_from=" + ".join(f"{p.step}: {p.cost_from}" for p in parts))
