@@ -336,8 +336,10 @@ def _cost_of(mod: _Module, comp: str, ins: Instruction) -> tuple[float, float]:
     if ins.op in ("dynamic-slice", "slice", "slice-start"):
         src = _bytes(mod.operand_type(comp, ins.operands[0]), hbm_only=True) if ins.operands else 0
         out = shapes_of(ins.type)
-        part = math.prod(out[-1][1]) * _DTYPE_BYTES[out[-1][0]] if out else 0
-        dest = part if out and out[-1][2] == 0 else 0
+        if ins.op == "slice-start":  # ((operands), destination, context)
+            out = out[len(ins.operands):len(ins.operands) + 1]
+        part = math.prod(out[0][1]) * _DTYPE_BYTES[out[0][0]] if out else 0
+        dest = part if out and out[0][2] == 0 else 0
         return 0.0, float((part if src else 0) + dest)
     if ins.op == "dynamic-update-slice":
         update = _bytes(mod.operand_type(comp, ins.operands[1])) if len(ins.operands) > 1 else 0

@@ -310,6 +310,33 @@ def test_aot_compiles_a_two_layer_judge_for_v5e(tmp_path, attention, mesh, group
 
 
 @pytest.mark.slow
+def test_roofline_of_the_scanned_program_reads_every_layer(tmp_path):
+    """The per-instruction roofline is read from the full-depth program, its layers scanned: its
+    flops (dots and convolutions, the loop run as often as its condition says) agree with XLA's
+    cost analysis of the unrolled programs, elementwise flops aside, and it reads each layer's
+    weights from HBM once per step (about the step's argument bytes), where XLA's bytes accessed
+    count on-chip arrays as well."""
+    env = _libtpu_env()
+    if env is None:
+        pytest.skip("libtpu is not installed (make test puts it in .venv/libtpu; pip install -e '.[tpu]')")
+    out, config = tmp_path / "aot.json", tmp_path / "config.json"
+    config.write_text(json.dumps(NARROW_8B))
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxjudge.cli", "aot", str(config), "--topology", "v5e:2x4", "--mesh", "data=2,model=4",
+         "--layers", "5", "--json", str(out), *STEP_ARGS], env=env, capture_output=True, text=True, cwd=ROOT,
+        timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    reports = json.loads(out.read_text())
+    for step in ("prefill", "read_rows", "decode"):
+        r = reports[step]
+        assert r["layers"] == 5
+        assert 0.97 * r["flops_compiled"] <= r["hlo_flops"] <= r["flops_compiled"], step
+        assert 0.9 * r["bytes"]["argument"] <= r["hbm_bytes"] <= r["bytes_accessed"], step
+        per_chip = r["hlo_flops"] / r["chips"]
+        assert r["roofline_seconds"] >= max(per_chip / r["peak_flops"], r["hbm_bytes"] / r["hbm_bandwidth"])
+
+
+@pytest.mark.slow
 def test_aot_prints_only_its_own_lines_with_libtpu_loaded():
     """libtpu, loaded off a TPU VM, prints its guesses at the host (accelerator type, worker
     hostnames, a source-location trace) unless told; `jaxjudge aot` tells it first, so a refusal
