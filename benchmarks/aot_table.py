@@ -7,8 +7,9 @@ Each case runs ``jaxjudge aot JUDGE --topology T --mesh data=D,model=M [--groups
 OUT/NAME.json`` with its default SummEval-shaped steps (700-token prefix, 16 tails of 120, 16
 decode rows at token 16; bfloat16, XLA attention, full depth), one case at a time, skipping a
 case whose JSON is already there; then prints the Markdown rows. Every figure is a compiled
-TPU program's (memory, collectives, XLA's cost analysis) or the cost model's bound on it
-(`jaxjudge.aot.cost`: ICI by the ring formula, MFU as [serialised, overlapped]), never a
+TPU program's (memory, collectives, XLA's cost analysis, the HBM bytes its HLO reads and writes)
+or the cost model's bound on it (`jaxjudge.aot.roofline`: the roofline summed per instruction;
+`jaxjudge.aot.cost`: ICI by the ring formula; MFU as [serialised, overlapped]), never a
 measurement of a TPU; the one measured column is the compile's wall time on the host that ran it.
 """
 
@@ -35,7 +36,8 @@ CASES = [
 ]
 
 HEAD = ("| judge, slice, mesh | step | HBM per chip, of usable | collectives per layer: all-reduce / all-gather "
-        "| compiled / useful flops | bytes accessed per chip (x arguments) | ICI (ring) ms, bound "
+        "| compiled / useful flops | HBM bytes per chip, per instruction (x arguments) | XLA's bytes accessed per chip "
+        "| roofline ms per instruction, bound (global max) | ICI (ring) ms, bound "
         "| MFU bound [serialised, overlapped] | compile s, measured on the compiling host |")
 
 
@@ -64,7 +66,9 @@ def rows(label: str, topology: str, data: int, model: int, groups: int | None, r
         out.append(
             f"| {first if not out else ''} | {step} | {r['hbm_per_chip'] / GIB:.2f} of {r['hbm_capacity'] / GIB:.2f} GiB "
             f"| {(coll['all-reduce'] + coll['reduce-scatter']) / layers:.2f} / {coll['all-gather'] / layers:.2f} "
-            f"| {ratio:.3f} | {r['bytes_accessed'] / 1e9:.2f} GB ({r['bytes_accessed'] / args:.1f}x) "
+            f"| {ratio:.3f} | {r['hbm_bytes'] / 1e9:.2f} GB ({r['hbm_bytes'] / args:.1f}x) "
+            f"| {r['bytes_accessed'] / 1e9:.2f} GB "
+            f"| {r['roofline_seconds'] * 1e3:.2f} ({r['roofline_global_seconds'] * 1e3:.2f}) "
             f"| {r['ici_seconds'] * 1e3:.2f} | [{100 * r['mfu_bound'][0]:.1f}%, {100 * r['mfu_bound'][1]:.1f}%] "
             f"| {r['compile_seconds']:.1f} |")
     return out
