@@ -257,15 +257,15 @@ def _report(step: str, compiled, seconds: float, cost: _Cost, *, topology: str, 
             f.write(text)
     if collectives_from is not None:
         text = collectives_from.as_text()
-    trips = layers if trips is None else trips
-    found = _hlo.collectives(text, loop_trips=trips)
+    loop_trips = layers if trips is None else trips
+    found = _hlo.collectives(text, loop_trips=loop_trips)
     chips = int(mesh.devices.size)
     topo = _cost.topology(topology)
     flat = list(mesh.devices.flat)
     coords = ([tuple(d.coords) for d in flat] if all(hasattr(d, "coords") for d in flat)
               else [topo.coords(i) for i in range(len(flat))])
     slices = len({getattr(d, "slice_index", 0) for d in flat})
-    across = _hlo.slice_transfers(text, loop_trips=trips)
+    across = _hlo.slice_transfers(text, loop_trips=loop_trips)
     ici_by_kind = dict.fromkeys(_hlo.COLLECTIVE_KINDS, 0.0)
     for c in found:
         replica = _cost.replica_groups(c.line) or [list(range(chips))]
@@ -278,8 +278,10 @@ def _report(step: str, compiled, seconds: float, cost: _Cost, *, topology: str, 
     compute_s = cost.flops / chip.peak_flops
     hbm_s = cost.bytes_accessed / chip.hbm_bandwidth
     ici_s = sum(ici_by_kind.values())
+    # A program whose loops are the layer scans reads their trips from the loop conditions; the
+    # decoding loop (layers unrolled, ``trips`` given) is costed per iteration, whatever its bound.
     fused = _roofline.roofline(text, chip.peak_flops, chip.hbm_bandwidth, default_trips=1,
-                               kernel_flops=cost.kernel_flops)
+                               kernel_flops=cost.kernel_flops, read_trips=trips is None)
     roof = fused.seconds
     overlapped, serialised = max(roof, ici_s), roof + ici_s
     usable = topo.links.usable_hbm
@@ -296,7 +298,7 @@ def _report(step: str, compiled, seconds: float, cost: _Cost, *, topology: str, 
         seconds_serialised=serialised, hbm_bound_seconds=nbytes["argument"] / chip.hbm_bandwidth,
         mfu_bound=(mfu(serialised), mfu(overlapped)), compile_seconds=seconds, hbm_bytes=fused.hbm_bytes,
         hlo_flops=fused.flops * chips, roofline_global_seconds=max(compute_s, hbm_s), hbm_bound_share=fused.hbm_bound_share,
-        hbm_copy_bytes=_hlo.hbm_copy_bytes(text, loop_trips=trips), cost_from=cost_from, attention=attention,
+        hbm_copy_bytes=_hlo.hbm_copy_bytes(text, loop_trips=loop_trips), cost_from=cost_from, attention=attention,
         ici_seconds_by_kind=ici_by_kind, slices=slices, chips_per_program=_hlo.partitions(text),
         slice_transfers={k: sum(c.times for c in across if c.kind == k) for k in sorted({c.kind for c in across})},
         slice_transfer_bytes={k: sum(c.bytes * c.times for c in across if c.kind == k)

@@ -24,7 +24,9 @@ Per instruction, read from the optimised HLO:
   ``dynamic-update-slice`` updates in place is not read, and only the update is written;
 - **times run**: the body of a ``while`` loop whose condition is ``counter < N`` (the scanned
   layers) runs N times per run of its parent; a loop whose condition is anything else (the
-  decoding loop's stop on end-of-sequence) ``default_trips`` times.
+  decoding loop's stop on end-of-sequence) ``default_trips`` times; with ``read_trips=False``
+  every loop runs ``default_trips`` times (a program whose only loop is the one being costed
+  per iteration: the decoding loop with its layers unrolled, whatever its condition says).
 
 Collectives are priced apart (`jaxjudge.aot.cost`, by ring formulas); here they cost nothing.
 Pallas kernels (``custom-call``) are charged their HBM bytes here and their flops by the caller
@@ -206,8 +208,9 @@ def _conv_flops(lhs: tuple[int, ...], rhs: tuple[int, ...], out: tuple[int, ...]
 
 
 class _Module:
-    def __init__(self, hlo_text: str):
+    def __init__(self, hlo_text: str, read_trips: bool = True):
         self.comps, self.entry = parse_module(hlo_text)
+        self.read_trips = read_trips
         self.types = {c: {i.name: i.type for i in instrs} for c, instrs in self.comps.items()}
         self._flops: dict[str, float] = {}
 
@@ -297,7 +300,7 @@ class _Module:
 
     def trips(self, cond: str, default: int) -> int:
         """N for a loop condition ``counter < N`` (N a constant), else ``default``."""
-        instrs = self.comps.get(cond, [])
+        instrs = self.comps.get(cond, []) if self.read_trips else []
         root = next((i for i in instrs if i.root), None)
         if root is None or root.op != "compare" or "direction=LT" not in root.attrs:
             return default
@@ -378,9 +381,9 @@ def _walk(mod: _Module, comp: str, times: int, default_trips: int) -> Iterator[O
                      ins.op == "custom-call")
 
 
-def op_costs(hlo_text: str, default_trips: int = 1) -> list[OpCost]:
+def op_costs(hlo_text: str, default_trips: int = 1, read_trips: bool = True) -> list[OpCost]:
     """Every costed instruction of one run of the program's entry computation."""
-    mod = _Module(hlo_text)
+    mod = _Module(hlo_text, read_trips)
     if mod.entry is None:
         raise ValueError("HLO text has no ENTRY computation")
     return list(_walk(mod, mod.entry, 1, default_trips))
@@ -408,9 +411,9 @@ class Roofline:
 
 
 def roofline(hlo_text: str, peak_flops: float, hbm_bandwidth: float, default_trips: int = 1,
-             kernel_flops: float = 0.0) -> Roofline:
+             kernel_flops: float = 0.0, read_trips: bool = True) -> Roofline:
     """The per-instruction roofline of one run of a compiled program (per chip)."""
-    costs = op_costs(hlo_text, default_trips)
+    costs = op_costs(hlo_text, default_trips, read_trips)
     fused = hbm_side = 0.0
     kernel_bytes = 0.0
     for c in costs:
