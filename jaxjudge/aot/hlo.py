@@ -16,13 +16,15 @@ import dataclasses
 import re
 from collections.abc import Iterator
 
-__all__ = ["COLLECTIVE_KINDS", "Collective", "collectives", "count_by_kind", "bytes_by_kind", "hbm_copy_bytes",
+__all__ = ["COLLECTIVE_KINDS", "DTYPE_BYTES", "Collective", "collectives", "count_by_kind", "bytes_by_kind", "hbm_copy_bytes",
            "slice_transfers", "partitions"]
 
 COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
-_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4,
-                "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "f8e4m3fn": 1, "f8e5m2": 1}
+# Bytes of one element per HLO element type (sub-byte types rounded up).
+DTYPE_BYTES = {"pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2,
+               "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16,
+               "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3b11fnuz": 1}
 # "%name = TYPE kind(" or "name = TYPE kind-start(": TYPE is one shape or a tuple of shapes.
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<type>\(.*?\)|[\w]+\[[^\]]*\](?:\{[^}]*\})?)\s+"
                     r"(?P<kind>" + "|".join(COLLECTIVE_KINDS) + r")(?P<start>-start)?\(")
@@ -43,12 +45,12 @@ class Collective:
 def _shape_bytes(type_text: str) -> int:
     total = 0
     for dtype, dims in _SHAPE.findall(type_text):
-        if dtype not in _DTYPE_BYTES:
+        if dtype not in DTYPE_BYTES:
             continue
         n = 1
         for d in filter(None, dims.split(",")):
             n *= int(d)
-        total += n * _DTYPE_BYTES[dtype]
+        total += n * DTYPE_BYTES[dtype]
     return total
 
 

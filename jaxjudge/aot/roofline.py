@@ -42,11 +42,10 @@ import math
 import re
 from collections.abc import Iterator
 
+from jaxjudge.aot.hlo import DTYPE_BYTES
+
 __all__ = ["Instruction", "parse_module", "OpCost", "op_costs", "Roofline", "roofline", "shapes_of"]
 
-_DTYPE_BYTES = {"pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2,
-                "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16,
-                "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3b11fnuz": 1}
 _ARRAY = re.compile(r"(\w+)\[([\d,]*)\](\{[^}]*\})?")
 _HEADER = re.compile(r"^(?:ENTRY\s+)?%?(?P<name>[\w.\-]+)\s+\(")
 _LINE = re.compile(r"^\s*(?P<root>ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*")
@@ -142,7 +141,7 @@ def shapes_of(type_text: str) -> list[tuple[str, tuple[int, ...], int]]:
     """(dtype, dims, memory space) of every array in a type (one shape or a tuple)."""
     out = []
     for dtype, dims, layout in _ARRAY.findall(type_text):
-        if dtype not in _DTYPE_BYTES:
+        if dtype not in DTYPE_BYTES:
             continue
         space = _SPACE.search(layout or "")
         out.append((dtype, tuple(int(d) for d in dims.split(",") if d), int(space.group(1)) if space else 0))
@@ -150,7 +149,7 @@ def shapes_of(type_text: str) -> list[tuple[str, tuple[int, ...], int]]:
 
 
 def _bytes(type_text: str, hbm_only: bool = False) -> int:
-    return sum(math.prod(dims) * _DTYPE_BYTES[dt] for dt, dims, space in shapes_of(type_text)
+    return sum(math.prod(dims) * DTYPE_BYTES[dt] for dt, dims, space in shapes_of(type_text)
                if not hbm_only or space == 0)
 
 
@@ -341,7 +340,7 @@ def _cost_of(mod: _Module, comp: str, ins: Instruction) -> tuple[float, float]:
         out = shapes_of(ins.type)
         if ins.op == "slice-start":  # ((operands), destination, context)
             out = out[len(ins.operands):len(ins.operands) + 1]
-        part = math.prod(out[0][1]) * _DTYPE_BYTES[out[0][0]] if out else 0
+        part = math.prod(out[0][1]) * DTYPE_BYTES[out[0][0]] if out else 0
         dest = part if out and out[0][2] == 0 else 0
         return 0.0, float((part if src else 0) + dest)
     if ins.op == "dynamic-update-slice":
@@ -351,7 +350,7 @@ def _cost_of(mod: _Module, comp: str, ins: Instruction) -> tuple[float, float]:
     if ins.op == "copy-start":  # (destination, source, context): read the source, write the destination
         shapes = shapes_of(ins.type)
         src = _bytes(mod.operand_type(comp, ins.operands[0]), hbm_only=True) if ins.operands else 0
-        dest = math.prod(shapes[0][1]) * _DTYPE_BYTES[shapes[0][0]] if shapes and shapes[0][2] == 0 else 0
+        dest = math.prod(shapes[0][1]) * DTYPE_BYTES[shapes[0][0]] if shapes and shapes[0][2] == 0 else 0
         return 0.0, float(src + dest)
     return mod._instruction_flops(comp, ins), float(_hbm_operands(mod, comp, ins) + _bytes(ins.type, hbm_only=True))
 
