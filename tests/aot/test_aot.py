@@ -253,6 +253,21 @@ NARROW_8B = {**PRESETS["llama-3-8b"], "hidden_size": 1024, "intermediate_size": 
 STEP_ARGS = ["--prefix", "256", "--tails", "8", "--tail-len", "64", "--decode-rows", "8", "--decode-len", "8"]
 
 
+def _aot_narrow(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """`jaxjudge aot` on NARROW_8B for v5e:2x4 with the smaller steps (libtpu beside the
+    environment; the test skips without it): the finished process and its --json reports."""
+    env = _libtpu_env()
+    if env is None:
+        pytest.skip("libtpu is not installed (make test puts it in .venv/libtpu; pip install -e '.[tpu]')")
+    out, config = tmp_path / "aot.json", tmp_path / "config.json"
+    config.write_text(json.dumps(NARROW_8B))
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxjudge.cli", "aot", str(config), "--topology", "v5e:2x4", *args, "--json", str(out),
+         *STEP_ARGS], env=env, capture_output=True, text=True, cwd=ROOT, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, json.loads(out.read_text())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("attention, mesh, groups", [
     # the planner's mesh for the 8B on a v5e-8, with fewer groups a call than data shards
@@ -262,19 +277,10 @@ STEP_ARGS = ["--prefix", "256", "--tails", "8", "--tail-len", "64", "--decode-ro
     ("splash", "data=2,model=4", None),  # a group per data shard
 ])
 def test_aot_compiles_a_two_layer_judge_for_v5e(tmp_path, attention, mesh, groups):
-    env = _libtpu_env()
-    if env is None:
-        pytest.skip("libtpu is not installed (make test puts it in .venv/libtpu; pip install -e '.[tpu]')")
-    out, dump, config = tmp_path / "aot.json", tmp_path / "hlo", tmp_path / "config.json"
-    config.write_text(json.dumps(NARROW_8B))
+    dump = tmp_path / "hlo"
     extra = [] if groups is None else ["--groups", str(groups)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "jaxjudge.cli", "aot", str(config), "--topology", "v5e:2x4", "--mesh", mesh,
-         "--json", str(out), "--dump", str(dump), "--attention", attention, *STEP_ARGS, *extra],
-        env=env, capture_output=True, text=True, cwd=ROOT, timeout=1500)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc, reports = _aot_narrow(tmp_path, "--mesh", mesh, "--dump", str(dump), "--attention", attention, *extra)
     assert "not measurements" in proc.stdout
-    reports = json.loads(out.read_text())
     assert list(reports) == ["prefill", "read_rows", "score", "decode"]
     for step in ("prefill", "read_rows", "decode"):
         r = reports[step]
@@ -316,17 +322,7 @@ def test_roofline_of_the_scanned_program_reads_every_layer(tmp_path):
     cost analysis of the unrolled programs, elementwise flops aside, and it reads each layer's
     weights from HBM once per step (about the step's argument bytes), where XLA's bytes accessed
     count on-chip arrays as well."""
-    env = _libtpu_env()
-    if env is None:
-        pytest.skip("libtpu is not installed (make test puts it in .venv/libtpu; pip install -e '.[tpu]')")
-    out, config = tmp_path / "aot.json", tmp_path / "config.json"
-    config.write_text(json.dumps(NARROW_8B))
-    proc = subprocess.run(
-        [sys.executable, "-m", "jaxjudge.cli", "aot", str(config), "--topology", "v5e:2x4", "--mesh", "data=2,model=4",
-         "--layers", "5", "--json", str(out), *STEP_ARGS], env=env, capture_output=True, text=True, cwd=ROOT,
-        timeout=1500)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    reports = json.loads(out.read_text())
+    _, reports = _aot_narrow(tmp_path, "--mesh", "data=2,model=4", "--layers", "5")
     for step in ("prefill", "read_rows", "decode"):
         r = reports[step]
         assert r["layers"] == 5
@@ -417,23 +413,14 @@ def test_two_slices_keep_the_model_axis_inside_a_slice(tmp_path):
     across the slices does make its all-reduce cross them (so the check can fail). (The read
     step, compiled the same way, sends only each row's top candidates between the slices: the
     data axis's gather, a few hundred bytes; not compiled here, for time.)"""
-    env = _libtpu_env()
-    if env is None:
-        pytest.skip("libtpu is not installed (make test puts it in .venv/libtpu; pip install -e '.[tpu]')")
-    out, config = tmp_path / "aot.json", tmp_path / "config.json"
-    config.write_text(json.dumps(NARROW_8B))
-    proc = subprocess.run(
-        [sys.executable, "-m", "jaxjudge.cli", "aot", str(config), "--topology", "v5e:2x4", "--slices", "2",
-         "--mesh", "data=4,model=4", "--steps", "prefill", "--json", str(out), *STEP_ARGS],
-        env=env, capture_output=True, text=True, cwd=ROOT, timeout=1500)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    r = json.loads(out.read_text())["prefill"]
+    proc, reports = _aot_narrow(tmp_path, "--slices", "2", "--mesh", "data=4,model=4", "--steps", "prefill")
+    r = reports["prefill"]
     assert r["slices"] == 2 and r["chips"] == 16 and r["chips_per_program"] == 8
     assert r["collectives"]["all-reduce"] >= r["layers"]  # the model axis's, inside the slice
     assert r["slice_transfers"] == {}
     assert "between the 2 slices, over the data-centre network (not in the ICI time): nothing" in proc.stdout
 
-    bad = subprocess.run([sys.executable, "-c", ACROSS], env=env, capture_output=True, text=True, cwd=ROOT,
+    bad = subprocess.run([sys.executable, "-c", ACROSS], env=_libtpu_env(), capture_output=True, text=True, cwd=ROOT,
                          timeout=600)
     assert bad.returncode == 0, bad.stderr[-3000:]
     seen = json.loads(bad.stdout.strip().splitlines()[-1])
