@@ -14,7 +14,9 @@ PEAK, BW = 197e12, 819e9  # v5e's published figures; any two positive numbers wo
 # one layer's weights out of a stack in HBM inside a fusion and multiplies it with activations
 # held on chip (S(1)); a batched matmul written as a convolution whose batch is a padded window;
 # an in-place cache update; before the loop a synchronous HBM-to-HBM copy and an asynchronous
-# prefetch into on-chip memory; after it a loop with no constant bound (run default_trips times).
+# prefetch into on-chip memory; after it a loop with no constant bound (run default_trips times)
+# whose body calls a Pallas kernel with a backend config running over three lines, the last
+# beginning with "}}" (as a splash kernel's does).
 MODULE = """HloModule jit_step, num_partitions=8
 
 %fused_slice_dot (param_0.1: bf16[4,256,512], param_1.1: s32[], param_2.1: bf16[64,256]) -> bf16[64,512] {
@@ -63,6 +65,9 @@ MODULE = """HloModule jit_step, num_partitions=8
   %p.3 = (s32[]{:T(128)}, f32[512,512]{1,0:T(8,128)}) parameter(0)
   %i.3 = s32[]{:T(128)} get-tuple-element(%p.3), index=0
   %a.3 = f32[512,512]{1,0:T(8,128)} get-tuple-element(%p.3), index=1
+  %kernel.3 = f32[8]{0:T(256)} custom-call(%a.3), custom_call_target="tpu_custom_call", backend_config={"custom_call_config":{"body":"TUzv","xprof":"{\"block_q\": 128,
+\"block_kv\": 128}"
+}}, metadata={op_name="pallas_call"}
   %neg.3 = f32[512,512]{1,0:T(8,128)} negate(%a.3)
   ROOT %tuple.3 = (s32[]{:T(128)}, f32[512,512]{1,0:T(8,128)}) tuple(%i.3, %neg.3)
 }
@@ -125,6 +130,9 @@ def test_per_instruction_costs_by_hand():
     # an asynchronous slice of two layers into on-chip memory reads those two layers only
     assert costs["slice-start.1"].hbm_bytes == 2 * 256 * 512 * 2 and costs["slice-start.1"].asynchronous
     assert "slice-done.1" not in costs and "copy-done.1" not in costs
+    # the kernel's config over three lines does not end its computation: the instruction after
+    # it is still in the loop body
+    assert costs["kernel.3"].times == 3 and costs["kernel.3"].kernel
     # the loop with no constant bound runs default_trips times: a negate of 512 x 512 f32 in HBM
     assert costs["neg.3"].times == 3 and costs["neg.3"].hbm_bytes == 3 * 2 * 512 * 512 * 4
     assert costs["next.1"].hbm_bytes == 4 * 3 * 4  # two s32 operands and an s32 result, each trip
@@ -136,8 +144,9 @@ def test_roofline_sums_each_instructions_own_bound():
                 + max(2 * 64 * 128 * 256 * 8 / PEAK, (256 * 8 * 128 * 2 + 64 * 8 * 128 * 2) / BW)
                 + (64 * 128 * 2 + 4) / BW  # the cache update
                 + 12 / BW + 9 / BW)  # the counter's add; the condition's compare (two s32, one pred)
-    # the custom call (its operands in HBM and result, 3 trips) priced with the kernels' flops
-    kernels = max(1e9 / PEAK, 3 * (512 * 512 * 4 + 4 + 1) / BW)
+    # the custom calls (their operands in HBM and results, 3 trips each: the loop condition's
+    # and the kernel in its body) priced with the kernels' flops
+    kernels = max(1e9 / PEAK, 3 * ((512 * 512 * 4 + 4 + 1) + (512 * 512 * 4 + 8 * 4)) / BW)
     fused = 4 * per_trip + 3 * 2 * 512 * 512 * 4 / BW + 2 * 512 * 512 * 2 / BW + kernels
     assert r.fused_seconds == pytest.approx(fused, rel=1e-12)
     assert r.flops == 4 * (2 * 64 * 512 * 256 + 2 * 64 * 128 * 256 * 8) + 1e9
