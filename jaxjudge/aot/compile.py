@@ -146,6 +146,7 @@ class StepReport:
     compile_seconds: float
     hbm_bytes: float = 0.0
     hlo_flops: float = 0.0
+    kernel_flops: float = 0.0  # per chip: the Pallas kernels', counted from their blocks
     roofline_global_seconds: float = 0.0
     hbm_bound_share: float = 0.0
     hbm_copy_bytes: int = 0
@@ -297,7 +298,7 @@ def _report(step: str, compiled, seconds: float, cost: _Cost, *, topology: str, 
         hbm_seconds=hbm_s, ici_seconds=ici_s, roofline_seconds=roof, seconds_overlapped=overlapped,
         seconds_serialised=serialised, hbm_bound_seconds=nbytes["argument"] / chip.hbm_bandwidth,
         mfu_bound=(mfu(serialised), mfu(overlapped)), compile_seconds=seconds, hbm_bytes=fused.hbm_bytes,
-        hlo_flops=fused.flops * chips, roofline_global_seconds=max(compute_s, hbm_s), hbm_bound_share=fused.hbm_bound_share,
+        hlo_flops=fused.flops * chips, kernel_flops=cost.kernel_flops, roofline_global_seconds=max(compute_s, hbm_s), hbm_bound_share=fused.hbm_bound_share,
         hbm_copy_bytes=_hlo.hbm_copy_bytes(text, loop_trips=loop_trips), cost_from=cost_from, attention=attention,
         ici_seconds_by_kind=ici_by_kind, slices=slices, chips_per_program=_hlo.partitions(text),
         slice_transfers={k: sum(c.times for c in across if c.kind == k) for k in sorted({c.kind for c in across})},
@@ -401,10 +402,12 @@ def aot_compile(hf_config: dict[str, Any], *, topology: str, mesh_shape: dict[st
 
     def compile_step(step: str, c: DecoderConfig, unroll: bool = False):
         """One step's program for config ``c`` (its own layer count), its compile seconds and the
-        flops of its Pallas kernels."""
+        flops of its Pallas kernels: the layer scan traces its body once however far it is
+        unrolled, so the kernels counted in that trace run once per layer."""
         gd, st, _ = ((graphdef, state, param_bytes) if c is cfg and not unroll
                      else _abstract_state(c, dt, mesh, unroll, attention))
-        return _compile(*step_args(step, c, gd, st))
+        compiled, seconds, kernel_flops = _compile(*step_args(step, c, gd, st))
+        return compiled, seconds, kernel_flops * c.num_hidden_layers
 
     def unrolled(step: str, c: DecoderConfig):
         compiled, _, kernel_flops = compile_step(step, c, unroll=True)
@@ -481,7 +484,8 @@ def combine(name: str, parts: list[StepReport]) -> StepReport:
         compute_seconds=add("compute_seconds"), hbm_seconds=add("hbm_seconds"), ici_seconds=add("ici_seconds"),
         roofline_seconds=add("roofline_seconds"), seconds_overlapped=overlapped, seconds_serialised=serialised,
         hbm_bound_seconds=add("hbm_bound_seconds"), hbm_copy_bytes=int(add("hbm_copy_bytes")),
-        hbm_bytes=add("hbm_bytes"), hlo_flops=add("hlo_flops"), roofline_global_seconds=add("roofline_global_seconds"),
+        hbm_bytes=add("hbm_bytes"), hlo_flops=add("hlo_flops"), kernel_flops=add("kernel_flops"),
+        roofline_global_seconds=add("roofline_global_seconds"),
         hbm_bound_share=(sum(p.hbm_bound_share * p.roofline_seconds for p in parts) / add("roofline_seconds")
                          if add("roofline_seconds") else 0.0),
         mfu_bound=(useful / (denom * serialised) if serialised else 0.0, useful / (denom * overlapped) if overlapped else 0.0),

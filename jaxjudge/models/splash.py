@@ -121,8 +121,9 @@ def count_flops():
     XLA's cost analysis does not see into a Pallas kernel, so `jaxjudge.aot` adds this count:
     the matmul flops (2 per multiply-add, scores and values) of every key block the kernel
     computes, block skipping of the causal mask included, per device (shapes inside
-    ``shard_map`` are one device's). A function is counted each time it is traced: a scanned
-    layer once, an unrolled one per layer.
+    ``shard_map`` are one device's). A function is counted each time it is traced: the decoder's
+    layer scan traces its body once, however far it is unrolled, so the count is one layer's and
+    the caller multiplies by the layers (`jaxjudge.aot.compile` does).
     """
     box = [0.0]
     _COUNTERS.append(box)

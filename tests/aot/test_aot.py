@@ -304,9 +304,12 @@ def test_aot_compiles_a_two_layer_judge_for_v5e(tmp_path, attention, mesh, group
         # elementwise flops
         assert 0.97 * r["flops_compiled"] <= r["hlo_flops"] <= r["flops_compiled"], step
     # No data shard computes a prefix another computes too: whole groups per shard, or (fewer
-    # groups than shards) each prefix's tokens split over data.
-    assert reports["score"]["flops_compiled"] <= 1.15 * reports["score"]["flops_useful"]
-    assert reports["prefill"]["flops_compiled"] <= 1.15 * reports["prefill"]["flops_useful"]
+    # groups than shards) each prefix's tokens split over data. The splash kernel computes whole
+    # 128 x 128 blocks, and at these narrow widths attention is a large share: each 64-token
+    # tail is half padding in its blocks (1.159 for the scoring step when last compiled).
+    limit = 1.15 if attention == "xla" else 1.2
+    assert reports["score"]["flops_compiled"] <= limit * reports["score"]["flops_useful"]
+    assert reports["prefill"]["flops_compiled"] <= limit * reports["prefill"]["flops_useful"]
     # The splash kernel is compiled for the chip (Mosaic) in the prefill and the reads, and not in
     # the decode loop; its flops (counted from its blocks) are in the total.
     kernels = {step: (dump / f"{step}.hlo.txt").read_text().count("tpu_custom_call")
@@ -317,6 +320,15 @@ def test_aot_compiles_a_two_layer_judge_for_v5e(tmp_path, attention, mesh, group
     else:  # per layer: the prefix's causal block; the tails' own block and their prefix block
         assert kernels["prefill"] >= 1 and kernels["read_rows"] >= 2
         assert reports["score"]["flops_compiled"] >= 0.9 * reports["score"]["flops_useful"]
+        # The kernels' flops per chip, by hand from their 128 x 128 blocks (4 x rows x heads x
+        # blocks x 128 x 128 x head_dim per layer; 8 of the 32 query heads a chip at model 4;
+        # one group of 8 tails a data shard): the prefill's 256-token prefix is 2 query blocks,
+        # 3 causal key blocks; each tail's 64 tokens 1 block against itself, and the group's 8
+        # tails end to end (8 blocks of queries) against the prefix's 2 key blocks, 16. Both
+        # layers counted, though the layer scan traces its body once.
+        block = 4 * 128 * 128 * 128 * 8
+        assert reports["prefill"]["kernel_flops"] == 2 * block * 1 * 3
+        assert reports["read_rows"]["kernel_flops"] == 2 * block * (8 * 1 + 1 * 16)
 
 
 @pytest.mark.slow
