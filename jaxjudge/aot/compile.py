@@ -27,11 +27,12 @@ With ``attention="splash"`` the prefill's and the reads' attention is JAX's Pall
 (`jaxjudge.models.splash`).
 
 What comes back is a compiled program and a cost model (`StepReport`, `jaxjudge.aot.cost`), never
-a measurement of a TPU: compute at the chip's peak, the bytes XLA counts at the published HBM
-bandwidth, the collectives by ring formulas over their mesh axes; MFU a [serialised,
-overlapped] range of upper bounds. Memory, collectives and compile time are those of the
-full-depth program (its layers scanned). XLA's cost analysis counts a loop body once, so flops
-and bytes accessed come from programs with the layers unrolled: for the decode loop (cheap to
+a measurement of a TPU: a roofline summed over the instructions of the full-depth program
+(`jaxjudge.aot.roofline`: each its flops at the chip's peak or its HBM bytes at the published
+bandwidth, whichever is longer), the collectives by ring formulas over their mesh axes; MFU a
+[serialised, overlapped] range of upper bounds. Memory, collectives and compile time are those
+of the full-depth program (its layers scanned). XLA's cost analysis counts a loop body once, so
+its flops and bytes accessed come from programs with the layers unrolled: for the decode loop (cheap to
 compile) the same loop at full depth, unrolled (its token loop's body, one token); for the
 prefill and the reads, extrapolated from the step compiled with 2 and 3 layers unrolled (flops
 add up exactly layer by layer; bytes accessed do not quite, since XLA fuses and prefetches

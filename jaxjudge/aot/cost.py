@@ -4,10 +4,13 @@ What it is
 ----------
 For one step on one chip (every chip runs the same SPMD program):
 
-- **compute**: the compiled program's flops (XLA's cost analysis, plus Pallas kernels' flops
-  counted from their blocks) at the chip's published peak dense bf16 rate, every matmul at 100%;
-- **HBM**: the bytes XLA's cost analysis says the program accesses, at the published bandwidth;
-- **roofline** = max(compute, HBM): memory traffic fully hidden behind compute or vice versa;
+- **roofline**: summed over the program's instructions, each its own max(its dot and
+  convolution flops at the chip's published peak dense bf16 rate, every matmul at 100%; the
+  bytes of its arrays in HBM at the published bandwidth), read from the full-depth program's HLO
+  (`jaxjudge.aot.roofline`, which says what it counts); the Pallas kernels' flops are counted
+  from their blocks. (The report keeps the older global max(XLA's compiled flops at peak, XLA's
+  bytes accessed at the bandwidth) beside it, ``roofline_global_seconds``: XLA's bytes count
+  arrays held on chip too, so that one is no bound.)
 - **ICI**: each collective of the HLO priced by a ring formula over the mesh axis its replica
   groups name (`collective_seconds`), plus a latency per ring step;
 - the time lies between **overlapped** = max(roofline, ICI) (collectives entirely hidden behind
@@ -42,7 +45,7 @@ import math
 import re
 from collections.abc import Sequence
 
-from jaxjudge.aot.chips import CHIPS, GIB, Chip
+from jaxjudge.aot.chips import CHIPS, Chip
 from jaxjudge.models.mesh_plan import USABLE_HBM
 
 __all__ = ["LATENCY_PER_STEP", "LINKS", "Links", "Topology", "TOPOLOGIES", "topology", "replica_groups",
