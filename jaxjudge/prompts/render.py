@@ -136,7 +136,7 @@ def _check_shared_prefix_fields(template: Template, examples: Sequence[Example])
 def token_bound(tokenizer: Any, texts: Sequence[str], *, add_special_tokens: bool) -> list[int]:
     """An upper bound on each text's token count, without tokenising: the UTF-8 bytes of the text
     after the tokenizer's normaliser, plus one possible prefix marker, plus the special tokens the
-    tokenizer adds (see the module; ``tests/prompts/test_render.py`` checks it on the judges'
+    tokenizer adds (see the module; ``tests/models/test_tokenizer.py`` checks it on the judges'
     tokenizers)."""
     tok = as_tokenizer(tokenizer)
     norm = tok.normalizer
