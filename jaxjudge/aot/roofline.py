@@ -53,11 +53,11 @@ _OPCODE = re.compile(r"\s*(?P<op>[\w\-]+)\(")
 _SPACE = re.compile(r"S\((\d+)\)")
 _ASYNC = ("copy-start", "slice-start", "all-reduce-start", "all-gather-start", "collective-permute-start",
           "reduce-scatter-start", "all-to-all-start", "send", "recv")
+# No HBM traffic of their own (an async op's "-done" half costs nothing either: its "-start" is
+# costed; collectives are priced by `jaxjudge.aot.cost`).
 _FREE = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all", "partition-id",
-         "replica-id", "opt-barrier", "copy-done", "slice-done", "send-done", "recv-done", "add-dependency",
-         "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
-         "all-reduce-done", "all-gather-done", "collective-permute-done", "reduce-scatter-done", "all-to-all-done",
-         "while", "call", "conditional"}
+         "replica-id", "opt-barrier", "add-dependency", "all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+         "collective-permute"}
 _VIEWS = {"bitcast", "reshape"}  # reinterpret a buffer: a slice after them still reads only the slice
 
 
@@ -78,19 +78,15 @@ class Instruction:
 def _balanced(text: str, start: int) -> int:
     """Index just past the bracket group opening at ``text[start]``."""
     pairs = {"(": ")", "{": "}", "[": "]"}
-    depth, i = 0, start
-    stack: list[str] = []
-    while i < len(text):
+    closing: list[str] = []
+    for i in range(start, len(text)):
         c = text[i]
         if c in pairs:
-            stack.append(pairs[c])
-            depth += 1
-        elif stack and c == stack[-1]:
-            stack.pop()
-            depth -= 1
-            if depth == 0:
+            closing.append(pairs[c])
+        elif closing and c == closing[-1]:
+            closing.pop()
+            if not closing:
                 return i + 1
-        i += 1
     return len(text)
 
 
@@ -372,7 +368,7 @@ def _walk(mod: _Module, comp: str, times: int, default_trips: int) -> Iterator[O
             if costs:
                 yield from min(costs, key=lambda c: sum(o.hbm_bytes + o.flops for o in c))
             continue
-        if ins.op in _FREE or (ins.op.endswith("-done")):
+        if ins.op in _FREE or ins.op.endswith("-done"):
             continue
         flops, nbytes = _cost_of(mod, comp, ins)
         asynchronous = ins.op in _ASYNC
