@@ -35,9 +35,9 @@ CASES = [
     ("qwen32b_v6e_d1m8", "qwen3-32b", "Qwen3-32B", "v6e:2x4", 1, 8, None, "score,decode"),
 ]
 
-HEAD = ("| judge, slice, mesh | step | HBM per chip, of usable | collectives per layer: all-reduce / all-gather "
+HEAD = ("| judge, slice, mesh | step | HBM per chip, of usable (compiled program) | collectives per layer: all-reduce / all-gather "
         "| compiled / useful flops | HBM bytes per chip, per instruction (x arguments) | XLA's bytes accessed per chip "
-        "| roofline ms per instruction, bound (global max) | ICI (ring) ms, bound "
+        "| roofline ms: per instruction, a bound (global max, no bound) | ICI (ring) ms, bound "
         "| MFU bound [serialised, overlapped] | compile s, measured on the compiling host |")
 
 
