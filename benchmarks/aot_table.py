@@ -1,4 +1,4 @@
-"""The README's TPU table: `jaxjudge aot` on the presets, one row per step, from its ``--json``.
+"""The TPU table of docs/tpu.md: `jaxjudge aot` on the presets, one row per step, from its ``--json``.
 
     PYTHONPATH=.venv/libtpu python benchmarks/aot_table.py --out aot-table/   # compiles (long)
     python benchmarks/aot_table.py --out aot-table/ --only-format               # the rows again

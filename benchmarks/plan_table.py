@@ -1,4 +1,4 @@
-"""The README's planner table: the mesh planner on `jaxjudge aot`'s presets and slices.
+"""The planner table of docs/tpu.md: the mesh planner on `jaxjudge aot`'s presets and slices.
 
     python benchmarks/plan_table.py                      # the planner alone (seconds, no libtpu)
     PYTHONPATH=.venv/libtpu python benchmarks/plan_table.py --compile   # and `jaxjudge aot` per mesh

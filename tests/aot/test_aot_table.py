@@ -1,9 +1,10 @@
-"""`benchmarks/aot_table.py`: the README's TPU table rows from `jaxjudge aot --json` reports (the
+"""`benchmarks/aot_table.py`: the TPU table rows of docs/tpu.md from `jaxjudge aot --json` reports (the
 formatting only; the compiles themselves take minutes a case)."""
 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 from pathlib import Path
 
@@ -28,3 +29,14 @@ def test_rows_from_the_json_reports(tmp_path, capsys):
     assert lines[0] == table.HEAD and len(lines) == 3
     assert lines[2] == ("| Llama-3-8B, v5e:2x4, data 2 x model 4 (1 group) | prefill | 3.50 of 15.75 GiB | 2.06 / 1.50 "
                         "| 1.100 | 4.40 GB (1.1x) | 10.00 GB | 21.40 (12.21) | 12.50 | [47.2%, 89.5%] | 42.9 |")
+
+
+def test_the_docs_table_is_the_scripts():
+    """docs/tpu.md's TPU table has the header the script prints, and every row its column count."""
+    spec = importlib.util.spec_from_file_location("aot_table", ROOT / "benchmarks" / "aot_table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    lines = (ROOT / "docs" / "tpu.md").read_text().splitlines()
+    start = lines.index(table.HEAD)
+    rows = list(itertools.takewhile(lambda ln: ln.startswith("|"), lines[start + 2:]))
+    assert len(rows) == 19 and all(ln.count("|") == table.HEAD.count("|") for ln in rows)
