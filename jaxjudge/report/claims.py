@@ -33,8 +33,9 @@ from jaxjudge.metrics.multiplicity import holm
 from jaxjudge.report.intervals_text import format_p
 from jaxjudge.report.ranges import nested_comparisons, typed_comparisons
 from jaxjudge.report.results import Results
+from jaxjudge.store.registration import REGISTERED
 
-__all__ = ["Claim", "Run", "RULE", "verdict", "claims_table", "main"]
+__all__ = ["Claim", "Run", "RULE", "claims_table", "interval_p", "main", "plan", "verdict"]
 
 BEGIN, END = "<!-- claims: begin -->", "<!-- claims: end -->"
 
@@ -49,7 +50,11 @@ RULE = (
     "choice in every resample where a side is tuned; everything else is secondary, read with the "
     "hyper-parameters held at the dev choice, except where a claim is marked *nested*: its interval "
     "then redoes the choice in every resample too, and its Holm-adjusted p-value is that of the "
-    "held-fixed comparison in the run's secondary family (both must clear)."
+    "held-fixed comparison in the run's secondary family (both must clear). A primary endpoint "
+    "registered before extraction (column *plan*) is given the verdict its registration defines, "
+    "the one its run's `results.json` holds (with a declared margin: **better** where the interval "
+    "lies above +margin, **worse** below -margin, **equivalent** within it, **inconclusive** "
+    "otherwise); every other row is *post hoc*: chosen or read after the data were seen."
 )
 
 
@@ -119,6 +124,13 @@ def _fmt(iv: dict[str, Any]) -> str:
     return text
 
 
+def interval_p(iv: dict[str, Any]) -> float | None:
+    """The p-value that agrees with the interval printed beside it: ``p_interval`` (the report's
+    interval inverted on the same resamples, `jaxjudge.metrics.multiplicity.interval_p_value`)
+    where the run has it, else the Wald ``p`` of older results."""
+    return iv["p_interval"] if iv.get("p_interval") is not None else iv.get("p")
+
+
 def _side(iv: dict[str, Any], primary: bool, alpha: float = 0.05) -> int:
     """+1 / -1 where the interval clears 0 above / below (and a secondary's Holm p < alpha), else 0."""
     if iv.get("low") is None or iv.get("reason"):
@@ -146,10 +158,11 @@ def _find(res: Results, claim: Claim, judge: str | None) -> list[tuple[dict, dic
     return hits
 
 
-def _comparison(claim: Claim, res: Results, run: Run) -> tuple[dict, dict, bool]:
-    """The comparison a (non range-pair) claim reads on a run: ``(description, interval, primary)``;
-    a run's primary endpoint is quoted with its own interval (the selection redone inside it
-    where its config asks)."""
+def _comparison(claim: Claim, res: Results, run: Run) -> tuple[dict, dict, dict | None]:
+    """The comparison a (non range-pair) claim reads on a run: ``(description, interval, primary)``
+    (``primary``: the run's primary endpoint entry of ``results.json``, with its registered
+    ``verdict`` where a margin was declared; None for a secondary comparison); a run's primary
+    endpoint is quoted with its own interval (the selection redone inside it where its config asks)."""
     hits = _find(res, claim, run.judge)
     if not hits:
         raise ValueError(f"claim {claim.text!r}: no comparison {claim.method} vs {claim.versus or claim.role}, "
@@ -161,7 +174,7 @@ def _comparison(claim: Claim, res: Results, run: Run) -> tuple[dict, dict, bool]
     keys = ("judge", "task", "aspect", "score", "method", "versus", "statistic")
     for e in ((res.endpoints or {}).get("primary") or {}).get("endpoints", []):
         if all(e["description"].get(k) == d[k] for k in keys) and e["description"].get("metric") == d["metric"]:
-            return d, e["interval"], True
+            return d, e["interval"], e
     if claim.nested:
         twins = [niv for nd, niv in nested_comparisons(res.ranges)
                  if all(nd.get(k) == d[k] for k in keys) and nd["metric"] == d["metric"]]
@@ -169,14 +182,41 @@ def _comparison(claim: Claim, res: Results, run: Run) -> tuple[dict, dict, bool]
             raise ValueError(f"claim {claim.text!r}: run {run.label()} has no nested interval of {claim.method} vs "
                              f"{claim.versus}, {claim.statistic}, {claim.score} (list both rows in its config's "
                              "nested_rows)")
-        return {**d, "selection": "nested"}, {"n_boot": iv.get("n_boot"), **twins[0], "p_holm": iv.get("p_holm")}, False
-    return d, iv, False
+        return {**d, "selection": "nested"}, {"n_boot": iv.get("n_boot"), **twins[0], "p_holm": iv.get("p_holm")}, None
+    return d, iv, None
+
+
+def plan(res: Results, claim: Claim, run: Run | str | None = None) -> str:
+    """``"registered"`` where the claim reads the primary endpoint of a run registered before
+    extraction (`jaxjudge.store.registration`), else ``"post hoc"``."""
+    run = Run(res.experiment) if run is None else Run(run) if isinstance(run, str) else run
+    if claim.statistic == "range pairs" or (res.registration or {}).get("status") != REGISTERED:
+        return "post hoc"
+    return "registered" if _comparison(claim, res, run)[2] is not None else "post hoc"
+
+
+def _rule_word(claim: Claim, iv: dict[str, Any], primary: bool) -> str:
+    """The verdict of this module's rule (see `RULE`) on one interval."""
+    if claim.expect == "equivalent":
+        if iv.get("low") is None or iv.get("reason"):
+            return "not shown"
+        if -claim.margin < iv["low"] and iv["high"] < claim.margin:
+            return f"holds (within ±{claim.margin:g})"
+        if iv["low"] > claim.margin or iv["high"] < -claim.margin:
+            return f"contradicted (outside ±{claim.margin:g})"
+        return "not shown"
+    side, want = _side(iv, primary), {"higher": 1, "lower": -1}[claim.expect]
+    return "holds" if side == want else "contradicted" if side == -want else "not shown"
 
 
 def verdict(res: Results, claim: Claim, run: Run | str | None = None,
             p_family: float | None = None) -> tuple[str, str, str]:
     """``(verdict, the comparison quoted, its interval)`` of one claim on one run; ``p_family``:
-    the run's p-value Holm-adjusted across the claim's runs (``holm_across_runs``)."""
+    the run's p-value Holm-adjusted across the claim's runs (``holm_across_runs``).
+
+    A primary endpoint registered before extraction (`plan`) gets the verdict its registration
+    defines, as its run's ``results.json`` records it (`jaxjudge.report.ranges.three_way` at the
+    declared margin); without a declared margin, the interval's side of 0."""
     run = Run(res.experiment) if run is None else Run(run) if isinstance(run, str) else run
     if claim.statistic == "range pairs":
         hits = _find(res, claim, run.judge)
@@ -187,44 +227,32 @@ def verdict(res: Results, claim: Claim, run: Run | str | None = None,
         d, iv = min(tested or hits, key=lambda h: h[1].get("p_holm") if h[1].get("p_holm") is not None else 2.0)
         word = "holds" if _side(iv, False) != 0 else "not shown"
         return word, f"{d['method']}, ranges {' − '.join(d['scales'])}", _fmt(iv)
-    d, iv, is_primary = _comparison(claim, res, run)
-    label = (f"{d['method']} − {d['versus']}, {d['statistic']}" + (" (*primary*)" if is_primary else "")
+    d, iv, entry = _comparison(claim, res, run)
+    label = (f"{d['method']} − {d['versus']}, {d['statistic']}" + (" (*primary*)" if entry is not None else "")
              + (" (*nested*)" if d.get("selection") == "nested" else ""))
-    if claim.expect == "equivalent":
-        if iv.get("low") is None or iv.get("reason"):
-            word = "not shown"
-        elif -claim.margin < iv["low"] and iv["high"] < claim.margin:
-            word = f"holds (within ±{claim.margin:g})"
-        elif iv["low"] > claim.margin or iv["high"] < -claim.margin:
-            word = f"contradicted (outside ±{claim.margin:g})"
-        else:
-            word = "not shown"
-        return word, label, _fmt(iv)
-    if p_family is not None:
+    if p_family is not None and claim.expect != "equivalent":
         iv = {**iv, "p_holm": p_family}
-        side = _side(iv, False)
         label += ", Holm across runs"
-    else:
-        side = _side(iv, is_primary)
-    want = {"higher": 1, "lower": -1}[claim.expect]
-    word = "holds" if side == want else "contradicted" if side == -want else "not shown"
-    return word, label, _fmt(iv)
+    if plan(res, claim, run) == "registered" and entry.get("verdict"):
+        return entry["verdict"], label, _fmt(iv)
+    return _rule_word(claim, iv, entry is not None and p_family is None), label, _fmt(iv)
 
 
 def claims_table(claims: Sequence[Claim], results_root: str | Path = "results") -> str:
     """The Markdown block: the rule, then one line per (claim, run)."""
-    lines = [RULE, "", "| claim | run | reading | comparison | difference [95% interval] | verdict |",
-             "|---|---|---|---|---|---|"]
+    lines = [RULE, "", "| claim | run | plan | reading | comparison | difference [95% interval] | verdict |",
+             "|---|---|---|---|---|---|---|"]
     for c in claims:
         refs = c.run_refs()
         results = [Results.load_json(Path(results_root) / r.path / "results.json") for r in refs]
         family: list[float | None] = [None] * len(refs)
         if c.holm_across_runs:
-            ps = [_comparison(c, res, r)[1].get("p") for res, r in zip(results, refs)]
-            family = holm(ps)
+            family = holm([interval_p(_comparison(c, res, r)[1]) for res, r in zip(results, refs)])
         for res, run, p in zip(results, refs, family):
             word, label, interval = verdict(res, c, run, p)
-            lines.append(f"| {c.text} | {run.label()} | {c.score} | {label} | {interval} | **{word}** |")
+            where = plan(res, c, run)
+            lines.append(f"| {c.text} | {run.label()} | {'*post hoc*' if where == 'post hoc' else where} | {c.score} "
+                         f"| {label} | {interval} | **{word}** |")
     return "\n".join(lines)
 
 

@@ -142,3 +142,55 @@ def test_a_nested_secondary_claim_reads_the_nested_interval_with_the_held_fixed_
     del res.ranges[1]["versus"][0]["nested"]
     with pytest.raises(ValueError, match="has no nested interval of m vs vanilla, mean, expected@1"):
         verdict(res, _claim(nested=True))
+
+
+def _registered(tmp_path, name, interval, verdict_word, status="registered before extraction"):
+    res = _results(interval, _iv(0, -1, 1, 1.0), _iv(0, -1, 1, 1.0), primary=True)
+    (ep,) = res.endpoints["primary"]["endpoints"]
+    ep["verdict"] = verdict_word
+    res.endpoints["primary"]["spec"] = {"margin": 0.02}
+    res.registration = {"status": status}
+    (tmp_path / name).mkdir()
+    res.save_json(tmp_path / name / "results.json")
+    return res
+
+
+def test_a_registered_primary_shows_the_verdict_its_registration_defines(tmp_path):
+    # The interval clears 0 (this module's rule: holds) but its lower bound is under the declared
+    # margin 0.02: the registered rule says inconclusive, and the table prints that, not "holds".
+    res = _registered(tmp_path, "conf", {**_iv(0.038, 0.013, 0.063), "p": 0.0027}, "inconclusive")
+    claim = _claim(runs=("conf",), margin=0.02)
+    assert verdict(res, claim)[0] == "inconclusive"
+    line = claims_table([claim], tmp_path).splitlines()[-1]
+    assert line.startswith("| c | conf | registered |") and line.endswith("**inconclusive** |")
+    # Holm across runs changes the p quoted, not the registered verdict.
+    _registered(tmp_path, "conf2", {**_iv(0.066, -0.022, 0.12), "p": 0.059}, "inconclusive")
+    lines = claims_table([_claim(runs=("conf", "conf2"), holm_across_runs=True)], tmp_path).splitlines()[4:]
+    assert [ln.rsplit("|", 2)[-2].strip() for ln in lines] == ["**inconclusive**"] * 2
+    assert "Holm p 0.0054" in lines[0]
+
+
+def test_an_unregistered_primary_is_marked_post_hoc_in_the_table(tmp_path):
+    _registered(tmp_path, "late", _iv(0.054, 0.003, 0.094), "better", status="not registered")
+    line = claims_table([_claim(runs=("late",))], tmp_path).splitlines()[-1]
+    assert "| *post hoc* |" in line and line.endswith("**holds** |")  # this module's rule, not the record's
+
+
+def test_the_committed_claims_table_gives_every_registered_endpoint_its_results_verdict():
+    import json
+    from pathlib import Path
+
+    from jaxjudge.report.claims import _load_claims, plan
+
+    root = Path(__file__).resolve().parents[2]
+    seen = 0
+    for c in _load_claims(str(root / "experiments" / "claims.py")):
+        for run in c.run_refs():
+            res = Results.load_json(root / "results" / run.path / "results.json")
+            if plan(res, c, run) != "registered":
+                continue
+            seen += 1
+            raw = json.loads((root / "results" / run.path / "results.json").read_text())
+            (ep,) = raw["endpoints"]["primary"]["endpoints"]
+            assert verdict(res, c, run)[0] == ep["verdict"]
+    assert seen >= 2
