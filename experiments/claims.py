@@ -9,9 +9,14 @@ contrastive-decoding paper's probability-weighted score (T = 1). The equivalence
 (480cf25): nothing records that it was set before they were read. The confirmatory claim reads
 the two registered runs (`contrastive.py:stsb_confirm`, `:semrel_confirm`) as one family, Holm
 across the data sets.
+
+`QUOTES` are the numbers of results/README.md's prose, each spliced between
+``<!-- q:NAME -->`` and ``<!-- /q -->`` markers and read by the same typed keys as the claims
+(`jaxjudge.report.quotes`): ``--write`` rewrites them, ``--check`` fails on a stale one.
 """
 
 from jaxjudge.report.claims import Claim, Run
+from jaxjudge.report.quotes import Quote
 
 # stsb_qwen15 reads the contrastive STS-B stores, the 0.5B assistant's too: the claim is the 1.5B judge's.
 SCORE_RANGE_RUNS = ("score_range_bias/stsb", Run("score_range_bias/stsb_qwen15", "qwen2.5-coder-1.5b"),
@@ -70,3 +75,47 @@ CLAIMS = [
           ("contrastive/stsb_confirm", "contrastive/semrel_confirm"),
           "contrastive", "temperature", "mean", "expected@1", "higher", margin=0.02, holm_across_runs=True),
 ]
+
+# The prose's numbers, by typed keys (`jaxjudge.report.quotes.Quote`).
+S, SR, MS, MR = "contrastive/stsb", "contrastive/semrel", "contrastive/mechanism_stsb", "contrastive/mechanism_semrel"
+CS, CR, Q15 = "contrastive/stsb_confirm", "contrastive/semrel_confirm", "score_range_bias/stsb_qwen15"
+QUOTES = {
+    "stsb.primary": Quote(S, "contrastive", "temperature", kind="primary"),
+    "stsb.secondary": Quote(S, kind="secondary count", show="count"),
+    "stsb.vs_vanilla": Quote(S, "contrastive", "vanilla"),
+    "stsb.vs_vanilla.holm": Quote(S, "contrastive", "vanilla", show="p_holm"),
+    "stsb.temperature": Quote(S, "temperature", "vanilla"),
+    "stsb.spread": Quote(S, "contrastive", "temperature", "spread"),
+    "stsb.spread.holm": Quote(S, "contrastive", "temperature", "spread", show="p_holm"),
+    "stsb.comb.nested": Quote(S, "contrastive_deb_t_tp10", "deb_t_temperature_tp10", kind="nested"),
+    "stsb.debt": Quote(S, "deb_t_tp10", "vanilla", score="expected@0.2"),
+    "stsb.debt.holm": Quote(S, "deb_t_tp10", "vanilla", score="expected@0.2", show="p_holm"),
+    "stsb.gain.2-6": Quote(S, "contrastive", "temperature", "2-6", kind="range", show="estimate"),
+    "stsb.gain.3-7": Quote(S, "contrastive", "temperature", "3-7", kind="range", show="estimate"),
+    "stsb.asst.2-6": Quote(Q15, "vanilla", None, "2-6", kind="metric", judge="qwen2.5-coder-0.5b"),
+    "stsb.asst.3-7": Quote(Q15, "vanilla", None, "3-7", kind="metric", judge="qwen2.5-coder-0.5b"),
+    "semrel.primary": Quote(SR, "contrastive", "temperature", kind="primary"),
+    "semrel.vs_vanilla": Quote(SR, "contrastive", "vanilla"),
+    "semrel.vs_vanilla.holm": Quote(SR, "contrastive", "vanilla", show="p_holm"),
+    "semrel.debt.spread": Quote(SR, "deb_t_tp10", "vanilla", "spread", score="expected@0.2"),
+    "semrel.debt.spread.holm": Quote(SR, "deb_t_tp10", "vanilla", "spread", score="expected@0.2", show="p_holm"),
+    "semrel.gain.3-7": Quote(SR, "contrastive", "temperature", "3-7", kind="range", show="estimate"),
+    "confirm.stsb": Quote(CS, "contrastive", "temperature", kind="primary"),
+    "confirm.stsb.verdict": Quote(CS, "contrastive", "temperature", kind="primary", show="verdict"),
+    "confirm.semrel": Quote(CR, "contrastive", "temperature", kind="primary"),
+    "confirm.semrel.verdict": Quote(CR, "contrastive", "temperature", kind="primary", show="verdict"),
+    "mech.stsb.linear_mix": Quote(MS, "contrastive", "linear_mix", kind="primary"),
+    "mech.stsb.linear_mix.held": Quote(MS, "contrastive", "linear_mix", digits=4),
+    "mech.stsb.linear_mix.held.p": Quote(MS, "contrastive", "linear_mix", show="p"),
+    "mech.semrel.linear_mix": Quote(MR, "contrastive", "linear_mix", kind="primary"),
+    "mech.semrel.linear_mix.held": Quote(MR, "contrastive", "linear_mix", digits=4),
+    "mech.semrel.linear_mix.held.p": Quote(MR, "contrastive", "linear_mix", show="p"),
+    "mech.stsb.other.holm": Quote(MS, "contrastive", "contrastive_other", show="p_holm"),
+    "mech.semrel.other.holm": Quote(MR, "contrastive", "contrastive_other", show="p_holm"),
+    "mech.stsb.prior.holm": Quote(MS, "contrastive", "contrastive_prior", show="p_holm"),
+    "mech.semrel.prior.holm": Quote(MR, "contrastive", "contrastive_prior", show="p_holm"),
+
+    "mech.stsb.lm.2-6": Quote(MS, "linear_mix", "temperature", "2-6", kind="range", show="estimate"),
+    "mech.semrel.lm.3-7": Quote(MR, "linear_mix", "temperature", "3-7", kind="range", show="estimate"),
+    "semrel.asst.3-7": Quote("score_range_bias/semrel", "vanilla", None, "3-7", kind="metric", show="estimate"),
+}

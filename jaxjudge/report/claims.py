@@ -16,8 +16,10 @@ range, at one reading) and the direction the paper states. Its verdict follows o
     python -m jaxjudge.report.claims experiments/claims.py --write results/README.md   # rewrite
     python -m jaxjudge.report.claims experiments/claims.py --check results/README.md   # verify
 
-The table goes between the markers ``<!-- claims: begin -->`` and ``<!-- claims: end -->``;
-``--check`` exits 1 when the file's block differs from what the runs give.
+The table goes between the markers ``<!-- claims: begin -->`` and ``<!-- claims: end -->``, and
+every number of the prose quoted as ``<!-- q:NAME -->...<!-- /q -->`` is rewritten from the
+claims file's ``QUOTES`` (`jaxjudge.report.quotes`); ``--check`` exits 1 when the file's block
+or any quoted number differs from what the runs give.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 
 from jaxjudge.metrics.multiplicity import holm
 from jaxjudge.report.intervals_text import format_p
+from jaxjudge.report.quotes import QUOTE, splice
 from jaxjudge.report.ranges import nested_comparisons, typed_comparisons
 from jaxjudge.report.results import Results
 from jaxjudge.store.registration import REGISTERED
@@ -256,13 +259,17 @@ def claims_table(claims: Sequence[Claim], results_root: str | Path = "results") 
     return "\n".join(lines)
 
 
-def _load_claims(path: str) -> list[Claim]:
+def _load(path: str) -> Any:
     spec = importlib.util.spec_from_file_location("_claims", path)
     if spec is None or spec.loader is None:
         raise SystemExit(f"claims: cannot load {path}")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return list(mod.CLAIMS)
+    return mod
+
+
+def _load_claims(path: str) -> list[Claim]:
+    return list(_load(path).CLAIMS)
 
 
 def _replace_block(text: str, block: str, where: str) -> str:
@@ -281,16 +288,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     group.add_argument("--write", metavar="MARKDOWN", help="rewrite the claims block of this file")
     group.add_argument("--check", metavar="MARKDOWN", help="exit 1 if this file's claims block differs")
     args = ap.parse_args(argv)
-    block = claims_table(_load_claims(args.claims), args.results)
+    mod = _load(args.claims)
+    block = claims_table(list(mod.CLAIMS), args.results)
     if not args.write and not args.check:
         print(block)
         return 0
     path = Path(args.write or args.check)
     old = path.read_text(encoding="utf-8")
-    new = _replace_block(old, block, str(path))
+    new = splice(_replace_block(old, block, str(path)), getattr(mod, "QUOTES", {}), args.results)
     if args.check:
         if new != old:
-            print(f"claims: {path}'s claims block differs from the runs' results", flush=True)
+            stale = [f"{a!r} -> {b!r}" for a, b in zip(QUOTE.findall(old), QUOTE.findall(new)) if a != b]
+            print(f"claims: {path} differs from the runs' results "
+                  f"({'quotes: ' + '; '.join(stale) if stale else 'the claims block'})", flush=True)
             return 1
         print(f"claims: {path} is up to date")
         return 0
