@@ -9,7 +9,9 @@ models, the engine and the experiment share one copy:
 - `barrier`: waits until every process reaches the named point;
 - `spans_processes`: whether a mesh holds devices of other processes (one SPMD program);
 - `to_host`: a device array's whole value on this process, gathered from the others if split
-  over their devices (a collective).
+  over their devices (a collective);
+- `watch_peers`: a lost process ends this one in bounded time, with one line naming it (see
+  `jaxjudge.peers`); `settle` lets an error a lost peer caused wait for that line.
 
 A collective must be called by every process, for the same values, in the same order.
 """
@@ -22,7 +24,10 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["is_leader", "agree", "any_process", "barrier", "spans_processes", "to_host"]
+from jaxjudge.peers import HEARTBEAT_TIMEOUT_S, LOST_AFTER_S, settle, watch_peers
+
+__all__ = ["HEARTBEAT_TIMEOUT_S", "LOST_AFTER_S", "is_leader", "agree", "any_process", "barrier", "settle",
+           "spans_processes", "to_host", "watch_peers"]
 
 
 def is_leader() -> bool:

@@ -7,6 +7,16 @@
 - on a Cloud TPU host, with no flags: `jax.distributed.initialize` finds the slice's hosts in the
   TPU VM's metadata (or GKE's ``TPU_WORKER_HOSTNAMES``); a single-host slice is one process.
 
+Join or refuse: where the slice has several workers (read where JAX reads them,
+`jaxjudge.experiment.tpu_slice`) or the flags name several processes, a failed join stops the
+run before any work with one line naming the slice or job, its size and the error (the CLI's
+exit 2). A process other than 0 first waits, at most ``$JAXJUDGE_JOIN_TIMEOUT_S`` (300 s), for
+the coordinator to accept a connection, so that an absent one is that line and not the C++
+abort of a failed registration. Once joined, every process watches the others
+(`jaxjudge.peers`): a lost process ends the others within `jaxjudge.peers.LOST_AFTER_S` (30 s),
+each with one line naming it and exit status 3; the chunks already published stay, and starting
+every process again computes the rest.
+
 What each process then computes (its *plan line* says it) depends on the config's mesh
 (`jaxjudge.experiment.hardware.mesh_for`):
 
@@ -29,10 +39,10 @@ The report is written once, by process 0.
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
 import re
 import socket
+import time
 import warnings
 from typing import Any
 
@@ -40,9 +50,11 @@ import jax
 import numpy as np
 
 from jaxjudge.experiment.typed import ConfigError
-from jaxjudge.multihost import is_leader, spans_processes
+from jaxjudge.experiment.tpu_slice import on_tpu_host, tpu_slice
+from jaxjudge.multihost import HEARTBEAT_TIMEOUT_S, is_leader, spans_processes, watch_peers
 
-__all__ = ["Cluster", "cluster_from_flags", "start", "plan_line", "is_leader", "launch_from_environment"]
+__all__ = ["Cluster", "cluster_from_flags", "start", "plan_line", "is_leader", "launch_from_environment",
+           "reach"]
 
 _ADDRESS = re.compile(r"^\[?[A-Za-z0-9_.:-]+\]?:(\d{1,5})$")
 
@@ -82,60 +94,103 @@ def cluster_from_flags(coordinator: str | None, num_processes: int | None, proce
     return Cluster(coordinator, num_processes, process_id)
 
 
-def _cloud_tpu() -> bool:
-    """Whether this looks like a Cloud TPU host (a TPU VM's accelerator device files, or GKE's
-    worker list), without starting a backend."""
-    return (bool(os.environ.get("TPU_WORKER_HOSTNAMES")) or os.path.exists("/dev/accel0")
-            or bool(glob.glob("/dev/vfio/[0-9]*")))
+JOIN_TIMEOUT_S = 300
+"""Seconds a process waits for the job's coordinator and the other processes to join
+(``$JAXJUDGE_JOIN_TIMEOUT_S`` overrides it)."""
 
 
-def start(cluster: Cluster | None, timeout_s: int = 300) -> bool:
-    """Joins the multi-process job the launch describes (explicit flags, else a TPU pod's
-    environment); does nothing for a single process. Call before anything touches a device.
+def _join_timeout() -> int:
+    text = os.environ.get("JAXJUDGE_JOIN_TIMEOUT_S", "")
+    try:
+        return max(1, int(text)) if text.strip() else JOIN_TIMEOUT_S
+    except ValueError:
+        raise ConfigError(f"$JAXJUDGE_JOIN_TIMEOUT_S: expected whole seconds, got {text!r}") from None
+
+
+def start(cluster: Cluster | None) -> bool:
+    """Joins the multi-process job the launch describes (explicit flags, else the Cloud TPU
+    slice's environment, `jaxjudge.experiment.tpu_slice`); does nothing for a single process.
+    Call before anything touches a device. Once joined, every process watches the others
+    (`jaxjudge.multihost.watch_peers`): a lost one ends the run with one line.
 
     Returns:
         Whether this process is one of several.
+
+    Raises:
+        ConfigError: the join failed (one line naming the job or the slice, its size and the
+            error; nothing was run), or a slice of several workers was joined as one process.
     """
+    timeout = _join_timeout()
     if cluster is not None:
         if cluster.num_processes > 1:
-            jax.distributed.initialize(coordinator_address=cluster.coordinator,
-                                       num_processes=cluster.num_processes, process_id=cluster.process_id,
-                                       initialization_timeout=timeout_s)
-    elif _cloud_tpu():
-        # JAX reads the slice's hosts from the TPU VM's metadata (or GKE's environment); a host
-        # it finds no cluster for stays a single process, unless the environment names several
-        # workers: then every host would run the whole sweep as process 0 of 1, so the run stops.
+            what = f"the {cluster.num_processes}-process job at {cluster.coordinator} as process {cluster.process_id}"
+            _join(what, cluster.coordinator if cluster.process_id else None, timeout,
+                  coordinator_address=cluster.coordinator, num_processes=cluster.num_processes,
+                  process_id=cluster.process_id)
+    else:
+        found = tpu_slice()
+        if found is not None and len(found.workers) > 1:
+            # JAX's own detection joins (it reads the same environment, and multislice's too);
+            # the coordinator is probed first so that an absent one is a line, not an abort.
+            _join(found.describe(), found.coordinator if found.worker_id else None, timeout)
+            if jax.process_count() < len(found.workers):
+                raise ConfigError(f"joining {found.describe()} made {jax.process_count()} process(es) of "
+                                  f"{len(found.workers)}; nothing was run")
+        elif on_tpu_host() and found is None:
+            warnings.warn("jaxjudge: a TPU host that no metadata server or TPU_WORKER_HOSTNAMES describes as "
+                          "part of a slice of several workers: running as one process", stacklevel=2)
+    if jax.process_count() > 1:
+        watch_peers()
+        return True
+    return False
+
+
+def _join(what: str, probe: str | None, timeout: int, **how: Any) -> None:
+    """`jax.distributed.initialize` with ``how``, after waiting (at most ``timeout`` s) for the
+    coordinator at ``probe`` to accept a connection: an absent coordinator is a `ConfigError`
+    here, not the C++ abort of a failed registration."""
+    try:
+        if probe is not None:
+            reach(probe, timeout)
+        jax.distributed.initialize(initialization_timeout=timeout, heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S,
+                                   **how)
+    except Exception as e:  # noqa: BLE001 - any failure to join stops the run, in one line
+        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"joining {what} failed: {text}; nothing was run") from None
+
+
+def reach(address: str, timeout: float) -> None:
+    """Waits until ``HOST:PORT`` accepts a TCP connection (processes start in any order).
+
+    Raises:
+        OSError: none within ``timeout`` seconds (the message names the last refusal).
+    """
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    deadline = time.monotonic() + timeout
+    while True:
         try:
-            jax.distributed.initialize(initialization_timeout=timeout_s)
-        except (ValueError, RuntimeError) as e:
-            workers = _named_workers()
-            if len(workers) > 1:
-                raise ConfigError(
-                    f"joining the TPU slice's {len(workers)} workers (TPU_WORKER_HOSTNAMES) failed: "
-                    f"{str(e).splitlines()[0] if str(e) else type(e).__name__}; nothing was run") from None
-            warnings.warn(f"jaxjudge: no multi-host TPU slice detected ({e}); running as one process",
-                          stacklevel=2)
-    return jax.process_count() > 1
-
-
-def _named_workers() -> list[str]:
-    """The slice's workers the environment names (GKE's and the TPU VM's ``TPU_WORKER_HOSTNAMES``)."""
-    return [h for h in os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]
+            with socket.create_connection((host, int(port)), timeout=min(5.0, timeout)):
+                return
+        except OSError as e:
+            last = e
+        if time.monotonic() >= deadline:
+            reason = getattr(last, "strerror", None) or str(last) or type(last).__name__
+            raise OSError(f"no coordinator answered at {address} within {timeout:g} s ({reason})")
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
 
 def launch_from_environment() -> tuple[int, int]:
-    """``(processes, this process)`` as a Cloud TPU slice's environment names them
-    (``TPU_WORKER_HOSTNAMES``, ``TPU_WORKER_ID``), without joining: ``(1, 0)`` elsewhere."""
-    workers = _named_workers()
-    if len(workers) <= 1:
+    """``(processes, this process)`` as a Cloud TPU slice's environment names them (GKE's
+    variables or the TPU VM's metadata), without joining: ``(1, 0)`` elsewhere."""
+    found = tpu_slice()
+    if found is None or len(found.workers) <= 1:
         return 1, 0
-    try:
-        me = int(os.environ.get("TPU_WORKER_ID", "0"))
-    except ValueError:
-        raise ConfigError(f"TPU_WORKER_ID: expected an int, got {os.environ['TPU_WORKER_ID']!r}") from None
-    if not 0 <= me < len(workers):
-        raise ConfigError(f"TPU_WORKER_ID: {me} is outside the {len(workers)} workers of TPU_WORKER_HOSTNAMES")
-    return len(workers), me
+    me = found.worker_id
+    if me is None or not 0 <= me < len(found.workers):
+        raise ConfigError(f"{found.source}: this worker's id ({me}) is not one of the {len(found.workers)} workers "
+                          "it names (TPU_WORKER_ID, or the metadata's agent-worker-number)")
+    return len(found.workers), me
 
 
 def plan_line(mesh: Any) -> str:

@@ -1,5 +1,4 @@
-"""Locations a run cannot serve are refused before any work (a bucket where gcsfs is installed is served),
-and a slice whose join fails stops."""
+"""Locations a run cannot serve are refused before any work (a bucket where gcsfs is installed is served)."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ import pytest
 
 from jaxjudge.experiment import ConfigError, check_location, load_config, with_overrides
 from jaxjudge.data.tasks import resolve_data_dir
-from jaxjudge.experiment import distributed
 from jaxjudge.store import location
 
 REPO = Path(__file__).resolve().parents[2]
@@ -104,18 +102,3 @@ def test_a_mistyped_compile_cache_variable_is_one_line_and_changes_nothing(monke
     with pytest.raises(ConfigError, match=r"^\$JAXJUDGE_XLA_CACHE: 'gs:/bucket/xla' looks like a mistyped 'gs' URL"):
         enable_compile_cache()
     assert jax.config.jax_compilation_cache_dir == before
-
-
-def test_a_failed_join_on_a_slice_of_several_workers_stops(monkeypatch):
-    def fail(**_):
-        raise RuntimeError("coordinator unreachable\ndetails")
-
-    monkeypatch.setattr(distributed.jax.distributed, "initialize", fail)
-    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "t1k-w-0,t1k-w-1")
-    with pytest.raises(ConfigError, match=r"^joining the TPU slice's 2 workers \(TPU_WORKER_HOSTNAMES\) failed: "
-                                          r"coordinator unreachable; nothing was run$"):
-        distributed.start(None)
-    # one named worker (a single-host slice): a warning, then one process
-    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "t1k-w-0")
-    with pytest.warns(UserWarning, match="no multi-host TPU slice detected"):
-        assert distributed.start(None) is False
