@@ -1,4 +1,4 @@
-"""Paths in a Cloud Storage bucket, and the chunk claims that independent workers share there.
+"""Paths in a Cloud Storage bucket: whole objects, conditional writes, stated retries.
 
 A `BucketPath` (``gs://bucket/prefix``) has the small pathlib API the stores, registrations and
 run folders use (see `jaxjudge.store.location`). Objects are read and written whole, through
@@ -11,38 +11,30 @@ Conditional writes (the service's generation preconditions):
 - `BucketPath.create` uploads only if no object has the name (``ifGenerationMatch=0``): the
   first of several writers wins, the others are told so. Chunks and manifests are published
   this way: once, whole.
-- A claim on a chunk (`claim_object`) is such a create of ``chunks/.NNNNNN.claim``. Its holder
-  renews it every ``lease / 6`` seconds by rewriting it under
-  ``ifGenerationMatch=<its generation>``. A worker that finds a claim looks again each time it
-  polls; a claim whose generation has not changed for ``lease`` seconds of that worker's own
-  clock (so no clocks are compared between hosts) is taken over by the same conditional rewrite,
-  which only one of several waiting workers can win. A holder whose renewal is refused has lost
-  its claim (it was silent for a whole lease) and stops renewing; the chunk it then publishes,
-  or the new holder's, is refused as a second create, so the chunk is still written once.
-- A holder releases its claim by a last conditional rewrite, then a delete under
-  ``ifGenerationMatch``, so a claim taken over in the meantime is left to its new holder.
+- `BucketPath.rewrite` replaces an object only if its generation still matches, and
+  `BucketPath.delete_if` deletes it only then: the chunk claims that independent workers share
+  (`jaxjudge.store.bucket_claims`) rest on them.
 
-There is no process id to look at across hosts: a killed worker's claims are taken over after
-the lease, not at once as on a local disk. The service allows about one write a second to one
-object, so a lease shorter than 6 s (renewals more often than that) is for an emulator only.
+Retries: every request retries transient failures (429, 5xx, a reset connection, a lost answer)
+with exponential backoff (`RETRY_INITIAL_S`); a precondition's refusal (412) is an answer, never
+retried. Because a retried conditional write whose first try was applied is refused, the
+conditional writes are idempotent: a refusal is checked against the object, and one that holds
+exactly this write's bytes (a claim record carries its writer's token and a nonce) was this
+write (`BucketPath.holds`).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import io
-import json
 import os
 import posixpath
-import socket
 import threading
-import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import PurePosixPath
 from typing import Any
 
-__all__ = ["BucketClaim", "BucketPath", "claim_object", "clear_dead_object_claim"]
+__all__ = ["BucketClaim", "BucketPath", "claim_object", "clear_dead_object_claim", "transient_errors"]
 
 _FS: Any = None
 _CLIENT: Any = None
@@ -77,6 +69,32 @@ def _precondition_errors() -> tuple[type[BaseException], ...]:
     from google.api_core import exceptions
 
     return exceptions.PreconditionFailed, exceptions.NotFound
+
+
+RETRY_INITIAL_S, RETRY_MAX_S, RETRY_TOTAL_S = 0.25, 8.0, 60.0
+"""The google-cloud-storage requests' retries: a transient failure (429, 5xx, a reset connection,
+a lost response) is tried again after 0.25 s, doubling to 8 s, for 60 s in all. gcsfs retries
+its own requests the same way, with its fixed policy (6 tries, waits of 1-2 s doubling to 32 s)."""
+
+
+def _retry() -> Any:
+    """The retry for this module's google-cloud-storage requests (see `RETRY_INITIAL_S`): only
+    transient errors; a precondition's refusal (412) and a 404 are answers, never retried."""
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    return DEFAULT_RETRY.with_delay(initial=RETRY_INITIAL_S, maximum=RETRY_MAX_S, multiplier=2.0).with_timeout(
+        RETRY_TOTAL_S)
+
+
+def transient_errors() -> tuple[type[BaseException], ...]:
+    """The errors a request may end with after its retries are spent on a transient failure (the
+    service overloaded or unreachable): worth trying again later, unlike a refusal."""
+    import aiohttp
+    import requests
+    from google.api_core import exceptions
+
+    return (exceptions.TooManyRequests, exceptions.ServerError, exceptions.RetryError, requests.ConnectionError,
+            requests.Timeout, aiohttp.ClientError, TimeoutError, ConnectionError)
 
 
 class BucketPath:
@@ -272,30 +290,54 @@ class BucketPath:
 
     def create(self, data: bytes) -> bool:
         """Upload ``data`` only if no object has this name (``ifGenerationMatch=0``); False if
-        one had (it is left as it was)."""
+        another writer's object is there (it is left as it was).
+
+        Idempotent: a retried upload whose first try was applied (its answer lost) is refused
+        412, so a refusal is checked against the object, and one holding exactly ``data`` (a
+        claim record carries its writer's token) is this upload's.
+        """
         try:
             filesystem().pipe_file(self._fs_path, bytes(data), mode="create")
         except FileExistsError:
-            return False
+            return self.holds(data) is not None
         return True
+
+    def holds(self, data: bytes) -> int | None:
+        """The object's generation if it holds exactly ``data``, else None (another writer's
+        object, or none)."""
+        from google.api_core import exceptions
+
+        blob = client().bucket(self.bucket).get_blob(self.key, retry=_retry())
+        if blob is None:
+            return None
+        try:
+            got = blob.download_as_bytes(if_generation_match=blob.generation, retry=_retry())
+        except (exceptions.PreconditionFailed, exceptions.NotFound):
+            return None  # replaced or deleted between the two requests: not this writer's any more
+        return int(blob.generation) if got == bytes(data) else None
 
     def rewrite(self, data: bytes, generation: int) -> int | None:
         """Replace the object if its generation is still ``generation``; its new generation, or
-        None if it changed or went (nothing is written then)."""
+        None if it changed or went (nothing is written then). Idempotent as `create`: a refused
+        retry finds ``data`` (unique to this write) in the object when its first try was applied."""
         refused = _precondition_errors()
         blob = client().bucket(self.bucket).blob(self.key)
         try:
-            blob.upload_from_string(bytes(data), if_generation_match=int(generation))
+            blob.upload_from_string(bytes(data), if_generation_match=int(generation), retry=_retry())
         except refused:
-            return None
+            return self.holds(data)
         return int(blob.generation)
 
     def delete_if(self, generation: int) -> bool:
-        """Delete the object if its generation is still ``generation``."""
-        refused = _precondition_errors()
+        """Delete the object if its generation is still ``generation``; True if it is gone (a
+        retried delete whose first try was applied is answered 404)."""
+        from google.api_core import exceptions
+
         try:
-            client().bucket(self.bucket).blob(self.key).delete(if_generation_match=int(generation))
-        except refused:
+            client().bucket(self.bucket).blob(self.key).delete(if_generation_match=int(generation), retry=_retry())
+        except exceptions.NotFound:
+            return True
+        except exceptions.PreconditionFailed:
             return False
         return True
 
@@ -315,95 +357,5 @@ class BucketPath:
                 raise
 
 
-# -- claims ---------------------------------------------------------------------------------------
-
-_SEEN: dict[str, tuple[int, float]] = {}
-"""Per claim object: the generation this process last saw there and (its own clock) since when."""
-
-
-def _silent_for(path: BucketPath, generation: int) -> float:
-    """Seconds this process has seen ``generation`` at ``path`` unchanged (0 on first sight)."""
-    now = time.monotonic()
-    seen = _SEEN.get(str(path))
-    if seen is None or seen[0] != generation:
-        _SEEN[str(path)] = (generation, now)
-        return 0.0
-    return now - seen[1]
-
-
-class BucketClaim:
-    """A held claim object, renewed by a thread until `release` (see the module docstring)."""
-
-    def __init__(self, path: BucketPath, record: dict[str, Any], generation: int, *, interval: float):
-        self.path, self.record, self.generation = path, record, generation
-        self.lost = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._renew, args=(interval,), daemon=True)
-        self._thread.start()
-
-    def _renew(self, interval: float) -> None:
-        while not self._stop.wait(interval):
-            record = {**self.record, "renewed": time.time()}
-            try:
-                gen = self.path.rewrite(json.dumps(record).encode(), self.generation)
-            except Exception:  # noqa: BLE001 - a failed request: try again at the next beat
-                continue
-            if gen is None:  # taken over: this worker was silent for a whole lease
-                self.lost = True
-                return
-            self.generation = gen
-
-    def release(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        if self.lost:
-            return
-        # A last conditional rewrite first: refused if the claim was taken over since the last
-        # renewal. After it, nobody may take the claim over for a whole lease, so the delete
-        # removes this claim even where the delete's own precondition is not checked
-        # (fake-gcs-server ignores ifGenerationMatch on a delete).
-        gen = self.path.rewrite(json.dumps({**self.record, "released": time.time()}).encode(), self.generation)
-        if gen is None:
-            self.lost = True
-            return
-        self.path.delete_if(gen)
-
-    def __enter__(self) -> BucketClaim:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.release()
-
-
-def claim_object(path: BucketPath, written: Callable[[], bool], *, stale_after: float) -> BucketClaim | None:
-    """Claim the chunk whose claim object is ``path``, or None when another worker holds it (and
-    has renewed it within ``stale_after`` seconds of this worker's clock) or ``written()`` says
-    the chunk is done (checked again once the claim is held)."""
-    record = {"host": socket.gethostname(), "pid": os.getpid(), "token": uuid.uuid4().hex}
-    data = json.dumps(record).encode()
-    interval = max(stale_after / 6, 0.05)
-    gen = None
-    if path.create(data):
-        gen = path.generation()
-    else:
-        held = path.generation()
-        if held is None:  # released between the create and the look: try once more
-            gen = path.generation() if path.create(data) else None
-        elif _silent_for(path, held) >= stale_after:
-            gen = path.rewrite(data, held)
-    if gen is None:
-        return None
-    _SEEN.pop(str(path), None)
-    claim = BucketClaim(path, record, gen, interval=interval)
-    if written():
-        claim.release()
-        return None
-    return claim
-
-
-def clear_dead_object_claim(path: BucketPath, stale_after: float) -> None:
-    """Delete the claim on a written chunk if it has been silent for ``stale_after`` seconds of
-    this worker's clock (its holder died between publishing the chunk and releasing it)."""
-    held = path.generation()
-    if held is not None and _silent_for(path, held) >= stale_after:
-        path.delete_if(held)
+# Re-exported: the claims live in their own module (it imports this one).
+from jaxjudge.store.bucket_claims import BucketClaim, claim_object, clear_dead_object_claim  # noqa: E402
