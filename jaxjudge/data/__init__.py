@@ -1,7 +1,9 @@
 """Data: judge-evaluation sets as `Example` records (id, group, text fields, human scores).
 
-`TASKS` holds the facts of the tasks the experiments judge (human-score ranges, aspects,
-splits, files) and `load_task_data` loads one as an experiment config's task describes it.
+`TASKS` holds the built-in tasks (human-score ranges, aspects, splits, files), each a
+`TaskSource`, the same description a user's table gets (`TaskSource.from_file` with a
+`FieldMap`: JSON Lines, CSV or Parquet, `read_file_task`), and `load_task_data` loads one as an
+experiment config's task describes it.
 Loaders read the local JSON Lines copies (or the hub through the optional `datasets`
 package) and validate every row: a malformed row raises `DataError` naming file, line and
 field.
@@ -33,11 +35,21 @@ from jaxjudge.data.summeval import (
     load_summeval_subset,
     summeval_dev_doc_ids,
 )
-from jaxjudge.data.tasks import SUMMEVAL_RANGE, TASKS, TaskData, load_task_data, resolve_data_dir, task_dev_docs
+from jaxjudge.data.table import FieldMap, read_file_task, read_rows
+from jaxjudge.data.tasks import (
+    SUMMEVAL_RANGE,
+    TASKS,
+    TaskData,
+    TaskSource,
+    load_task_data,
+    resolve_data_dir,
+    task_dev_docs,
+)
 
 __all__ = [
     "DataError",
     "Example",
+    "FieldMap",
     "HELPSTEER2_ASPECTS",
     "SEMREL_RANGE",
     "STSB_RANGE",
@@ -47,6 +59,7 @@ __all__ = [
     "SUMMEVAL_SUBSET_DOC_IDS",
     "TASKS",
     "TaskData",
+    "TaskSource",
     "connected_groups",
     "from_prompt_range",
     "group_indices",
@@ -57,6 +70,8 @@ __all__ = [
     "load_summeval",
     "load_summeval_subset",
     "load_task_data",
+    "read_file_task",
+    "read_rows",
     "resolve_data_dir",
     "score_array",
     "summeval_dev_doc_ids",

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from jaxjudge.data.tasks import TASKS, resolve_data_dir
+from jaxjudge.data.example import DataError
+from jaxjudge.data.table import table_columns
+from jaxjudge.data.tasks import resolve_data_dir
 from jaxjudge.experiment.schema import ConfigError, ExperimentConfig, ModelSpec, TaskSpec, resolve_model_path
-from jaxjudge.prompts import CandidateTokenizationError, ScoreScale, get_template, score_candidates
+from jaxjudge.prompts import CandidateTokenizationError, ScoreScale, score_candidates
 from jaxjudge.store import file_sha256
 from jaxjudge.store.location import LocationError, is_bucket
 
@@ -37,13 +39,49 @@ def _model_problems(model: ModelSpec, check_sha: bool) -> list[str]:
     return []
 
 
-def _task_problems(task: TaskSpec) -> list[str]:
+def _template_problems(task: TaskSpec) -> list[str]:
     out = []
     for aspect in task.aspects:
         try:
-            get_template(task.task, aspect)
-        except KeyError as e:
-            out.append(f"task {task.task!r}: {e.args[0]}")
+            template = task.template(aspect)
+        except ConfigError as e:
+            out.append(str(e))
+            continue
+        if aspect in (task.templates or {}):
+            used = {m for m in ("{min}", "{max}") if m in template.raw_text}
+            if len(used) < 2:
+                out.append(f"task {task.task!r}: template of aspect {aspect!r} lacks "
+                           f"{' and '.join(sorted({'{min}', '{max}'} - used))}: the score range must reach the prompt")
+    return out
+
+
+def _file_task_problems(task: TaskSpec) -> list[str]:
+    """A user's table: it exists, and every template placeholder names one of its columns."""
+    path = task.file
+    try:
+        columns = table_columns(path)
+    except (FileNotFoundError, DataError, LocationError) as e:
+        return [f"task {task.task!r}: {e}"]
+    lowered = {c.lower() for c in columns}
+    chosen = None if task.text_fields is None else {c.lower() for c in task.text_fields}
+    out = []
+    for aspect in task.aspects:
+        for name in task.template(aspect).placeholders():
+            if name.lower() not in lowered:
+                out.append(f"task {task.task!r}: template of aspect {aspect!r} uses {{{{{name}}}}}, a field {path} "
+                           f"lacks (its fields: {', '.join(columns)})")
+            elif chosen is not None and name.lower() not in chosen:
+                out.append(f"task {task.task!r}: template of aspect {aspect!r} uses {{{{{name}}}}}, not one of "
+                           f"TaskSpec.text_fields {list(task.text_fields)}")
+    return out
+
+
+def _task_problems(task: TaskSpec) -> list[str]:
+    out = _template_problems(task)
+    if out:
+        return out
+    if task.file is not None:
+        return _file_task_problems(task)
     if task.data == "embedded":
         if task.split == "fixed_docs" and task.dev_docs is None:
             out.append(
@@ -61,7 +99,7 @@ def _task_problems(task: TaskSpec) -> list[str]:
     if not folder.is_dir():
         where = "set $JAXJUDGE_DATA_DIR or TaskSpec.data" if task.data == "shared" else "TaskSpec.data"
         return out + [f"task {task.task!r}: data folder not found: {folder} ({where})"]
-    for name in TASKS[task.task]["files"]:
+    for name in task.source().files:
         if not (folder / name).is_file():
             out.append(f"task {task.task!r}: data file not found: {folder / name}")
     if task.split == "fixed_docs" and task.dev_docs is None and not (folder / "dev_doc_ids.txt").is_file():
@@ -96,14 +134,16 @@ def validate_config(cfg: ExperimentConfig, *, check_files: bool = True, check_sh
                 problems.append(
                     f"task {t.task!r}: subset keeps {len(t.subset.doc_ids)} documents, fewer than n_folds={t.n_folds}"
                 )
+    if len(problems) == 1:  # one problem, one line
+        raise ConfigError(f"config {cfg.name!r}: {problems[0]}")
     if problems:
         lines = "\n".join(f"  - {p}" for p in problems)
         raise ConfigError(f"config {cfg.name!r}: {len(problems)} problem(s):\n{lines}")
 
 
-def _template_context(task: str, aspect: str, scale) -> tuple[str, str]:
+def _template_context(task: TaskSpec, aspect: str, scale) -> tuple[str, str]:
     """The last line of a template's rendered suffix (where the score follows) and its separator."""
-    template = get_template(task, aspect)
+    template = task.template(aspect)
     fields = {name: "x" for name in template.placeholders("all")}
     _, suffix = template.render_parts(fields, scale)
     lines = [line for line in suffix.splitlines() if line.strip()]
@@ -134,7 +174,7 @@ def check_tokenizer(
         for aspect in t.aspects:
             for s in cfg.scales:
                 scale = ScoreScale.parse(s)
-                context, sep = _template_context(t.task, aspect, scale)
+                context, sep = _template_context(t, aspect, scale)
                 try:
                     score_candidates(tokenizer, scale, context=context, separator=sep if separator is None else separator)
                 except CandidateTokenizationError as e:

@@ -24,7 +24,7 @@ from typing import Any
 
 import jax
 
-from jaxjudge.data.tasks import TASKS, resolve_data_dir
+from jaxjudge.data.tasks import resolve_data_dir
 from jaxjudge.experiment.schema import (
     ConfigError,
     ExperimentConfig,
@@ -133,13 +133,17 @@ def _data_entries(cfg: ExperimentConfig, hash_files: bool) -> dict[str, Any]:
     for t in cfg.tasks:
         folder = resolve_data_dir(t)
         entry: dict[str, Any] = {"data": t.data, "split": t.split}
-        if folder is None:
+        if t.file is not None:  # a user's table: the file itself
+            path = location(t.file, "data file").expanduser()
+            entry = {"file": portable_path(path), "split": t.split,
+                     "sha256": file_sha256(path) if hash_files and path.is_file() else None}
+        elif folder is None:
             entry["source"] = "embedded SummEval subset (jaxjudge/resources/summeval_subset)"
         else:
             entry["folder"] = portable_path(folder)
             entry["files"] = {
                 name: (file_sha256(folder / name) if hash_files and (folder / name).is_file() else None)
-                for name in TASKS[t.task]["files"]
+                for name in t.source().files
             }
         if t.subset is not None:
             entry["subset"] = config_to_dict(cfg)["tasks"][cfg.tasks.index(t)]["subset"]

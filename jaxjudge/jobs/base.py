@@ -115,6 +115,9 @@ class ExtractionJob:
       model: model name.
       task, aspect: None for task-free kinds (``per_task`` False).
       scale: scale name (``"1-5"``).
+      given_template: the task's template as the config gives it (`TaskSpec.template`); None:
+        the built-in one of (task, aspect). Not part of the job's identity: its text reaches the
+        store key through the prompts' digest (`setup`), so a changed template never reuses a store.
 
     Class attributes of a kind: ``role`` (its name in store keys and folders), ``per_task``,
     ``order`` (its place among a cell's jobs in a plan), ``arrays`` (the schema: array name ->
@@ -126,6 +129,7 @@ class ExtractionJob:
     task: str | None
     aspect: str | None
     scale: str
+    given_template: Any = field(default=None, compare=False, repr=False)
 
     role: ClassVar[str] = ""
     per_task: ClassVar[bool] = True
@@ -155,7 +159,9 @@ class ExtractionJob:
 
     def template(self) -> Any:
         """The task's prompt template, or None for a task-free job."""
-        return get_template(self.task, self.aspect) if self.task else None
+        if not self.task:
+            return None
+        return self.given_template if self.given_template is not None else get_template(self.task, self.aspect)
 
     def prompts(self, examples: Sequence[Any], *, chat: Any = None) -> list:
         """The prompts the job renders (before any truncation), with ``chat`` or raw."""

@@ -55,7 +55,7 @@ class ScoreJob(ExtractionJob):
         rendered = render_all(self.template(), rc.examples(self), scale, chat=rc.chat, tokenizer=rc.judge.tokenizer,
                               max_tokens=rc.context, overflow=rc.overflow, reserve_tokens=4)
         where, key = self.folder(rc.root), rc.key(self)
-        gen = GenerateJob(self.model, self.task, self.aspect, self.scale)
+        gen = GenerateJob(self.model, self.task, self.aspect, self.scale, self.given_template)
         out = None
         if gen in rc.jobs:
             gen_where = gen.folder(rc.root)

@@ -42,6 +42,7 @@ __all__ = [
     "load_random_number_paraphrases",
     "random_number_prompts",
     "resource_path",
+    "template_from_config",
 ]
 
 # (task, aspect) -> (file name, truncate_field, truncate_side)
@@ -80,6 +81,27 @@ def get_template(task: str, aspect: str) -> Template:
     return Template.from_file(
         resource_path("templates", file), name=f"{task}/{aspect}", truncate_field=truncate_field, truncate_side=side
     )
+
+
+def template_from_config(given: str, *, name: str) -> Template:
+    """A template a config gives as text or as a file path.
+
+    A value holding a ``{{`` placeholder or a line break is the template text itself (a path
+    holds neither); anything else is a UTF-8 file (``~`` expanded, relative to the working
+    directory), read with `Template.from_file`.
+
+    Raises:
+      FileNotFoundError: no such file (the message names the path and says how text is told
+        from a path).
+      TemplateError: a malformed template.
+    """
+    if "{{" in given or "\n" in given:
+        return Template.from_text(given, name=name)
+    path = Path(given).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"template file not found: {path} (a template given as text must hold a "
+                                "{{Field}} placeholder or a line break)")
+    return Template.from_file(path, name=name)
 
 
 def load_random_number_paraphrases() -> list[str]:

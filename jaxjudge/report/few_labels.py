@@ -49,7 +49,7 @@ import numpy as np
 from scipy.stats import norm
 
 from jaxjudge import metrics as M
-from jaxjudge.data.tasks import TASKS, load_task_data, task_dev_docs
+from jaxjudge.data.tasks import load_task_data, task_dev_docs
 from jaxjudge.report.stores import StoreIndex, cells, load_cells
 from jaxjudge.report.cell import evaluate_cell
 from jaxjudge.report.cell_inputs import MethodOptions, make_splits
@@ -138,7 +138,7 @@ def judge_predictions(cfg: Any, store_root: str | os.PathLike | None = None, *,
                                       per_group=False, n_boot=2)
         splits = make_splits(task.split, a.groups, n_folds=task.n_folds, seed=task.fold_seed,
                              dev_groups=task_dev_docs(task), split_labels=a.split_labels,
-                             original=TASKS[task.task]["original"])
+                             original=task.original)
         preds: dict[tuple[str, str], np.ndarray] = {}
         rep = evaluate_cell(a, splits, options, {"judge": cell.judge, "task": cell.task, "aspect": cell.aspect},
                             predictions=preds)

@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from jaxjudge.data.tasks import TASKS, load_task_data, task_dev_docs
+from jaxjudge.data.tasks import load_task_data, task_dev_docs
 from jaxjudge.report.cell import evaluate_cell
 from jaxjudge.report.cell_inputs import CellArrays, MethodOptions, make_splits
 from jaxjudge.report.methods import METHODS
@@ -44,7 +44,7 @@ def _as_dict(spec: Any) -> dict[str, Any] | None:
 def _splits_for(task: Any, arrays: CellArrays, dev_docs):
     return make_splits(
         task.split, arrays.groups, n_folds=task.n_folds, seed=task.fold_seed, dev_groups=dev_docs,
-        split_labels=arrays.split_labels, original=TASKS[task.task]["original"],
+        split_labels=arrays.split_labels, original=task.original,
     )
 
 

@@ -252,7 +252,7 @@ def load_cells(
                 else:
                     kwargs[name] = value
         out[cell] = CellArrays(
-            scale=ScoreScale.parse(cell.scale), human=td.human(cell.aspect), human_range=td.task.human_range,
+            scale=ScoreScale.parse(cell.scale), human=td.human(cell.aspect), human_range=td.human_range,
             groups=td.groups(), example_ids=ids, split_labels=td.split_labels, **kwargs,
         )
     return out

@@ -159,14 +159,14 @@ def test_cli_store_and_data_errors_are_one_line(tmp_path, capsys, monkeypatch):
         (lambda *a, **k: (_ for _ in ()).throw(ContextOverflowError("example 'd1/s0': prompt is 900 tokens")),
          "example 'd1/s0'"),
     ]
-    import jaxjudge.cli as cli
+    import jaxjudge.experiment as experiment  # the CLI imports run_extractions from it when it runs
 
     for raise_it, expected in cases:
-        monkeypatch.setattr(cli, "run_extractions", raise_it)
+        monkeypatch.setattr(experiment, "run_extractions", raise_it)
         assert main(["extract", str(spec), "--quiet"]) == 2
         assert expected in _one_error_line(capsys)
     # An unanticipated error still shows its traceback.
-    monkeypatch.setattr(cli, "run_extractions", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(experiment, "run_extractions", lambda *a, **k: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         main(["extract", str(spec), "--quiet"])
 

@@ -71,7 +71,10 @@ class Need:
             model = cfg.assistant_of(judge) if self.assistant else judge
         if model is None:
             return None
-        job = self.kind(model, *((task, aspect) if self.kind.per_task else (None, None)), scale)
+        if self.kind.per_task:
+            job = self.kind(model, task, aspect, scale, cfg.task(task).template(aspect))
+        else:
+            job = self.kind(model, None, None, scale)
         return job if job.applies(cfg) else None
 
     def describe(self) -> str:
