@@ -30,9 +30,9 @@ The work is cut into chunks of whole prefix groups (`jaxjudge.engine.plan.plan_c
 With a ``store`` each finished chunk is written at once; a run started again (after a crash
 or a kill) computes only the chunks that are missing and returns the same arrays. Under
 ``jax.distributed`` each process takes the chunks ``j`` with ``j % process_count ==
-process_index``, writes them to the store, waits for the others, and reads the merged
-result (a shared folder; with one folder per process, merge them with
-`jaxjudge.store.merge_stores`). When the mesh spans the processes (a multi-host slice, the
+process_index`` first, then every chunk nobody holds, each under a claim, writes them to
+the store, waits for the chunks the others hold (taking over those of a dead process), and
+reads the whole result: the processes share one folder (a local one, or a bucket prefix). When the mesh spans the processes (a multi-host slice, the
 judge's ``model`` axis possibly across hosts) they are one worker instead: every call is one
 SPMD program, each process tokenises and places only the rows of the ``data`` blocks its own
 devices hold, each chunk's results reach every process in one gather
@@ -64,7 +64,7 @@ from jaxjudge.models.judge import Judge
 from jaxjudge.prompts import RenderedPrompt, ScoreCandidates, ScoreScale
 from jaxjudge.models.sharding import spans_processes
 from jaxjudge.store import CLAIM_STALE_S, Store, StoreError, assign_chunks
-from jaxjudge.store.work import barrier, claimed_chunks
+from jaxjudge.store.work import claimed_chunks
 
 __all__ = ["GenerationRoomError", "check_generation_room", "extract"]
 
@@ -187,8 +187,14 @@ def extract(
             f"running under {n_proc} processes: pass a store (a folder every process can write, or one per "
             "process merged with jaxjudge.store.merge_stores) so the processes' chunks can be combined"
         )
-    mine = assign_chunks(range(len(chunks)), proc, n_proc)
-    todo = mine if spmd else [c for c in mine if st is None or not st.has_chunk(c)]
+    if spmd:
+        todo = list(range(len(chunks)))
+    else:
+        # Every chunk is claimed, not striped: each process starts with its own stripe, then
+        # takes the others' chunks nobody holds, so a dead or slow process's chunks are done.
+        mine = assign_chunks(range(len(chunks)), proc, n_proc)
+        order = mine + [c for c in range(len(chunks)) if c not in set(mine)]
+        todo = [c for c in order if st is None or not st.has_chunk(c)]
 
     if mesh is not None and judge.mesh is not mesh:
         judge = copy.copy(judge).shard(mesh)
@@ -226,6 +232,7 @@ def extract(
             if legacy:
                 arrays.pop("truncated_tokens")
             computed.append(c)
+            in_memory[c] = arrays  # kept: the result is assembled without reading it back
             return arrays
 
         if st is None:
@@ -238,8 +245,6 @@ def extract(
             # share its chunks; the ones other workers hold are waited for at the end (and taken
             # over if their worker died).
             claimed_chunks(st, todo, compute, claim_lease, spmd=spmd, on_written=on_chunk)
-    if n_proc > 1:
-        barrier(f"jaxjudge-extract-{st.key_hash[:16]}")
     ext = _assemble(chunks, tk, st, in_memory, cands, computed)
     if generate_tokens:
         ids = np.full((len(tk.prompts), generate_tokens), judge.pad_id, np.int32)
@@ -278,12 +283,10 @@ def _assemble(chunks: list[Chunk], tk: Tokenised, st: Store | None, in_memory: d
     n = len(tk.prompts)
     parts: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []
     missing = []
+    read = _read_chunks(st, [ch.index for ch in chunks if ch.index not in in_memory])
     for ch in chunks:
-        if ch.index in in_memory:
-            arrays = in_memory[ch.index]
-        elif st is not None and st.has_chunk(ch.index):
-            arrays = st.read_chunk(ch.index)
-        else:
+        arrays = in_memory.get(ch.index, read.get(ch.index))
+        if arrays is None:
             missing.append(ch.index)
             continue
         want = [tk.prompts[i].example_id for i in ch.members]
@@ -312,3 +315,23 @@ def _assemble(chunks: list[Chunk], tk: Tokenised, st: Store | None, in_memory: d
     ext = Extraction(example_ids=[p.example_id for p in tk.prompts], **out, candidates=cands,
                      computed_chunks=tuple(computed), truncated_tokens=cut)
     return ext.take(keep) if missing else ext
+
+
+def _read_chunks(st: Store | None, wanted: list[int]) -> dict[int, dict[str, np.ndarray]]:
+    """The chunks of ``wanted`` that ``st`` holds (those computed elsewhere), read concurrently
+    from a bucket (each a whole-object GET), one after another from a local disk."""
+    if st is None or not wanted:
+        return {}
+    from concurrent.futures import ThreadPoolExecutor
+
+    from jaxjudge.store.location import is_bucket
+
+    def one(i: int) -> dict[str, np.ndarray] | None:
+        return st.read_chunk(i) if st.has_chunk(i) else None
+
+    if is_bucket(st.root):
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            got = dict(zip(wanted, pool.map(one, wanted)))
+    else:
+        got = {i: one(i) for i in wanted}
+    return {i: a for i, a in got.items() if a is not None}
