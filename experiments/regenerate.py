@@ -13,6 +13,9 @@ committed ``results.json``: labels and counts exactly, numbers within ``--tol`` 
 absolute, or relative for numbers above 1: float32 reductions under XLA follow the CPU's vector
 width and the array layout, see ``tests/experiments/test_regenerate.py``).
 Prints one line per run with its time, the total time, and exits 1 if any run differs.
+With ``--add`` a run whose every committed number regenerates within the tolerance gets what the
+code now computes beside them (new keys such as ``p_interval``, new parts such as
+``invariance``), every committed value kept as it is (`with_added`).
 With ``--markdown`` nothing is recomputed: each ``jaxjudge report`` run's ``results.md`` is written
 again from its committed ``results.json`` and ``metadata.json`` (after a change to the tables
 alone, such as a new section; the numbers, the metadata and the figures stay as committed).
@@ -41,6 +44,7 @@ from jaxjudge.cli import enable_compile_cache  # noqa: E402
 from jaxjudge.experiment import load_config  # noqa: E402
 from jaxjudge.report import report_from_store  # noqa: E402
 from jaxjudge.report.few_labels import run_few_labels  # noqa: E402
+from jaxjudge.report.invariance import report_invariance  # noqa: E402
 from jaxjudge.report.results import Results  # noqa: E402
 from jaxjudge.report.tables import markdown_report  # noqa: E402
 from jaxjudge.store.registration import registration_of_stores  # noqa: E402
@@ -56,17 +60,29 @@ statistic's layout changed and every estimate stayed within 1e-6, the ratios mov
 COMPARED = ("rows", "notes", "ranges", "endpoints")
 """The parts of a report's results.json compared (aux holds figure extras only)."""
 
+ADDED = ("invariance",)
+"""Parts added after some runs were committed: compared where the committed results carry them."""
 
-def compare(a: Any, b: Any, tol: float, where: str = "results") -> list[str]:
-    """Differences between two JSON trees: exact for labels and counts, ``tol`` for floats."""
+ADDED_KEYS = ("p_interval",)
+"""Keys added after some runs were committed (the interval's own p-value beside each Wald ``p``):
+compared where the committed results carry them, not a difference where they do not."""
+
+
+def compare(a: Any, b: Any, tol: float, where: str = "results", added_ok: bool = False) -> list[str]:
+    """Differences between two JSON trees: exact for labels and counts, ``tol`` for floats;
+    keys of ``a`` (fresh) in `ADDED_KEYS` that ``b`` (committed) lacks are not differences, nor,
+    with ``added_ok``, any key of ``a`` that ``b`` lacks."""
     if isinstance(a, dict):
-        if not isinstance(b, dict) or set(a) != set(b):
-            return [f"{where}: keys differ {sorted(set(a) ^ set(b)) if isinstance(b, dict) else type(b).__name__}"]
-        return [d for k in a for d in compare(a[k], b[k], tol, f"{where}.{k}")]
+        if not isinstance(b, dict):
+            return [f"{where}: {type(b).__name__}, not a dict"]
+        extra = set(a) - set(b) if added_ok else (set(a) - set(b)) & set(ADDED_KEYS)
+        if set(a) - extra != set(b):
+            return [f"{where}: keys differ {sorted((set(a) - extra) ^ set(b))}"]
+        return [d for k in b for d in compare(a[k], b[k], tol, f"{where}.{k}", added_ok)]
     if isinstance(a, list):
         if not isinstance(b, list) or len(a) != len(b):
             return [f"{where}: lengths differ"]
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in compare(x, y, tol, f"{where}[{i}]")]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in compare(x, y, tol, f"{where}[{i}]", added_ok)]
     if isinstance(a, float) or isinstance(b, float):
         if a is None or b is None or isinstance(a, str) or isinstance(b, str):
             return [f"{where}: {a!r} vs {b!r}"]
@@ -80,12 +96,24 @@ def compare(a: Any, b: Any, tol: float, where: str = "results") -> list[str]:
     return [] if a == b else [f"{where}: {a!r} vs {b!r}"]
 
 
+def with_added(committed: Any, fresh: Any) -> Any:
+    """``committed`` with every key of ``fresh`` it lacks added (recursively); its own values kept."""
+    if isinstance(committed, dict) and isinstance(fresh, dict):
+        return {**{k: with_added(v, fresh[k]) if k in fresh else v for k, v in committed.items()},
+                **{k: v for k, v in fresh.items() if k not in committed}}
+    if isinstance(committed, list) and isinstance(fresh, list) and len(committed) == len(fresh):
+        return [with_added(x, y) for x, y in zip(committed, fresh)]
+    return committed
+
+
 def _report_run(words: list[str]) -> dict[str, Any]:
     spec = words[2]
     overrides = [words[i + 1] for i, w in enumerate(words) if w == "--set"]
     cfg = load_config(spec, overrides)
-    fresh = report_from_store(cfg.store_root, cfg).to_dict()
-    return {k: fresh[k] for k in COMPARED}
+    res = report_from_store(cfg.store_root, cfg)
+    res.invariance = res.invariance or report_invariance(res, cfg)
+    fresh = res.to_dict()
+    return {k: fresh[k] for k in COMPARED + ADDED if k in fresh}
 
 
 def _few_labels_run(words: list[str]) -> dict[str, Any]:
@@ -116,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--markdown", action="store_true",
                     help="rewrite results.md from the committed results.json and metadata.json (no recomputation)")
+    ap.add_argument("--add", action="store_true",
+                    help="where every committed number regenerates within --tol, add to results.json what the code "
+                    "now computes beside it (new keys and parts only; every committed value kept as it is)")
     ap.add_argument("--registration", action="store_true",
                     help="record in each report run's results.json whether its analysis plan was registered before "
                     "extraction (from its stores' manifests and the store root's records; no recomputation), then "
@@ -154,10 +185,16 @@ def main(argv: list[str] | None = None) -> int:
     for name, words in todo:
         t0 = time.perf_counter()
         fresh = _report_run(words) if words[0] == "jaxjudge" else _few_labels_run(words)
-        committed = json.loads((REPO / "results" / name / "results.json").read_text())
-        if words[0] == "jaxjudge":
-            committed = {k: committed.get(k) for k in COMPARED}
-        diffs = compare(fresh, committed, args.tol)
+        path = REPO / "results" / name / "results.json"
+        whole = json.loads(path.read_text())
+        committed = {k: whole[k] for k in COMPARED + ADDED if k in whole} if words[0] == "jaxjudge" else whole
+        if words[0] == "jaxjudge" and not args.add:  # a part added since this run was committed is not compared
+            fresh = {k: v for k, v in fresh.items() if k in committed or k in COMPARED}
+        diffs = compare(fresh, committed, args.tol, added_ok=args.add)
+        if args.add and not diffs and with_added(committed, fresh) != committed:
+            path.write_text(json.dumps({**whole, **with_added(committed, fresh)}, indent=1, allow_nan=False) + "\n",
+                            encoding="utf-8")
+            print(f"{name}: added {sorted(set(fresh) - set(committed))} and keys inside (values kept)")
         failed += bool(diffs)
         status = "identical" if not diffs else f"{len(diffs)} differences, first: {diffs[0]}"
         print(f"{name}: {status} ({time.perf_counter() - t0:.1f} s)", flush=True)

@@ -30,7 +30,7 @@ from jaxjudge.metrics.fold_stat import (
     FoldArrays, FoldPrepared, doc_columns, fold_arrays, methods_point, methods_prepare, methods_stat, needs_signs,
 )
 from jaxjudge.metrics.intervals import interval_summary
-from jaxjudge.metrics.multiplicity import bootstrap_p_value
+from jaxjudge.metrics.multiplicity import bootstrap_p_value, interval_p_value
 from jaxjudge.report.cell_inputs import MethodOptions
 from jaxjudge.select import Splits
 
@@ -320,6 +320,8 @@ def _method_stats(ci: _Bootstrapped | None, point: np.ndarray | None, docs: dict
         if name.startswith("delta_") and out[name].get("low") is not None:
             # Two-sided (Wald, bootstrap SE) p-value of the paired difference, for Holm.
             out[name]["p"] = bootstrap_p_value(est, reps)
+            if options.ci_method in ("percentile", "expanded"):  # the p-value of the interval itself
+                out[name]["p_interval"] = interval_p_value(est, reps, method=options.ci_method, num_groups=num_groups)
     for i, name in enumerate(point_names):
         out[name] = interval_summary(point[i], None, options.alpha)
     for name, iv in out.items():

@@ -32,13 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from jaxjudge.metrics.multiplicity import holm
+from jaxjudge.report.endpoint_tables import interval_p
 from jaxjudge.report.intervals_text import format_p
 from jaxjudge.report.quotes import QUOTE, splice
 from jaxjudge.report.ranges import nested_comparisons, typed_comparisons
 from jaxjudge.report.results import Results
 from jaxjudge.store.registration import REGISTERED
 
-__all__ = ["Claim", "Run", "RULE", "claims_table", "interval_p", "main", "plan", "verdict"]
+__all__ = ["Claim", "Run", "RULE", "claims_table", "main", "plan", "verdict"]
 
 BEGIN, END = "<!-- claims: begin -->", "<!-- claims: end -->"
 
@@ -125,13 +126,6 @@ def _fmt(iv: dict[str, Any]) -> str:
     if iv.get("p_holm") is not None:
         text += f", Holm p {format_p(iv['p_holm'], iv.get('n_boot'))}"
     return text
-
-
-def interval_p(iv: dict[str, Any]) -> float | None:
-    """The p-value that agrees with the interval printed beside it: ``p_interval`` (the report's
-    interval inverted on the same resamples, `jaxjudge.metrics.multiplicity.interval_p_value`)
-    where the run has it, else the Wald ``p`` of older results."""
-    return iv["p_interval"] if iv.get("p_interval") is not None else iv.get("p")
 
 
 def _side(iv: dict[str, Any], primary: bool, alpha: float = 0.05) -> int:

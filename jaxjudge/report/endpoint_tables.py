@@ -9,7 +9,7 @@ from jaxjudge.report.intervals_text import format_interval, format_p
 from jaxjudge.report.ranges import comparisons
 from jaxjudge.report.results import Results
 
-__all__ = ["RANGES_NOTE", "SECONDARY_NOTE", "primary_line", "ranges_table", "secondary_table"]
+__all__ = ["RANGES_NOTE", "SECONDARY_NOTE", "interval_p", "primary_line", "ranges_table", "secondary_table"]
 
 RANGES_NOTE = (
     "Mean and spread of the selection metric over the score ranges, and each method's "
@@ -22,7 +22,10 @@ RANGES_NOTE = (
     "reaches 0); Δ spread takes each side's sd net of the noise, its replicates netted of twice "
     "the noise. \"relative\" is the papers' figure as a ratio of means: (mean of the method - "
     "mean of the baseline) / |mean of the baseline| over the ranges. "
-    "p: Wald p-value from the bootstrap standard error; Holm: adjusted over the secondary family."
+    "p: the interval's own p-value (the smallest alpha at which the interval, on the same "
+    "resamples, excludes 0: below 0.05 exactly where the 95% interval lies on one side of 0) where "
+    "the run has it, else the Wald p-value of the bootstrap standard error; Holm: the Wald "
+    "p-values adjusted over the secondary family."
 )
 
 SECONDARY_NOTE = (
@@ -30,16 +33,25 @@ SECONDARY_NOTE = (
     "with Holm's step-down procedure (family-wise error rate {alpha:g}); {significant} have an "
     "adjusted p-value below {alpha:g}. The p-values are Wald ones from the bootstrap standard "
     "error (a percentile-bootstrap p-value cannot go below 2/(B+1), which Holm over this many "
-    "comparisons could never reject); the intervals are the unadjusted 95% ones."
+    "comparisons could never reject); the intervals are the unadjusted 95% ones, and \"p (interval)\" "
+    "is the interval's own p-value (below 0.05 exactly where it excludes 0; empty for results "
+    "that predate it)."
 )
 
+
+
+def interval_p(iv: dict[str, Any]) -> float | None:
+    """The p-value that agrees with the interval printed beside it: ``p_interval`` (the interval
+    inverted on the same resamples, `jaxjudge.metrics.multiplicity.interval_p_value`) where the
+    results have it, else the Wald ``p`` of older results."""
+    return iv["p_interval"] if iv.get("p_interval") is not None else iv.get("p")
 
 
 def _p(iv: dict[str, Any] | None) -> str:
     if not iv or iv.get("p") is None:
         return ""
     held = f", Holm {format_p(iv['p_holm'], iv.get('n_boot'))}" if iv.get("p_holm") is not None else ""
-    return f" (p {format_p(iv['p'], iv.get('n_boot'))}{held})"
+    return f" (p {format_p(interval_p(iv), iv.get('n_boot'))}{held})"
 
 
 def _describe(d: dict[str, Any]) -> str:
@@ -68,7 +80,7 @@ def primary_line(results: Results) -> str:
         iv = e["interval"]
         text = f"{_describe(e['description'])}: {format_interval(iv)}"
         if iv.get("p") is not None:
-            text += f", p {format_p(iv['p'], iv.get('n_boot'))}"
+            text += f", p {format_p(interval_p(iv), iv.get('n_boot'))}"
             if iv.get("p_holm") is not None:
                 text += (f" (Holm over the {len(prim['endpoints'])} co-primary: "
                          f"{format_p(iv['p_holm'], iv.get('n_boot'))})")
@@ -139,11 +151,11 @@ def _relative(iv: dict[str, Any] | None) -> str:
 def secondary_table(results: Results) -> str:
     """Markdown: every secondary comparison with its interval, p-value and Holm-adjusted p."""
     prim = [e["description"] for e in ((results.endpoints or {}).get("primary") or {}).get("endpoints", [])]
-    head = ["comparison", "difference [95% interval]", "p", "Holm p"]
+    head = ["comparison", "difference [95% interval]", "p (interval)", "p (Wald)", "Holm p"]
     lines = [f"| {' | '.join(head)} |", "|" + "---|" * len(head)]
     for d, iv in comparisons(results.rows, results.ranges):
         if d in prim:
             continue
-        lines.append(f"| {_describe(d)} | {format_interval(iv)} | {format_p(iv['p'], iv.get('n_boot'))} | "
-                     f"{format_p(iv.get('p_holm'), iv.get('n_boot'))} |")
+        lines.append(f"| {_describe(d)} | {format_interval(iv)} | {format_p(iv.get('p_interval'), iv.get('n_boot'))} | "
+                     f"{format_p(iv['p'], iv.get('n_boot'))} | {format_p(iv.get('p_holm'), iv.get('n_boot'))} |")
     return "\n".join(lines)

@@ -34,8 +34,9 @@ import numpy as np
 from jaxjudge.metrics.bootstrap import bootstrap_distribution
 from jaxjudge.metrics.intervals import interval_summary
 from jaxjudge.metrics.multiplicity import bootstrap_p_value, interval_p_value
+from jaxjudge.report.intervals_text import format_interval, format_p
 
-__all__ = ["item_sd", "range_invariance"]
+__all__ = ["INVARIANCE_NOTE", "invariance_table", "item_sd", "range_invariance", "report_invariance"]
 
 _PANEL = ("model", "task", "aspect", "reading")
 
@@ -143,3 +144,43 @@ def range_invariance(items: Mapping[str, Any] | Sequence[Mapping[str, Any]], mat
             rec["methods"].append(entry)
         out.append(rec)
     return out
+
+
+def report_invariance(results: Any, cfg: Any) -> list[dict[str, Any]]:
+    """`range_invariance` of a report's own per-item scores (``results.items``; none: empty), with
+    each method's matched baseline from its rows and the bootstrap settings of ``cfg``."""
+    items = getattr(results, "items", None)
+    if not items:
+        return []
+    matched = {r["method"]: r.get("matched_baseline") for r in results.rows}
+    return range_invariance(items, matched, cfg)
+
+
+INVARIANCE_NOTE = (
+    "How far one item's score moves when only the range does: each item's score mapped linearly "
+    "from the prompt's range onto the human scale, its standard deviation across the ranges "
+    "(ddof 1), averaged over the reported items that every method of the reading scores on every "
+    "range (human-scale units; 0: the range does not matter to any item). Δ: the method's value "
+    "minus its comparator's on the same resamples of groups (negative: more invariant), with the "
+    "interval's own p-value."
+)
+
+
+def invariance_table(invariance: Sequence[Mapping[str, Any]]) -> str:
+    """Markdown of `range_invariance`'s records, one table per (judge, task, aspect, reading)."""
+    parts: list[str] = []
+    for rec in invariance:
+        parts += [f"{rec['judge']}, {rec['task']} {rec['aspect']}, {rec['score']}: {rec['n_items']} items "
+                  f"({rec['n_groups']} groups), ranges {', '.join(rec['scales'])}", "",
+                  "| method | item sd across ranges | versus | Δ item sd |", "|---|---|---|---|"]
+        for m in rec["methods"]:
+            first = [m["method"], format_interval(m["item_sd"])]
+            if not m["versus"]:
+                parts.append(f"| {' | '.join(first + ['', ''])} |")
+            for i, v in enumerate(m["versus"]):
+                d = v["diff"]
+                p = f" (p {format_p(d['p_interval'], d.get('n_boot'))})" if d.get("p_interval") is not None else ""
+                cells = (first if i == 0 else ["", ""]) + [f"{v['baseline']} ({v['role']})", format_interval(d) + p]
+                parts.append(f"| {' | '.join(cells)} |")
+        parts.append("")
+    return "\n".join(parts)

@@ -30,7 +30,11 @@ interval, with the reason). From each row's replicates of the selection metric, 
 adjusts every other paired comparison of the report (per-range differences from vanilla and from
 matched baselines, ``mean_diff`` and ``spread_diff``) together with Holm's procedure: each gets
 ``p_holm`` beside its ``p`` (Wald, from the bootstrap standard error: `jaxjudge.metrics.multiplicity`); ``relative`` is
-descriptive (its test is that of ``mean_diff``) and carries no p-value.
+descriptive (its test is that of ``mean_diff``) and carries no p-value. Each ``p`` has a
+``p_interval`` beside it: the p-value of the printed interval itself (the smallest alpha at which
+it excludes 0 on the same resamples, `jaxjudge.metrics.multiplicity.interval_p_value`), the one
+printed beside an unadjusted interval; Holm adjusts the Wald ``p``, which a family this large
+needs (a percentile p-value cannot go below about 1/B).
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ import numpy as np
 from jaxjudge.metrics.bootstrap import expanded_levels
 from jaxjudge.metrics.heterogeneity import heterogeneity_interval, net_sd, noise_covariance
 from jaxjudge.metrics.intervals import NAN_SHARE_MAX, interval_summary
-from jaxjudge.metrics.multiplicity import bootstrap_p_value, holm
+from jaxjudge.metrics.multiplicity import bootstrap_p_value, holm, interval_p_value
 from jaxjudge.report.methods import REFERENCE, Role, role_of
 
 __all__ = ["REFERENCE_ROLE", "all_comparisons", "comparisons", "endpoints", "find_primary", "nested_comparisons",
@@ -70,6 +74,7 @@ def _iv(estimate: float, reps: np.ndarray | None, options: Any, num_groups: int,
                            method=method)
     if p and reps is not None and out.get("low") is not None:
         out["p"] = bootstrap_p_value(estimate, reps)
+        out["p_interval"] = interval_p_value(estimate, reps, method=method, num_groups=num_groups)
     return out
 
 

@@ -32,6 +32,8 @@ class Results:
         (`jaxjudge.report.ranges.endpoints`); empty for results that predate them.
       registration: whether the config's analysis plan was registered before extraction
         (`jaxjudge.store.registration.registration_status`); empty where not known.
+      invariance: range invariance measured on items (`jaxjudge.report.invariance`); empty for
+        results that predate it.
     """
 
     experiment: str
@@ -41,11 +43,13 @@ class Results:
     ranges: list[dict[str, Any]] = field(default_factory=list)
     endpoints: dict[str, Any] = field(default_factory=dict)
     registration: dict[str, Any] = field(default_factory=dict)
+    invariance: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "experiment": self.experiment, "rows": self.rows, "aux": self.aux, "notes": self.notes,
                 "ranges": self.ranges, "endpoints": self.endpoints,
-                **({"registration": self.registration} if self.registration else {})}
+                **({"registration": self.registration} if self.registration else {}),
+                **({"invariance": self.invariance} if self.invariance else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Results:
@@ -53,7 +57,7 @@ class Results:
             raise ValueError(f"not a results file: format {d.get('format')!r}, expected {FORMAT!r}")
         return cls(experiment=d["experiment"], rows=list(d["rows"]), aux=list(d["aux"]), notes=list(d.get("notes", [])),
                    ranges=list(d.get("ranges", [])), endpoints=dict(d.get("endpoints", {})),
-                   registration=dict(d.get("registration", {})))
+                   registration=dict(d.get("registration", {})), invariance=list(d.get("invariance", [])))
 
     def save_json(self, path: str | os.PathLike) -> Path:
         path = location(path, "results file")

@@ -24,6 +24,7 @@ from typing import Any
 
 from jaxjudge.report.edges import edge_table, grid_edges
 from jaxjudge.report.intervals_text import format_interval
+from jaxjudge.report.invariance import INVARIANCE_NOTE, invariance_table
 from jaxjudge.report.methods import PARSED
 from jaxjudge.report.endpoint_tables import RANGES_NOTE, SECONDARY_NOTE, primary_line, ranges_table, secondary_table
 from jaxjudge.report.results import Results
@@ -319,6 +320,8 @@ def markdown_report(results: Results, metadata: dict[str, Any] | None = None, *,
         parts += ["## Paired differences (headline)", "", paired_table(results), ""]
     if results.ranges:
         parts += ["## Over ranges", "", RANGES_NOTE, "", ranges_table(results), ""]
+    if results.invariance:
+        parts += ["## Range invariance on items", "", INVARIANCE_NOTE, "", invariance_table(results.invariance), ""]
     if results.endpoints and (results.endpoints.get("secondary") or {}).get("count"):
         sec = results.endpoints["secondary"]
         parts += ["## Secondary comparisons", "", SECONDARY_NOTE.format(**sec), "", secondary_table(results), ""]

@@ -142,6 +142,10 @@ def test_the_one_command_config(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="--assistant: no method of --methods uses it"):
         sweep_config(data=str(data), template=str(template), judge="default", human="rating", human_range="0-10",
                      assistant="org/other")
+    pair = sweep_config(data=str(data), template=str(template), judge="default", human="rating", human_range="0-10",
+                        methods="vanilla,contrastive", assistant="org/default")
+    assert [m.path for m in pair.models] == ["default", "org/default"] and pair.judges == ("default",)
+    assert pair.pairs == (("default", "default_assistant"),)
     assert model_name("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen2.5-0.5B-Instruct" and model_name("gguf:a.b.gguf") == "a.b"
     for name in ("JAXJUDGE_XLA_CACHE", "JAXJUDGE_CACHE", "HF_HUB_CACHE", "HF_HOME", "MPLCONFIGDIR"):
         monkeypatch.setenv(name, "")  # recorded, so that teardown restores what keep_caches_in sets

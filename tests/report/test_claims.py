@@ -194,3 +194,14 @@ def test_the_committed_claims_table_gives_every_registered_endpoint_its_results_
             (ep,) = raw["endpoints"]["primary"]["endpoints"]
             assert verdict(res, c, run)[0] == ep["verdict"]
     assert seen >= 2
+
+
+def test_the_p_printed_beside_an_interval_is_the_intervals_own():
+    from jaxjudge.report.endpoint_tables import interval_p, primary_line
+
+    # the exploratory STS-B primary: a percentile interval touching 0 beside a Wald p of 0.040
+    iv = {**_iv(0.044, -0.0002, 0.085), "n_boot": 1000, "p": 0.040, "p_interval": 0.052}
+    res = _results(iv, _iv(0, -1, 1, 1.0), _iv(0, -1, 1, 1.0), primary=True)
+    line = primary_line(res)
+    assert ", p 0.052" in line and "p 0.04" not in line.replace("p 0.052", "")
+    assert interval_p({"p": 0.04}) == 0.04  # results that predate p_interval keep their Wald p

@@ -71,3 +71,19 @@ def test_an_item_undefined_on_some_range_leaves_the_reading_paired():
     (rec,) = range_invariance(_items({"vanilla": x, "m": x + 1.0}, ["a", "b", "c", "d"]), {}, OPTS)
     assert rec["n_items"] == 3
     assert rec["methods"][1]["versus"][0]["diff"]["estimate"] == pytest.approx(0.0)
+
+
+def test_the_table_and_the_reports_section():
+    from jaxjudge.report import Results
+    from jaxjudge.report.invariance import invariance_table
+    from jaxjudge.report.tables import markdown_report
+
+    x = np.array([[1.0, 2.0, 3.0, 4.0], [2.0, 2.0, 3.0, 5.0]])
+    recs = range_invariance(_items({"vanilla": x, "m": x * 0.5}, ["a", "b", "c", "d"]), {}, OPTS)
+    text = invariance_table(recs)
+    assert "j, t a, expected@1: 4 items (4 groups), ranges 0-4, 1-5" in text
+    assert "| vanilla | 0.354 [" in text and "| m | 0.177 [" in text and "| vanilla (vanilla) | -0.177 [" in text
+    res = Results("x", invariance=recs)
+    assert "## Range invariance on items" in markdown_report(res)
+    assert Results.from_dict(res.to_dict()).invariance == recs
+    assert "invariance" not in Results("x").to_dict()  # results that predate it are written as before
