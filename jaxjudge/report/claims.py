@@ -58,7 +58,8 @@ RULE = (
     "registered before extraction (column *plan*) is given the verdict its registration defines, "
     "the one its run's `results.json` holds (with a declared margin: **better** where the interval "
     "lies above +margin, **worse** below -margin, **equivalent** within it, **inconclusive** "
-    "otherwise); every other row is *post hoc*: chosen or read after the data were seen."
+    "otherwise); every other row is *post hoc*: chosen or read after the data were seen. Holm across "
+    "runs adjusts each run's p-value of its own interval (below 0.05 exactly where it excludes 0)."
 )
 
 
