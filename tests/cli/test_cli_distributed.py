@@ -87,10 +87,11 @@ def _stsb_files() -> dict[str, str]:
 
 
 def _experiment(tmp_path: Path, judge: Path | str, mesh: dict[str, int] | None = None, name: str = "twoproc",
-                data: str | None = None) -> Path:
+                data: str | None = None, **fields) -> Path:
     """The config file (in ``tmp_path``): STS-B from ``data`` (default: a folder written here;
     ``"shared"``: ``$JAXJUDGE_DATA_DIR/stsb``), the judge at ``judge`` (a relative path: the
-    judge's file in ``tmp_path``, named from the working directory)."""
+    judge's file in ``tmp_path``, named from the working directory); ``fields`` replace the
+    config's."""
     import dataclasses
 
     from tests.tiny_judge import spec
@@ -110,7 +111,7 @@ def _experiment(tmp_path: Path, judge: Path | str, mesh: dict[str, int] | None =
         scales=("1-5",), methods=("vanilla", "generate", "contextual", "deb_r"), temperatures=(1.0,), lambdas_extended=None,
         prompt_style="raw", engine={"chunk_size": 2}, mesh=mesh, generation_max_new_tokens=8, n_boot=100,
         store_root=str(tmp_path / "stores"), results_root=str(tmp_path / "results"))
-    text = json.dumps(config_to_dict(cfg))
+    text = json.dumps(config_to_dict(dataclasses.replace(cfg, **fields)))
     path = tmp_path / f"{name}.py"
     path.write_text("import json\nfrom jaxjudge.experiment import config_from_dict\n\n\n"
                     f"def get_config(arg=None):\n    return config_from_dict(json.loads({text!r}))\n")
