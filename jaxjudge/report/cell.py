@@ -153,7 +153,7 @@ class _Cell:
         valid = np.ones(n, bool) if arrays.valid is None else arrays.valid
         self.ctx = stats_context(human, arrays.groups, test, k, scale.lo, valid, labels)
         self.selector, self.minimize = _selector(options, self.codes)
-        self.options, self.labels, self.predictions = options, labels, predictions
+        self.options, self.labels, self.predictions = options, labels, {} if predictions is None else predictions
         self.rows: list[dict[str, Any]] = []
         # Emitted rows awaiting their metrics, by score kind.
         self.pending: dict[str, list[_Pending]] = {}
@@ -231,8 +231,7 @@ class _Cell:
         kind = kind_t[0]
         f, n, k = self.cx.f, self.cx.n, self.cx.k
         pred, probs = self.read(adj_fnk, kind_t)
-        if self.predictions is not None:
-            self.predictions[(method, kind)] = pred
+        self.predictions[(method, kind)] = pred
         row = self.base_row(method, kind)
         row.update(
             metrics=None, delta=None, hparams=hparams or [{} for _ in range(f)],  # metrics: `score_pending`
@@ -339,6 +338,7 @@ class _Cell:
         generated = method.parsed(arrays)
         gen = np.broadcast_to(generated, (f, n))
         ok = np.isfinite(generated).astype(np.float32)
+        self.predictions[(method.name, "generate")] = gen
         reps: list[dict[str, np.ndarray]] = []
         mets, _ = score_stats(gen, None, None, ok, {**self.ctx, "valid": ok}, self.options, replicates=reps,
                               keep=(self.sel_name,))
@@ -389,7 +389,8 @@ def evaluate_cell(
       options: methods, grids, metrics, bootstrap settings.
       labels: identifying fields copied into every row (judge, task, aspect, ...).
       predictions: if a dict, filled with ``(method, score kind) -> [F, N]`` predictions of
-        every row (what `jaxjudge.report.few_labels` builds on).
+        every row, NaN where a generation did not parse (`jaxjudge.report.items` and
+        `jaxjudge.report.few_labels` build on them).
 
     Returns:
       `CellReport`. Each row holds the labels and ``scale``, ``method`` (variant name),

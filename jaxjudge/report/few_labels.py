@@ -53,6 +53,7 @@ from jaxjudge.data.tasks import load_task_data, task_dev_docs
 from jaxjudge.report.stores import StoreIndex, cells, load_cells
 from jaxjudge.report.cell import evaluate_cell
 from jaxjudge.report.cell_inputs import MethodOptions, make_splits
+from jaxjudge.report.items import cross_fitted
 from jaxjudge.report.methods import REFERENCE
 
 __all__ = [
@@ -151,7 +152,7 @@ def judge_predictions(cfg: Any, store_root: str | os.PathLike | None = None, *,
             if kind != cfg.score:
                 continue
             p = np.asarray(p, np.float64)
-            cross = np.sum(np.where(test, p, 0.0), 0)[rows] / test.sum(0)[rows]  # mean over testing folds
+            cross = cross_fitted(p, test)[rows]  # mean over testing folds
             kept[method] = ha + (cross - lo) / (hi - lo) * (hb - ha)
             hparams[method] = next((r["hparams"] for r in rep.rows if r["method"] == method and r["score"] == kind), [])
         ids = np.asarray(a.example_ids)[rows]

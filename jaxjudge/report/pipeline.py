@@ -23,6 +23,7 @@ from typing import Any
 from jaxjudge.data.tasks import load_task_data, task_dev_docs
 from jaxjudge.report.cell import evaluate_cell
 from jaxjudge.report.cell_inputs import CellArrays, MethodOptions, make_splits
+from jaxjudge.report.items import cell_items
 from jaxjudge.report.methods import METHODS
 from jaxjudge.report.ranges import endpoints, range_statistics
 from jaxjudge.report.results import Results
@@ -66,7 +67,8 @@ def report_from_arrays(
 
     Returns:
       `Results` with rows in grid order (judges, tasks, aspects, scales; methods in config
-      order). The same arrays and config always give identical numbers.
+      order) and the predictions they were computed from per item (``items``, see
+      `jaxjudge.report.items`). The same arrays and config always give identical numbers.
     """
     results = Results(experiment=cfg.name, notes=list(notes or []))
     dev_docs = {t.task: task_dev_docs(t) for t in cfg.tasks}
@@ -96,7 +98,10 @@ def report_from_arrays(
             progress(cell.label())
         a = arrays[cell]
         labels = {"experiment": cfg.name, "judge": cell.judge, "task": cell.task, "aspect": cell.aspect}
-        rep = evaluate_cell(a, _splits_for(task, a, dev_docs[cell.task]), options, labels)
+        splits, preds = _splits_for(task, a, dev_docs[cell.task]), {}
+        rep = evaluate_cell(a, splits, options, labels, predictions=preds)
+        order = [key for key in ((r["method"], r["score"]) for r in rep.rows) if key in preds]
+        results.items.append(cell_items(preds, order, a, splits, {**labels, "scale": cell.scale}))
         results.rows += rep.rows
         results.aux.append(rep.aux)
         by_task[cell.task].append(({**labels, "scale": cell.scale}, rep))

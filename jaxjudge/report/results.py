@@ -34,6 +34,9 @@ class Results:
         (`jaxjudge.store.registration.registration_status`); empty where not known.
       invariance: range invariance measured on items (`jaxjudge.report.invariance`); empty for
         results that predate it.
+      items: per-item scores of every cell (`jaxjudge.report.items.cell_items`), written to
+        ``items.parquet`` by `jaxjudge.report.write_run`; not part of the JSON (empty after
+        `from_dict`).
     """
 
     experiment: str
@@ -44,6 +47,7 @@ class Results:
     endpoints: dict[str, Any] = field(default_factory=dict)
     registration: dict[str, Any] = field(default_factory=dict)
     invariance: list[dict[str, Any]] = field(default_factory=list)
+    items: list[dict[str, Any]] = field(default_factory=list, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "experiment": self.experiment, "rows": self.rows, "aux": self.aux, "notes": self.notes,

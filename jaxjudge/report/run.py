@@ -4,6 +4,9 @@ Layout written by `write_run`::
 
     results.json     Results (rows, figure extras, notes), JSON
     results.csv      one line per row, every number (see jaxjudge.report.tables)
+    items.parquet    one row per item, judge, task, aspect, range, reading and method: the scores
+    items.csv        the metrics were computed from (see jaxjudge.report.items); written when the
+                     results carry them (a report's do, results read back from JSON do not)
     results.md       the command, notes, headline pivot(s) and every number with intervals
     figures/*.png    score distributions, latent number priors, lambda curves
     metadata.json    command line, dates, config, seed, model files (sha256), data files
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxjudge.report.figures import write_figures
+from jaxjudge.report.items import write_items
 from jaxjudge.report.results import Results
 from jaxjudge.report.tables import markdown_report, write_csv
 from jaxjudge.store.bucket import BucketPath
@@ -42,8 +46,9 @@ def write_run(results: Results, out_dir: str | os.PathLike, metadata: dict[str, 
       metadata: from `jaxjudge.experiment.collect_metadata` (plus anything else JSON-able).
 
     Returns:
-      name -> path of every file written (``json``, ``csv``, ``markdown``, ``metadata``, and
-      ``figure:<file name>`` for each PNG).
+      name -> path of every file written (``json``, ``csv``, ``items`` and ``items_csv`` where
+      the results carry per-item scores, ``markdown``, ``metadata``, and ``figure:<file name>``
+      for each PNG).
     """
     out = location(out_dir, "results folder")
     if isinstance(out, BucketPath):
@@ -61,6 +66,8 @@ def write_run(results: Results, out_dir: str | os.PathLike, metadata: dict[str, 
         "json": results.save_json(out / "results.json"),
         "csv": write_csv(results, out / "results.csv"),
     }
+    if results.items:
+        paths.update(write_items(results.items, out))
     md = out / "results.md"
     md.write_text(markdown_report(results, metadata), encoding="utf-8")
     paths["markdown"] = md
