@@ -39,11 +39,14 @@ class Quote:
       kind: ``"over ranges"`` or ``"range"`` (a comparison, `typed_comparisons`), ``"own"``
         (the method's own mean or spread), ``"metric"`` (a row's metric on the range
         ``statistic``), ``"primary"`` (the run's primary endpoint), ``"nested"`` (a comparison
-        over ranges with the selection redone in every resample) or ``"secondary count"``.
+        over ranges with the selection redone in every resample), ``"invariance"`` (the item sd
+        across ranges of `jaxjudge.report.invariance`, or with ``versus`` its paired difference)
+        or ``"secondary count"``.
       role: the comparator's role, where ``versus`` is not named.
       judge: the judge, where the run has several.
       show: ``"interval"`` (``+0.012 [0.002, 0.023]``), ``"estimate"``, ``"p"`` (Wald),
-        ``"p_holm"``, ``"verdict"`` (the primary's registered verdict) or ``"count"``.
+        ``"p_interval"`` (the interval's own), ``"p_holm"``, ``"verdict"`` (the primary's
+        registered verdict) or ``"count"``.
       digits: decimals of an estimate and its bounds.
       metric: the metric (``"spearman"``).
     """
@@ -88,11 +91,25 @@ def _entry(q: Quote, res: Results) -> Any:
         hits = [r for r in res.rows if (r["method"], r["score"], r["scale"]) == (q.method, q.score, q.statistic)
                 and (q.judge is None or r["judge"] == q.judge)]
         return hits[0]["metrics"][q.metric] if len(hits) == 1 else _refuse(q, len(hits))
+    if q.kind == "invariance":
+        return _invariance(q, res)
     if q.kind == "nested":
         hits = [iv for d, iv in nested_comparisons(res.ranges) if _matches(q, d)]
     else:
         hits = [iv for d, iv in typed_comparisons(res.rows, res.ranges) if d["kind"] == q.kind and _matches(q, d)]
     return hits[0] if len(hits) == 1 else _refuse(q, len(hits))
+
+
+def _invariance(q: Quote, res: Results) -> dict[str, Any]:
+    """A method's item sd across ranges (``versus`` None) or its difference from ``versus``."""
+    recs = [r for r in res.invariance if r["score"] == q.score and (q.judge is None or r["judge"] == q.judge)]
+    if len(recs) != 1:
+        return _refuse(q, len(recs))
+    hits = [m for m in recs[0]["methods"] if m["method"] == q.method]
+    if q.versus is None:
+        return hits[0]["item_sd"] if len(hits) == 1 else _refuse(q, len(hits))
+    diffs = [v["diff"] for m in hits for v in m["versus"] if v["baseline"] == q.versus]
+    return diffs[0] if len(diffs) == 1 else _refuse(q, len(diffs))
 
 
 def _refuse(q: Quote, n: int) -> Any:
@@ -109,11 +126,12 @@ def quote_text(q: Quote, res: Results) -> str:
             return got["verdict"]
         got = got["interval"]
     d = q.digits
-    if q.show in ("p", "p_holm"):
+    if q.show in ("p", "p_holm", "p_interval"):
         return format_p(got.get(q.show), got.get("n_boot"))
     if got.get("estimate") is None:
         return "undefined"
-    est = f"{got['estimate']:.{d}f}" if q.kind in ("metric", "own") else f"{got['estimate']:+.{d}f}"
+    unsigned = q.kind in ("metric", "own") or (q.kind == "invariance" and q.versus is None)
+    est = f"{got['estimate']:.{d}f}" if unsigned else f"{got['estimate']:+.{d}f}"
     if q.show == "estimate" or got.get("low") is None or got.get("reason"):
         return est
     return f"{est} [{got['low']:.{d}f}, {got['high']:.{d}f}]"

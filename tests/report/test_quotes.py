@@ -73,3 +73,19 @@ def test_check_passes_on_the_committed_page_and_fails_on_a_changed_prose_number(
     assert "quotes: ('stsb.vs_vanilla.holm', '0.91') -> ('stsb.vs_vanilla.holm', '1')" in capsys.readouterr().out
     assert main(["experiments/claims.py", "--write", str(page)]) == 0
     assert page.read_text(encoding="utf-8") == text
+
+
+def test_invariance_quotes():
+    res = _res()
+    res.invariance = [{"judge": "j", "task": "t", "aspect": "a", "score": "expected@1", "scales": ["1-5", "3-7"],
+                       "n_items": 4, "n_groups": 4, "methods": [
+                           {"method": "vanilla", "item_sd": {"estimate": 0.45, "low": 0.44, "high": 0.47}, "versus": []},
+                           {"method": "m", "item_sd": {"estimate": 0.3, "low": 0.28, "high": 0.33},
+                            "versus": [{"baseline": "vanilla", "role": "vanilla",
+                                        "diff": {"estimate": -0.15, "low": -0.17, "high": -0.13, "p_interval": 0.0,
+                                                 "n_boot": 1000}}]}]}]
+    assert quote_text(Quote("r", "vanilla", kind="invariance"), res) == "0.450 [0.440, 0.470]"
+    assert quote_text(Quote("r", "m", "vanilla", kind="invariance"), res) == "-0.150 [-0.170, -0.130]"
+    assert quote_text(Quote("r", "m", "vanilla", kind="invariance", show="p_interval"), res) == "<0.001"
+    with pytest.raises(ValueError, match="0 records match"):
+        quote_text(Quote("r", "m", "other", kind="invariance"), res)
