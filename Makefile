@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # other command or test starts looking for a TPU. Its version is the one jax[tpu] asks for.
 LIBTPU := $(VENV)/libtpu/.installed
 
-.PHONY: demo test test-fast coverage venv bench clean
+.PHONY: demo test test-fast coverage venv bench clean wheel-check
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -39,6 +39,11 @@ coverage: $(STAMP) $(LIBTPU)
 	  $(BIN)/python -m coverage combine --rcfile=tests/coverage.rc -q && \
 	COV_SOURCE=$(CURDIR)/jaxjudge COV_DATA=$(CURDIR)/.coverage-data/.coverage \
 	  $(BIN)/python -m coverage report --rcfile=tests/coverage.rc --precision=2 | tail -1
+
+# Install by name: a wheel of this checkout into a fresh environment in an empty folder, then
+# `jaxjudge demo --ci` there (tests/wheel_check.sh says what it checks).
+wheel-check:
+	bash tests/wheel_check.sh
 
 bench: $(STAMP)
 	for f in benchmarks/*.py; do $(BIN)/python $$f || exit 1; done

