@@ -23,6 +23,7 @@ from typing import Any
 from jaxjudge.data.tasks import load_task_data, task_dev_docs
 from jaxjudge.report.cell import evaluate_cell
 from jaxjudge.report.cell_inputs import CellArrays, MethodOptions, make_splits
+from jaxjudge.report.invariance import report_invariance
 from jaxjudge.report.items import cell_items
 from jaxjudge.report.methods import METHODS
 from jaxjudge.report.ranges import endpoints, range_statistics
@@ -67,8 +68,9 @@ def report_from_arrays(
 
     Returns:
       `Results` with rows in grid order (judges, tasks, aspects, scales; methods in config
-      order) and the predictions they were computed from per item (``items``, see
-      `jaxjudge.report.items`). The same arrays and config always give identical numbers.
+      order), the predictions they were computed from per item (``items``, see
+      `jaxjudge.report.items`) and the range invariance measured on them (``invariance``,
+      `jaxjudge.report.invariance`). The same arrays and config always give identical numbers.
     """
     results = Results(experiment=cfg.name, notes=list(notes or []))
     dev_docs = {t.task: task_dev_docs(t) for t in cfg.tasks}
@@ -111,6 +113,7 @@ def report_from_arrays(
             results.ranges += range_statistics(reps, task_options[name], getattr(cfg, "comparisons", ()))
     primary = getattr(cfg, "primary", None)
     results.endpoints = endpoints(results.rows, results.ranges, _as_dict(primary), cfg.alpha)
+    results.invariance = report_invariance(results, cfg)
     return results
 
 
