@@ -44,7 +44,6 @@ from jaxjudge.cli import enable_compile_cache  # noqa: E402
 from jaxjudge.experiment import load_config  # noqa: E402
 from jaxjudge.report import report_from_store  # noqa: E402
 from jaxjudge.report.few_labels import run_few_labels  # noqa: E402
-from jaxjudge.report.invariance import report_invariance  # noqa: E402
 from jaxjudge.report.results import Results  # noqa: E402
 from jaxjudge.report.tables import markdown_report  # noqa: E402
 from jaxjudge.store.registration import registration_of_stores  # noqa: E402
@@ -110,9 +109,7 @@ def _report_run(words: list[str]) -> dict[str, Any]:
     spec = words[2]
     overrides = [words[i + 1] for i, w in enumerate(words) if w == "--set"]
     cfg = load_config(spec, overrides)
-    res = report_from_store(cfg.store_root, cfg)
-    res.invariance = res.invariance or report_invariance(res, cfg)
-    fresh = res.to_dict()
+    fresh = report_from_store(cfg.store_root, cfg).to_dict()
     return {k: fresh[k] for k in COMPARED + ADDED if k in fresh}
 
 
