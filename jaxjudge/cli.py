@@ -15,7 +15,7 @@
 
 ``sweep --data`` builds the config in memory (`jaxjudge.experiment.oneshot.sweep_config`) and
 writes the run folder a config writes; its caches go under the stores folder
-(`jaxjudge.experiment.oneshot.keep_caches_in`), so it writes nowhere else.
+(`jaxjudge.caches.keep_caches_in`), so it writes nowhere else.
 
 ``store seal DIR`` seals every store under DIR (a store folder or a folder of them) whose
 chunks were written before chunks recorded their store key and content hash: each such chunk
@@ -45,6 +45,7 @@ import sys
 import time
 from pathlib import Path
 
+from jaxjudge.caches import keep_caches_in
 from jaxjudge.cli_args import build_parser
 
 __all__ = ["main"]
@@ -234,35 +235,34 @@ def _one_command_config(args, parser):
     missing = [f"--{f.replace('_', '-')}" for f in _REQUIRED if getattr(args, f) is None]
     if missing:
         parser.error(f"sweep --data: also give {', '.join(missing)}")
-    from jaxjudge.experiment.oneshot import keep_caches_in, sweep_config
-
+    keep_caches_in(args.stores)  # before the library's imports: matplotlib reads its variable then
+    from jaxjudge.experiment.oneshot import sweep_config
     from jaxjudge.experiment.schema import with_overrides
 
-    keep_caches_in(args.stores)
     cfg = sweep_config(**{f: getattr(args, f) for f in _DATA_FLAGS}, stores=args.stores, results=args.results)
     return with_overrides(cfg, args.overrides) if args.overrides else cfg
 
 
 def _config_of(args, parser):
     """``(config, config file or None)`` of a run command."""
-    from jaxjudge.experiment import load_config
-
     if args.command == "sweep":
         cfg = _one_command_config(args, parser)
         if cfg is not None:
             return cfg, None
+    from jaxjudge.experiment import load_config
+
     spec = f"{_demo_config_path()}" + (":ci" if args.ci else "") if args.command == "demo" else args.config
     return load_config(spec, args.overrides), spec.split(":", 1)[0]
 
 
 def _run(args, parser) -> int:
     """extract / report / sweep / demo."""
+    cfg, config_file = _config_of(args, parser)  # first: the one-command run sets cache variables before imports
     from jaxjudge.experiment import check_location, check_run_name
     from jaxjudge.experiment.distributed import cluster_from_flags, is_leader
     from jaxjudge.experiment.distributed import start as start_processes
 
     cluster = cluster_from_flags(args.coordinator, args.num_processes, args.process_id)
-    cfg, config_file = _config_of(args, parser)
     enable_compile_cache(cfg.compile_cache)
     if args.run is not None:  # checked before any work: a run is one folder under the results root
         check_run_name("--run", args.run)

@@ -30,7 +30,7 @@ such as Qwen/Qwen2.5-0.5B-Instruct (downloaded when the network allows).
 SWEEP_EXAMPLE = """\
 The one-command run (no config file): --data, --template, --judge, --human, --human-range,
 --results and --stores are required; it builds the config in memory and writes the run folder
-a config writes (results/<data name>/<run>/: results.json, results.csv, results.md, figures).
+a config writes (<results>/<data name>/<run>/: results.json, results.csv, results.md, figures).
 Caches (compiled programs, converted weights, Hub downloads) go under <stores>/.cache unless
 $JAXJUDGE_XLA_CACHE, $JAXJUDGE_CACHE, $HF_HUB_CACHE (or $HF_HOME), $MPLCONFIGDIR say otherwise.
 

@@ -3,15 +3,12 @@
 ``jaxjudge sweep --data FILE --template FILE --judge MODEL --human FIELD --human-range LO-HI
 --results DIR --stores DIR`` builds its config here (`sweep_config`), in memory, so that the
 whole pipeline runs on it (ranges, methods, stores, intervals, selection on dev, tables) and
-writes the run folder a config file writes. `keep_caches_in(stores)` points the caches a run
-writes (compiled XLA programs, converted weights and model digests, Hub downloads, matplotlib's
-font list) into the stores folder, each unless its own environment variable is set, so that
-the command writes nowhere but the two folders it was given.
+writes the run folder a config file writes; `jaxjudge.caches.keep_caches_in` puts the caches it
+writes into the stores folder first.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,38 +16,8 @@ from pathlib import Path
 from jaxjudge.data.tasks import TASKS
 from jaxjudge.experiment.specs import ModelSpec, TaskSpec, is_hub_id
 from jaxjudge.experiment.typed import ConfigError
-from jaxjudge.store.location import is_bucket
 
-__all__ = ["CACHE_VARIABLES", "keep_caches_in", "model_name", "parse_range", "sweep_config"]
-
-CACHE_VARIABLES = {
-    "JAXJUDGE_XLA_CACHE": "xla",  # compiled XLA programs (`jaxjudge.cli.enable_compile_cache`)
-    "JAXJUDGE_CACHE": "converted",  # converted weights and the model-file digest memo
-    "HF_HUB_CACHE": "huggingface",  # Hub downloads of a judge named by its id
-    "MPLCONFIGDIR": "matplotlib",  # matplotlib's font list, written on its first use
-}
-"""Environment variable -> its folder under ``<stores>/.cache`` in the one-command run."""
-
-
-def keep_caches_in(stores: str) -> dict[str, str]:
-    """Set each unset variable of `CACHE_VARIABLES` to its folder under ``<stores>/.cache``.
-
-    ``HF_HUB_CACHE`` is left alone when ``HF_HOME`` is set (the user's Hub cache). A bucket
-    stores folder sets nothing (the caches stay where the environment puts them).
-
-    Returns:
-      The variables set, with their values.
-    """
-    if is_bucket(stores):
-        return {}
-    base = Path(stores).expanduser().absolute() / ".cache"
-    out = {}
-    for name, sub in CACHE_VARIABLES.items():
-        if name in os.environ or (name == "HF_HUB_CACHE" and "HF_HOME" in os.environ):
-            continue
-        out[name] = os.environ[name] = str(base / sub)
-    return out
-
+__all__ = ["model_name", "parse_range", "sweep_config"]
 
 def parse_range(flag: str, text: str) -> tuple[float, float]:
     """``"0-10"`` or ``"-1-1"`` or ``"0.5-4.5"`` -> ``(lo, hi)`` with lo < hi."""

@@ -10,7 +10,8 @@ import pytest
 
 from jaxjudge.data.tasks import TASKS, TaskSource, load_task_data
 from jaxjudge.experiment import ConfigError, ExperimentConfig, ModelSpec, TaskSpec, validate_config, with_overrides
-from jaxjudge.experiment.oneshot import keep_caches_in, model_name, parse_range, sweep_config
+from jaxjudge.caches import keep_caches_in
+from jaxjudge.experiment.oneshot import model_name, parse_range, sweep_config
 from jaxjudge.report.methods import JUDGE_SCORES
 
 TEMPLATE = "Rate the answer from {min} to {max}.\n{{/prefix}}\nQ: {{Question}}\nA: {{Answer}}\nScore ({min}-{max}):"
