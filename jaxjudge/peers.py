@@ -28,14 +28,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["BEAT_S", "HEARTBEAT_TIMEOUT_S", "LOST_AFTER_S", "LOST_EXIT", "on_lost", "settle", "watch_peers"]
+__all__ = ["BEAT_S", "HEARTBEAT_TIMEOUT_S", "LOST_AFTER_S", "LOST_EXIT", "lost_after", "on_lost", "settle",
+           "watch_peers"]
 
 HEARTBEAT_TIMEOUT_S = 100
 """The coordination service's heartbeat timeout: a process silent this long is declared dead and
 every other one aborted (JAX's default, stated here)."""
 
 LOST_AFTER_S = 30.0
-"""Seconds without a beat after which a process is taken for lost (this process's clock)."""
+"""Seconds without a beat after which a process is taken for lost (this process's clock);
+``$JAXJUDGE_LOST_AFTER_S`` sets another, kept between ``3 * BEAT_S`` and half the heartbeat
+timeout."""
 
 BEAT_S = 2.0
 """How often each process writes its beat and reads the others'."""
@@ -44,11 +47,20 @@ LOST_EXIT = 3
 """The exit status of a process that stopped because another was lost."""
 
 _PREFIX = "jaxjudge/peers"
+
+
+def lost_after() -> float:
+    """`LOST_AFTER_S`, or ``$JAXJUDGE_LOST_AFTER_S`` within its bounds (an unreadable value: the default)."""
+    try:
+        value = float(os.environ.get("JAXJUDGE_LOST_AFTER_S", LOST_AFTER_S))
+    except ValueError:
+        value = LOST_AFTER_S
+    return min(max(value, 3 * BEAT_S), HEARTBEAT_TIMEOUT_S / 2)
 _HOOKS: list[Callable[[], None]] = []
 _WATCH: _Watch | None = None
 
 
-def on_lost(hook: Callable[[], None]) -> Callable[[], Callable[[], None]]:
+def on_lost(hook: Callable[[], None]) -> Callable[[], None]:
     """Run ``hook`` (from the watch's thread) before this process stops for a lost peer.
 
     Returns:
@@ -61,6 +73,7 @@ def on_lost(hook: Callable[[], None]) -> Callable[[], Callable[[], None]]:
 class _Watch:
     def __init__(self, client: Any, n: int, me: int):
         self.client, self.n, self.me = client, n, me
+        self.after = lost_after()
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name="jaxjudge-peers", daemon=True)
 
@@ -88,7 +101,7 @@ class _Watch:
                 beats, done = self._beats()
             except Exception as e:  # noqa: BLE001 - the service is unreachable: process 0 is gone
                 failing = now if failing is None else failing
-                if now - failing >= LOST_AFTER_S and self.me != 0:
+                if now - failing >= self.after and self.me != 0:
                     self._end([0], f"the coordination service stopped answering: {str(e).splitlines()[0][:120]}")
                 continue
             failing = None
@@ -98,10 +111,10 @@ class _Watch:
                     continue
                 if beats.get(p) != value:
                     seen[p] = (beats.get(p), now)
-                elif now - since >= LOST_AFTER_S:
+                elif now - since >= self.after:
                     lost.append(p)
             if lost:
-                self._end(lost, f"no heartbeat for {LOST_AFTER_S:g} s")
+                self._end(lost, f"no heartbeat for {self.after:g} s")
 
     def _end(self, lost: list[int], why: str) -> None:
         for hook in list(_HOOKS):
@@ -154,4 +167,4 @@ def settle() -> None:
     """Where a peer is watched: wait long enough for a lost one to be named (the watch then ends
     this process); returns at once where nothing is watched, or after the wait if none is lost."""
     if _WATCH is not None and not _WATCH.stopped.is_set():
-        _WATCH.stopped.wait(LOST_AFTER_S + 3 * BEAT_S)
+        _WATCH.stopped.wait(_WATCH.after + 3 * BEAT_S)

@@ -1,8 +1,9 @@
 """A lost host ends the run in bounded time, and a restart finishes it: two processes, three
 forced devices each, one SPMD program over ``data 2 x model 3`` (``jaxjudge extract`` with
-``--coordinator``), a store on local disk. Process 1 is SIGKILLed once process 0 has published
-a chunk; process 0 exits non-zero within 60 s of the kill with one line naming process 1 (the
-peers' watch, `jaxjudge.peers`: no C++ abort, no traceback). Both started again compute only the
+``--coordinator``), a store on local disk or in a bucket (the emulator). Process 1 is SIGKILLed
+once process 0 has published a chunk; process 0 exits non-zero within 60 s of the kill with one
+line naming process 1 (the peers' watch, `jaxjudge.peers`, here with a 10 s silence: no C++
+abort, no traceback). Both started again compute only the
 chunks not yet published, and the store then equals one process's (six devices) within 1e-4.
 
 Process 0 pauses after each chunk it publishes (a wrapper around `Store.write_chunk`, which also
@@ -25,7 +26,8 @@ from tests.cli.test_cli_distributed import _arrays, _env, _experiment
 
 pytestmark = pytest.mark.alone
 STORE_ATOL = 1e-4
-EXIT_BOUND_S = 60.0  # the acceptance's bound on a survivor's exit after the kill (the watch needs ~30 s)
+EXIT_BOUND_S = 60.0  # the acceptance's bound on a survivor's exit after the kill
+LOST_AFTER_S = 10  # the watch's silence before a process is taken for lost (30 s by default)
 WRAPPER = """
 import os, sys, time
 from jaxjudge.store.chunked import Store
@@ -47,7 +49,7 @@ sys.exit(main(sys.argv[1:]))
 
 def _start(tmp_path, tag, devices, stores, writes, pause, *launch):
     (tmp_path / "wrapped.py").write_text(WRAPPER)
-    env = _env(tmp_path, tag, devices, WRITES=str(writes), PAUSE=str(pause))
+    env = _env(tmp_path, tag, devices, WRITES=str(writes), PAUSE=str(pause), JAXJUDGE_LOST_AFTER_S=str(LOST_AFTER_S))
     return subprocess.Popen([sys.executable, str(tmp_path / "wrapped.py"), "extract", "lost.py", "--quiet",
                              "--stores", str(stores), *launch],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -58,10 +60,14 @@ def _written(path) -> list[int]:
 
 
 @pytest.mark.slow
-def test_a_killed_process_ends_the_run_in_one_line_and_a_restart_finishes_it(tmp_path, coordinator, tiny_gguf):
+@pytest.mark.parametrize("where", ["local", "bucket"])
+def test_a_killed_process_ends_the_run_in_one_line_and_a_restart_finishes_it(tmp_path, coordinator, tiny_gguf,
+                                                                              request, where):
+    from jaxjudge.store.location import location
+
     # A score job only, one row per chunk (8 chunks), so that the kill lands between chunks.
     _experiment(tmp_path, tiny_gguf, {"data": 2, "model": 3}, "lost", methods=("vanilla",), engine={"chunk_size": 1})
-    stores = tmp_path / "stores"
+    stores = tmp_path / "stores" if where == "local" else location(f"{request.getfixturevalue('gcs_bucket')}/stores")
     launch = lambda i: ("--coordinator", coordinator, "--num-processes", "2", "--process-id", str(i))  # noqa: E731
     first = [_start(tmp_path, f"p{i}", 3, stores, tmp_path / f"writes-{i}", 3, *launch(i)) for i in range(2)]
     procs = list(first)
@@ -96,7 +102,7 @@ def test_a_killed_process_ends_the_run_in_one_line_and_a_restart_finishes_it(tmp
     for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
     recomputed = sorted(_written(tmp_path / "again-0"))
-    print(f"survivor exited {first[0].returncode} after {took:.1f} s; published before the kill {published}, "
+    print(f"{where}: survivor exited {first[0].returncode} after {took:.1f} s; published before the kill {published}, "
           f"computed on restart {recomputed}")
     assert not set(recomputed) & set(published) and sorted(recomputed + published) == list(range(8)), (
         published, recomputed)
