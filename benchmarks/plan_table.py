@@ -30,17 +30,18 @@ sys.path.insert(0, str(ROOT))
 from jaxjudge.aot.presets import PRESETS  # noqa: E402
 from jaxjudge.engine.primitives import bucket_length, slot_bucket  # noqa: E402
 from jaxjudge.models.config import config_from_hf  # noqa: E402
-from jaxjudge.models.mesh_plan import GIB, MeshPlanError, Step, plan_mesh, usable_memory  # noqa: E402
+from jaxjudge.models.machine import GIB, usable_memory  # noqa: E402
+from jaxjudge.models.mesh_plan import CallShape, MeshPlanError, plan_mesh  # noqa: E402
 
 JUDGES = {"llama-3-8b": "Llama-3-8B", "qwen3-32b": "Qwen3-32B", "llama-3-70b": "Llama-3-70B"}
 SLICES = {"v5e:2x4": "v5e-8", "v5p:2x2x1": "v5p-8 (4 chips)", "v6e:2x4": "v6e-8", "v5e:4x4": "v5e-16"}
 
 
 def aot_step(prefix: int = 700, tails: int = 16, tail_len: int = 120, decode_rows: int = 16,
-             decode_len: int = 16) -> Step:
+             decode_len: int = 16) -> CallShape:
     """`jaxjudge aot`'s default workload, padded as the engine pads it."""
     p, t = bucket_length(prefix), bucket_length(tail_len)
-    return Step(prefix_len=p, prefix_slots=slot_bucket(p), tails=tails, tail_len=t, groups=None,
+    return CallShape(prefix_len=p, prefix_slots=slot_bucket(p), tails=tails, tail_len=t, groups=None,
                 decode_rows=decode_rows, decode_slots=t + decode_len)
 
 

@@ -3,7 +3,6 @@
 A compiled program and a cost model, never a measurement: see :mod:`jaxjudge.aot.compile`.
 """
 
-from jaxjudge.aot.chips import CHIPS, Chip, chip_for_topology
 from jaxjudge.aot.compile import (
     DoesNotFitError,
     LibtpuMissingError,
@@ -13,6 +12,7 @@ from jaxjudge.aot.compile import (
     tpu_devices,
 )
 from jaxjudge.aot.presets import PRESETS, judge_config
+from jaxjudge.models.machine import CHIPS, Chip, chip_for_topology
 
 __all__ = ["CHIPS", "Chip", "chip_for_topology", "DoesNotFitError", "LibtpuMissingError", "StepReport",
            "Workload", "aot_compile", "tpu_devices", "PRESETS", "judge_config"]

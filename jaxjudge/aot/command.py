@@ -93,13 +93,15 @@ def parse_mesh(text: str | None, chips: int) -> dict[str, int]:
 def planned_mesh(hf: dict[str, Any], args: argparse.Namespace, chips: int) -> dict[str, int]:
     """``--mesh auto``: `jaxjudge.models.mesh_plan.plan_mesh` for the step shapes of ``args``
     (padded as the engine pads them), its line printed. Raises ValueError where nothing fits."""
+    # Imported when called (from `run`), as `run`'s own: these import jax.
     from jaxjudge.engine.primitives import bucket_length, slot_bucket
     from jaxjudge.models.config import config_from_hf
-    from jaxjudge.models.mesh_plan import Step, plan_mesh, usable_memory
+    from jaxjudge.models.machine import usable_memory
+    from jaxjudge.models.mesh_plan import CallShape, plan_mesh
 
     p, t = bucket_length(args.prefix), bucket_length(args.tail_len)
     decode = "decode" in args.steps
-    step = Step(p, slot_bucket(p), args.tails, t, args.groups, args.decode_rows if decode else 0,
+    step = CallShape(p, slot_bucket(p), args.tails, t, args.groups, args.decode_rows if decode else 0,
                 t + args.decode_len if decode else 0)
     plan = plan_mesh([(args.judge, config_from_hf(hf))], args.dtype, step, chips, usable_memory(args.topology),
                      slices=args.slices)
@@ -140,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
     """The command; exit status 0, or 2 with one line on stderr for an anticipated problem."""
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")  # compile for the TPU, run nothing on it
+    # Imported here, after JAX_PLATFORMS is set: jax reads it when first imported, and this
+    # module is what `jaxjudge` imports to parse an ``aot`` command line.
     from jaxjudge.aot.compile import (DoesNotFitError, LibtpuMissingError, Workload, aot_compile,
                                       describe_host_for_libtpu, tpu_devices)
     from jaxjudge.aot.presets import judge_config

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import time
 from typing import Any
 
@@ -52,11 +51,8 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jaxjudge.aot import cost as _cost
 from jaxjudge.aot import flops as _flops
-from jaxjudge.aot import hlo as _hlo
-from jaxjudge.aot import roofline as _roofline
-from jaxjudge.aot.chips import Chip, chip_for_topology
+from jaxjudge.aot.step_report import ProgramCost, StepReport, combine, step_report
 from jaxjudge.aot.tpu import LibtpuMissingError, describe_host_for_libtpu, tpu_devices  # re-exported
 from jaxjudge.engine import primitives as _prim
 from jaxjudge.engine.decode import DECODE, Greedy
@@ -68,6 +64,7 @@ from jaxjudge.models.config import config_from_hf
 from jaxjudge.models.convert import abstract_model
 from jaxjudge.models.decoder_config import DecoderConfig
 from jaxjudge.models.layers import as_dtype
+from jaxjudge.models.machine import Chip, chip_for_topology, fits, parameter_bytes
 
 __all__ = ["Workload", "StepReport", "DoesNotFitError", "LibtpuMissingError", "tpu_devices", "aot_compile",
            "combine", "describe_host_for_libtpu"]
@@ -107,75 +104,6 @@ class Workload:
     decode_len: int = 16
 
 
-@dataclasses.dataclass
-class StepReport:
-    """What the compiled program of one step says (bytes and flops per chip unless named).
-
-    ``hbm_copy_bytes`` is read from the full-depth program's HLO (`jaxjudge.aot.hlo.hbm_copy_bytes`):
-    what its copy instructions write to HBM per run, layout changes XLA inserted (each also read
-    back); it is inside ``bytes_accessed``, not added to it. ``cost_from`` says which programs
-    ``flops_compiled`` and ``bytes_accessed`` were read from (``"full depth unrolled"``: the step
-    with its layers unrolled; ``"2-3 unrolled layers, extrapolated"``: from the step with 2 and 3).
-    """
-
-    step: str
-    topology: str
-    mesh: dict[str, int]
-    chips: int
-    layers: int
-    groups: int
-    fits: bool
-    hbm_per_chip: int
-    hbm_capacity: int
-    bytes: dict[str, int]
-    collectives: dict[str, int]
-    collective_bytes: dict[str, int]
-    flops_useful: float
-    flops_compiled: float
-    bytes_accessed: float
-    peak_flops: float
-    hbm_bandwidth: float
-    ici_link_bandwidth: float
-    compute_seconds: float
-    hbm_seconds: float
-    ici_seconds: float
-    roofline_seconds: float
-    seconds_overlapped: float
-    seconds_serialised: float
-    hbm_bound_seconds: float
-    mfu_bound: tuple[float, float]
-    compile_seconds: float
-    hbm_bytes: float = 0.0
-    hlo_flops: float = 0.0
-    kernel_flops: float = 0.0  # per chip: the Pallas kernels', counted from their blocks
-    roofline_global_seconds: float = 0.0
-    hbm_bound_share: float = 0.0
-    hbm_copy_bytes: int = 0
-    cost_from: str = ""
-    attention: str = "xla"
-    ici_seconds_by_kind: dict[str, float] = dataclasses.field(default_factory=dict)
-    slices: int = 1
-    chips_per_program: int | None = None
-    slice_transfers: dict[str, int] = dataclasses.field(default_factory=dict)
-    slice_transfer_bytes: dict[str, int] = dataclasses.field(default_factory=dict)
-    note: str = ("compiled program and a cost model that is a bound, not a measurement (jaxjudge.aot.cost): "
-                 "flops_compiled and bytes_accessed are XLA:TPU's cost analysis, plus the splash kernels' flops "
-                 "counted from the blocks they compute; roofline_seconds = the program's instructions one after "
-                 "another, each max(its flops at peak, its HBM bytes at HBM bandwidth), summed over every run "
-                 "(jaxjudge.aot.roofline; hlo_flops and hbm_bytes per chip, x chips for hlo_flops, read from the "
-                 "full-depth program's HLO: dots and convolutions, arrays in HBM only); roofline_global_seconds = "
-                 "max(flops_compiled at peak, bytes_accessed at HBM bandwidth), the earlier model, for comparison "
-                 "(XLA's bytes_accessed counts on-chip arrays too); ici_seconds = every collective by a ring formula over the axis its replica groups "
-                 "name, plus a latency per ring step; seconds_overlapped = max(roofline, ici), seconds_serialised "
-                 "= roofline + ici; mfu_bound = [useful flops / (chips x peak x serialised), ... overlapped]: "
-                 "upper bounds on MFU, uncalibrated; hbm_capacity is the usable HBM, not nominal; over several "
-                 "slices each program is one slice's (chips_per_program) and slice_transfers are its sends over "
-                 "the data-centre network, not in ici_seconds")
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
 def _config(hf: dict[str, Any], layers: int | None) -> DecoderConfig:
     if layers is not None:
         hf = {**hf, "num_hidden_layers": int(layers)}
@@ -188,10 +116,10 @@ def _sds(tree: Any, shardings: Any) -> Any:
     return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
 
 
-def _abstract_state(cfg: DecoderConfig, dtype: jnp.dtype, mesh, unroll: bool = False, attention: str = "xla"
-                    ) -> tuple[nnx.GraphDef, Any, int]:
-    """The decoder's graphdef, its abstract state on the mesh, and its parameter bytes per chip
-    (``unroll``: the layer scan unrolled, for the cost programs; ``attention="splash"``: the
+def _program_state(cfg: DecoderConfig, dtype: jnp.dtype, mesh, unroll: bool = False, attention: str = "xla"
+                   ) -> tuple[nnx.GraphDef, Any]:
+    """The decoder's graphdef and its abstract state placed on the mesh, as a compiled step takes
+    them (``unroll``: the layer scan unrolled, for the cost programs; ``attention="splash"``: the
     attention through the Pallas splash kernel where it serves, `jaxjudge.models.splash`)."""
     # Built for the TPU, though traced on a CPU host: the decoder reads its target here, never
     # the default backend while tracing, so the CPU tunings are off.
@@ -204,7 +132,7 @@ def _abstract_state(cfg: DecoderConfig, dtype: jnp.dtype, mesh, unroll: bool = F
     shardings = _sh.param_shardings(abstract, mesh)
     state = jax.tree.map(lambda v, s: v.replace(jax.ShapeDtypeStruct(tuple(v.shape), v.dtype, sharding=s)),
                          abstract, shardings, is_leaf=lambda x: isinstance(x, nnx.Variable))
-    return graphdef, state, _sh.bytes_per_device(abstract, mesh)
+    return graphdef, state
 
 
 def _cache_sds(cfg: DecoderConfig, batch: int, slots: int, dtype: jnp.dtype, mesh) -> _dec.KVCache:
@@ -231,80 +159,156 @@ def _compile(step: Step, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple
 
 
 @dataclasses.dataclass(frozen=True)
-class _Cost:
-    flops: float  # per chip, the kernels' included
-    bytes_accessed: float  # per chip
-    kernel_flops: float = 0.0  # per chip: the Pallas kernels'
+class _Shapes:
+    """A workload's step shapes on a ``data`` axis, padded as the engine pads them.
+
+    Attributes:
+        groups: prefix groups in one scoring step.
+        rows: tails read in one scoring step (every group's).
+        prefix_len, prefix_slots: a prefix's tokens and its cache's slots.
+        tail_len: tokens of a tail.
+        decode_rows, decode_slots: rows of a decode step and the slots of each row's cache.
+    """
+
+    groups: int
+    rows: int
+    prefix_len: int
+    prefix_slots: int
+    tail_len: int
+    decode_rows: int
+    decode_slots: int
 
     @classmethod
-    def of(cls, compiled, kernel_flops: float = 0.0) -> "_Cost":
-        """XLA's cost analysis of a compiled program, plus the flops of its Pallas kernels."""
-        cost = compiled.cost_analysis()
-        cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-        return cls(float(cost.get("flops", 0.0)) + kernel_flops, float(cost.get("bytes accessed", 0.0)), kernel_flops)
+    def of(cls, w: Workload, data: int) -> _Shapes:
+        groups = data if w.groups is None else int(w.groups)
+        if groups % data and data % groups:
+            raise ValueError(f"{groups} prefix groups per step do not split over the data axis ({data}): use a "
+                             f"divisor or a multiple of {data}")
+        # As many groups as data shards or more: each group's tails stay on its shard. Fewer: each
+        # group's tails split over the data / groups shards that read its prefix (rounded up).
+        share = max(1, data // groups)
+        p_len, t_len = _prim.bucket_length(w.prefix), _prim.bucket_length(w.tail_len)
+        return cls(groups, groups * -(-w.tails // share) * share, p_len, _prim.slot_bucket(p_len), t_len,
+                   -(-w.decode_rows // data) * data, t_len + w.decode_len)
 
 
-def _report(step: str, compiled, seconds: float, cost: _Cost, *, topology: str, mesh, chip: Chip, layers: int,
-            groups: int, useful: float, dump: str | None, cost_from: str, attention: str,
-            collectives_from: Any = None, trips: int | None = None) -> StepReport:
-    """``collectives_from`` (default ``compiled``): the program whose collectives, copies and
-    per-instruction roofline are counted, a collective or copy in a loop body ``trips`` times
-    (default ``layers``: the only loops are the layer scans; the roofline reads each loop's
-    trip count from its condition, a loop with no constant bound, the decoding loop, once)."""
-    mem = compiled.memory_analysis()
-    text = compiled.as_text()
-    if dump:
-        os.makedirs(dump, exist_ok=True)
-        with open(os.path.join(dump, f"{step}.hlo.txt"), "w") as f:
-            f.write(text)
-    if collectives_from is not None:
-        text = collectives_from.as_text()
-    loop_trips = layers if trips is None else trips
-    found = _hlo.collectives(text, loop_trips=loop_trips)
-    chips = int(mesh.devices.size)
-    topo = _cost.topology(topology)
-    flat = list(mesh.devices.flat)
-    coords = ([tuple(d.coords) for d in flat] if all(hasattr(d, "coords") for d in flat)
-              else [topo.coords(i) for i in range(len(flat))])
-    slices = len({getattr(d, "slice_index", 0) for d in flat})
-    across = _hlo.slice_transfers(text, loop_trips=loop_trips)
-    ici_by_kind = dict.fromkeys(_hlo.COLLECTIVE_KINDS, 0.0)
-    for c in found:
-        replica = _cost.replica_groups(c.line) or [list(range(chips))]
-        ici_by_kind[c.kind] += c.times * _cost.collective_seconds(c.kind, c.bytes, replica[0], topo, coords)
-    nbytes = {"argument": int(mem.argument_size_in_bytes), "temp": int(mem.temp_size_in_bytes),
-              "output": int(mem.output_size_in_bytes), "alias": int(mem.alias_size_in_bytes),
-              "code": int(mem.generated_code_size_in_bytes)}
-    hbm = nbytes["argument"] + nbytes["output"] - nbytes["alias"] + nbytes["temp"] + nbytes["code"]
-    coll_bytes = _hlo.bytes_by_kind(found)
-    compute_s = cost.flops / chip.peak_flops
-    hbm_s = cost.bytes_accessed / chip.hbm_bandwidth
-    ici_s = sum(ici_by_kind.values())
-    # A program whose loops are the layer scans reads their trips from the loop conditions; the
-    # decoding loop (layers unrolled, ``trips`` given) is costed per iteration, whatever its bound.
-    fused = _roofline.roofline(text, chip.peak_flops, chip.hbm_bandwidth, default_trips=1,
-                               kernel_flops=cost.kernel_flops, read_trips=trips is None)
-    roof = fused.seconds
-    overlapped, serialised = max(roof, ici_s), roof + ici_s
-    usable = topo.links.usable_hbm
+def _check_fits(cfg: DecoderConfig, dtype: Any, mesh, shapes: _Shapes, decodes: bool, topology: str,
+                chip: Chip) -> None:
+    """Refuses, before compiling, a judge whose parameters and the steps' caches exceed a chip's
+    usable HBM (the machine model's fit rule with no spare: `DoesNotFitError` names the bytes)."""
+    data, model = int(mesh.shape["data"]), int(mesh.shape["model"])
+    param_bytes = parameter_bytes(cfg, dtype, model)
+    needed = param_bytes + _nbytes_per_chip(_cache_sds(cfg, shapes.groups, shapes.prefix_slots, dtype, mesh))
+    if decodes:
+        needed += _nbytes_per_chip(_cache_sds(cfg, shapes.decode_rows, shapes.decode_slots, dtype, mesh))
+    if not fits(needed, chip.memory, spare=0.0):
+        usable = chip.usable_hbm
+        raise DoesNotFitError(
+            f"{cfg.model_type} judge ({cfg.num_params() / 1e9:.2f} B parameters, {jnp.dtype(dtype).name}) needs "
+            f"{needed / 2**30:.2f} GiB per chip on {topology} with mesh data={data} x model={model} "
+            f"(parameters {param_bytes / 2**30:.2f} GiB + caches), more than the {usable / 2**30:.2f} GiB usable of "
+            f"the {chip.hbm_bytes / 2**30:.0f} GiB a {chip.name} chip has", needed, usable)
 
-    def mfu(seconds: float) -> float:
-        return float(useful) / (chips * chip.peak_flops * seconds) if seconds > 0 else 0.0
-    return StepReport(
-        step=step, topology=topology, mesh={k: int(v) for k, v in mesh.shape.items()}, chips=chips, layers=layers,
-        groups=groups, fits=hbm <= usable, hbm_per_chip=hbm, hbm_capacity=usable, bytes=nbytes,
-        collectives=_hlo.count_by_kind(found), collective_bytes=coll_bytes, flops_useful=float(useful),
-        flops_compiled=cost.flops * chips, bytes_accessed=cost.bytes_accessed, peak_flops=chip.peak_flops,
-        hbm_bandwidth=chip.hbm_bandwidth, ici_link_bandwidth=topo.links.bandwidth, compute_seconds=compute_s,
-        hbm_seconds=hbm_s, ici_seconds=ici_s, roofline_seconds=roof, seconds_overlapped=overlapped,
-        seconds_serialised=serialised, hbm_bound_seconds=nbytes["argument"] / chip.hbm_bandwidth,
-        mfu_bound=(mfu(serialised), mfu(overlapped)), compile_seconds=seconds, hbm_bytes=fused.hbm_bytes,
-        hlo_flops=fused.flops * chips, kernel_flops=cost.kernel_flops, roofline_global_seconds=max(compute_s, hbm_s), hbm_bound_share=fused.hbm_bound_share,
-        hbm_copy_bytes=_hlo.hbm_copy_bytes(text, loop_trips=loop_trips), cost_from=cost_from, attention=attention,
-        ici_seconds_by_kind=ici_by_kind, slices=slices, chips_per_program=_hlo.partitions(text),
-        slice_transfers={k: sum(c.times for c in across if c.kind == k) for k in sorted({c.kind for c in across})},
-        slice_transfer_bytes={k: sum(c.bytes * c.times for c in across if c.kind == k)
-                              for k in sorted({c.kind for c in across})})
+
+@dataclasses.dataclass(frozen=True)
+class _Target:
+    """One judge's steps on one mesh: the abstract arguments the engine gives each step
+    (`jaxjudge.engine.calls`), and the programs compiled from them."""
+
+    hf: dict[str, Any]
+    cfg: DecoderConfig
+    dtype: Any
+    mesh: Any
+    attention: str
+    w: Workload
+    shapes: _Shapes
+    graphdef: Any
+    state: Any
+
+    def _rows(self, shape: tuple[int, ...], dtype: Any, split: bool = True) -> jax.ShapeDtypeStruct:
+        """Rows over ``data`` (`Judge.put_rows`), or replicated (``split`` False)."""
+        sharding = _sh.batch_sharding(self.mesh, len(shape)) if split else NamedSharding(self.mesh, P())
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+
+    def args(self, step: str, c: DecoderConfig, gd, st) -> tuple[Step, tuple[Any, ...], dict[str, Any]]:
+        """The engine step and the abstract arguments the engine gives it (`jaxjudge.engine.calls`)."""
+        sh, w, dt, mesh, i32 = self.shapes, self.w, self.dtype, self.mesh, jnp.int32
+        if step == "prefill":  # calls.prefill_prefixes: groups prefixes into a fresh cache (donated)
+            split = sh.groups % int(mesh.shape["data"]) == 0  # Judge.put_rows replicates what data does not divide
+            fresh = jax.eval_shape(lambda: _dec.init_cache(c, sh.groups, sh.prefix_slots, dt))
+            cache = _sds(fresh, _sh.cache_sharding(mesh, fresh))
+            # Judge.put_prefixes: the prefixes over data, or (fewer than data shards) their tokens
+            prefixes = _sh.prefix_sharding(mesh, (sh.groups, sh.prefix_len))
+            return _prim.PREFILL, (gd, st, jax.ShapeDtypeStruct((sh.groups, sh.prefix_len), i32, sharding=prefixes),
+                                   jax.ShapeDtypeStruct((sh.groups, sh.prefix_len), bool, sharding=prefixes),
+                                   self._rows((sh.groups, 1), i32, split), None, cache, None), {}
+        if step == "read_rows":  # calls.read_rows: every group's tails against its prefix
+            rows, t_len = sh.rows, sh.tail_len
+            return _prim.READ_ROWS, (gd, st, self._rows((rows, t_len), i32), self._rows((rows, t_len), bool),
+                                     self._rows((rows, 1), i32), self._rows((rows, w.candidates), i32),
+                                     self._rows((rows, w.candidates), i32),
+                                     _cache_sds(c, sh.groups, sh.prefix_slots, dt, mesh), None), \
+                {"answer_read": 0, "topk": w.topk}
+        # decode.generate_tokens: the greedy loop through a per-row cache continuing one prefix
+        return DECODE, ((gd,), (st,), (self._rows((sh.decode_rows, c.vocab_size), jnp.float32),),
+                        (_cache_sds(c, sh.decode_rows, sh.decode_slots, dt, mesh),),
+                        (_cache_sds(c, 1, sh.prefix_slots, dt, mesh),), None), \
+            {"choice": Greedy(), "max_new_tokens": w.decode_len, "eos_ids": tuple(int(e) for e in c.eos_token_ids),
+             "pad_id": 0}
+
+    def compile(self, step: str, c: DecoderConfig, unroll: bool = False) -> tuple[Any, float, float]:
+        """One step's program for config ``c`` (its own layer count), its compile seconds and the
+        flops of its Pallas kernels: the layer scan traces its body once however far it is
+        unrolled, so the kernels counted in that trace run once per layer."""
+        gd, st = ((self.graphdef, self.state) if c is self.cfg and not unroll
+                  else _program_state(c, self.dtype, self.mesh, unroll, self.attention))
+        compiled, seconds, kernel_flops = _compile(*self.args(step, c, gd, st))
+        return compiled, seconds, kernel_flops * c.num_hidden_layers
+
+    def unrolled(self, step: str, layers: int | None = None) -> tuple[Any, ProgramCost]:
+        """The step compiled with its layers unrolled (``layers`` of them, default the judge's) and its cost."""
+        c = self.cfg if layers is None else _config(self.hf, layers)
+        compiled, _, kernel_flops = self.compile(step, c, unroll=True)
+        return compiled, ProgramCost.of(compiled, kernel_flops)
+
+    def costed(self, step: str) -> tuple[Any, float, ProgramCost, str, dict[str, Any]]:
+        """The step's full-depth program, its compile seconds, its cost, where the cost comes from,
+        and `step_report`'s loop options.
+
+        XLA's cost analysis counts a loop body once, so flops and bytes come from programs with
+        the layers unrolled. A decode loop's body is one token (one forward and one pick): its
+        program unrolled at full depth (seconds to a minute) gives the cost and the collectives
+        per generated token. A prefill or a read would take minutes at full depth: their cost is
+        extrapolated from 2 and 3 unrolled layers (a judge of 3 layers or fewer is compiled
+        unrolled whole, once). Flops add up exactly; bytes accessed only roughly, since XLA fuses
+        and prefetches differently by depth. Not 1 and 2: the first layer's program fuses
+        differently from the next ones, so a slope from 1 layer overstates every further layer's
+        bytes.
+        """
+        n = self.cfg.num_hidden_layers
+        lo = min(2, n)
+        per_token = ", per generated token (XLA counts the token loop's body once)" if step == "decode" else ""
+        if n <= lo + 1:  # a shallow judge: one program per step, compiled unrolled, gives everything
+            compiled, secs, kernel_flops = self.compile(step, self.cfg, unroll=True)
+            extra = {"trips": 1} if step == "decode" else {}
+            return compiled, secs, ProgramCost.of(compiled, kernel_flops), "full depth unrolled" + per_token, extra
+        compiled, secs, _ = self.compile(step, self.cfg)
+        if step == "decode":
+            whole, cost = self.unrolled(step)
+            return compiled, secs, cost, "full depth unrolled" + per_token, {"collectives_from": whole, "trips": 1}
+        c_lo, c_hi = self.unrolled(step, lo)[1], self.unrolled(step, lo + 1)[1]
+        cost = ProgramCost(c_lo.flops + (n - lo) * (c_hi.flops - c_lo.flops),
+                           c_lo.bytes_accessed + (n - lo) * (c_hi.bytes_accessed - c_lo.bytes_accessed),
+                           c_lo.kernel_flops + (n - lo) * (c_hi.kernel_flops - c_lo.kernel_flops))
+        return compiled, secs, cost, f"{lo}-{lo + 1} unrolled layers, extrapolated", {}
+
+
+def _useful_flops(cfg: DecoderConfig, w: Workload, groups: int) -> dict[str, float]:
+    """The flops each step must do (`jaxjudge.aot.flops`), all chips together."""
+    prefix = groups * _flops.score_flops(cfg, w.prefix, 0, w.tail_len)
+    return {"prefill": prefix,
+            "read_rows": groups * _flops.score_flops(cfg, w.prefix, w.tails, w.tail_len) - prefix,
+            "decode": _flops.decode_flops(cfg, w.decode_rows, w.prefix + w.tail_len + w.decode_len - 1)}
 
 
 def aot_compile(hf_config: dict[str, Any], *, topology: str, mesh_shape: dict[str, int], dtype: Any = "bfloat16",
@@ -346,148 +350,18 @@ def aot_compile(hf_config: dict[str, Any], *, topology: str, mesh_shape: dict[st
     mesh = _sh.make_mesh(data, model, devices=devices)
     dt = as_dtype(dtype)
     cfg = _config(hf_config, layers)
-    graphdef, state, param_bytes = _abstract_state(cfg, dt, mesh, attention=attention)
-    w = workload
-    groups = data if w.groups is None else int(w.groups)
-    if groups % data and data % groups:
-        raise ValueError(f"{groups} prefix groups per step do not split over the data axis ({data}): use a divisor "
-                         f"or a multiple of {data}")
-    # As many groups as data shards or more: each group's tails stay on its shard. Fewer: each
-    # group's tails split over the data / groups shards that read its prefix (rounded up).
-    share = max(1, data // groups)
-    rows = groups * -(-w.tails // share) * share
-    p_len = _prim.bucket_length(w.prefix)
-    p_slots = _prim.slot_bucket(p_len)
-    t_len = _prim.bucket_length(w.tail_len)
-    d_rows = -(-w.decode_rows // data) * data
-    d_slots = t_len + w.decode_len
-    prefix_cache = _cache_sds(cfg, groups, p_slots, dt, mesh)
-    row_cache = _cache_sds(cfg, d_rows, d_slots, dt, mesh)
-    needed = param_bytes + _nbytes_per_chip(prefix_cache) + (_nbytes_per_chip(row_cache) if "decode" in steps else 0)
-    usable = _cost.topology(topology).links.usable_hbm
-    if needed > usable:
-        raise DoesNotFitError(
-            f"{cfg.model_type} judge ({cfg.num_params() / 1e9:.2f} B parameters, {jnp.dtype(dt).name}) needs "
-            f"{needed / 2**30:.2f} GiB per chip on {topology} with mesh data={data} x model={model} "
-            f"(parameters {param_bytes / 2**30:.2f} GiB + caches), more than the {usable / 2**30:.2f} GiB usable of "
-            f"the {chip.hbm_bytes / 2**30:.0f} GiB a {chip.name} chip has", needed, usable)
-
-    rows_of = lambda ndim: _sh.batch_sharding(mesh, ndim)  # noqa: E731  (Judge.put_rows: rows over data)
-    rep = NamedSharding(mesh, P())
-    i32 = jnp.int32
-
-    def rows_sds(shape, dtype_, split: bool = True):
-        return jax.ShapeDtypeStruct(shape, dtype_, sharding=rows_of(len(shape)) if split else rep)
-
-    def step_args(step: str, c: DecoderConfig, gd, st) -> tuple[Step, tuple[Any, ...], dict[str, Any]]:
-        """The engine step and the abstract arguments the engine gives it (`jaxjudge.engine.calls`)."""
-        if step == "prefill":  # calls.prefill_prefixes: groups prefixes into a fresh cache (donated)
-            split = groups % data == 0  # Judge.put_rows replicates a batch the data axis does not divide
-            fresh = jax.eval_shape(lambda: _dec.init_cache(c, groups, p_slots, dt))
-            cache = _sds(fresh, _sh.cache_sharding(mesh, fresh))
-            # Judge.put_prefixes: the prefixes over data, or (fewer than data shards) their tokens
-            prefixes = _sh.prefix_sharding(mesh, (groups, p_len))
-            return _prim.PREFILL, (gd, st, jax.ShapeDtypeStruct((groups, p_len), i32, sharding=prefixes),
-                                   jax.ShapeDtypeStruct((groups, p_len), bool, sharding=prefixes),
-                                   rows_sds((groups, 1), i32, split), None, cache, None), {}
-        if step == "read_rows":  # calls.read_rows: every group's tails against its prefix
-            return _prim.READ_ROWS, (gd, st, rows_sds((rows, t_len), i32), rows_sds((rows, t_len), bool),
-                                     rows_sds((rows, 1), i32), rows_sds((rows, w.candidates), i32),
-                                     rows_sds((rows, w.candidates), i32), _cache_sds(c, groups, p_slots, dt, mesh),
-                                     None), {"answer_read": 0, "topk": w.topk}
-        # decode.generate_tokens: the greedy loop through a per-row cache continuing one prefix
-        return DECODE, ((gd,), (st,), (rows_sds((d_rows, c.vocab_size), jnp.float32),),
-                        (_cache_sds(c, d_rows, d_slots, dt, mesh),), (_cache_sds(c, 1, p_slots, dt, mesh),), None), \
-            {"choice": Greedy(), "max_new_tokens": w.decode_len, "eos_ids": tuple(int(e) for e in c.eos_token_ids),
-             "pad_id": 0}
-
-    def compile_step(step: str, c: DecoderConfig, unroll: bool = False):
-        """One step's program for config ``c`` (its own layer count), its compile seconds and the
-        flops of its Pallas kernels: the layer scan traces its body once however far it is
-        unrolled, so the kernels counted in that trace run once per layer."""
-        gd, st, _ = ((graphdef, state, param_bytes) if c is cfg and not unroll
-                     else _abstract_state(c, dt, mesh, unroll, attention))
-        compiled, seconds, kernel_flops = _compile(*step_args(step, c, gd, st))
-        return compiled, seconds, kernel_flops * c.num_hidden_layers
-
-    def unrolled(step: str, c: DecoderConfig):
-        compiled, _, kernel_flops = compile_step(step, c, unroll=True)
-        return compiled, _Cost.of(compiled, kernel_flops)
-
-    # XLA's cost analysis counts a loop body once, so flops and bytes come from programs with the
-    # layers unrolled. A decode loop's body is one token (one forward and one pick): its
-    # program unrolled at full depth (seconds to a minute) gives the cost and the collectives
-    # per generated token. A prefill or a read would take minutes at full depth: their cost is
-    # extrapolated from 2 and 3 unrolled layers (a judge of 3 layers or fewer is compiled
-    # unrolled whole, once). Flops add up exactly; bytes accessed only roughly, since XLA fuses
-    # and prefetches differently by depth. Not 1 and 2: the first layer's program fuses
-    # differently (its bytes grow by more from 1 to 2 layers than from 2 to 3 or 3 to 4, which
-    # agree), so a slope from 1 layer overstates every further layer's bytes. On the 8B decode
-    # step the slope from 2 and 3 layers gave 8.4 GB per chip against the full unrolled
-    # program's 5.7.
-    n = cfg.num_hidden_layers
-    lo = min(2, n)
-    useful_prefix = groups * _flops.score_flops(cfg, w.prefix, 0, w.tail_len)
-    useful = {"prefill": useful_prefix,
-              "read_rows": groups * _flops.score_flops(cfg, w.prefix, w.tails, w.tail_len) - useful_prefix,
-              "decode": _flops.decode_flops(cfg, w.decode_rows, w.prefix + w.tail_len + w.decode_len - 1)}
-    wanted = [s for s in ("prefill", "read_rows", "decode")
-              if s in steps or (s != "decode" and "score" in steps)]
+    graphdef, state = _program_state(cfg, dt, mesh, attention=attention)
+    shapes = _Shapes.of(workload, data)
+    _check_fits(cfg, dt, mesh, shapes, "decode" in steps, topology, chip)
+    target = _Target(hf_config, cfg, dt, mesh, attention, workload, shapes, graphdef, state)
+    useful = _useful_flops(cfg, workload, shapes.groups)
     reports = []
-    for step in wanted:
-        extra: dict[str, Any] = {}
-        if n <= lo + 1:  # a shallow judge: one program per step, compiled unrolled, gives everything
-            compiled, secs, kernel_flops = compile_step(step, cfg, unroll=True)
-            cost, cost_from = _Cost.of(compiled, kernel_flops), "full depth unrolled"
-            if step == "decode":
-                extra = {"trips": 1}
-        else:
-            compiled, secs, _ = compile_step(step, cfg)
-            if step == "decode":
-                whole, cost = unrolled(step, cfg)
-                cost_from = "full depth unrolled"
-                extra = {"collectives_from": whole, "trips": 1}
-            else:
-                c_lo, c_hi = unrolled(step, _config(hf_config, lo))[1], unrolled(step, _config(hf_config, lo + 1))[1]
-                cost = _Cost(c_lo.flops + (n - lo) * (c_hi.flops - c_lo.flops),
-                             c_lo.bytes_accessed + (n - lo) * (c_hi.bytes_accessed - c_lo.bytes_accessed),
-                             c_lo.kernel_flops + (n - lo) * (c_hi.kernel_flops - c_lo.kernel_flops))
-                cost_from = f"{lo}-{lo + 1} unrolled layers, extrapolated"
-        if step == "decode":
-            cost_from += ", per generated token (XLA counts the token loop's body once)"
-        reports.append(_report(step, compiled, secs, cost, topology=topology, mesh=mesh, chip=chip, layers=n,
-                               groups=1 if step == "decode" else groups, useful=useful[step], dump=dump,
-                               cost_from=cost_from, attention=attention, **extra))
+    for step in [s for s in ("prefill", "read_rows", "decode") if s in steps or (s != "decode" and "score" in steps)]:
+        compiled, secs, cost, cost_from, extra = target.costed(step)
+        reports.append(step_report(step, compiled, secs, cost, topology=topology, mesh=mesh, chip=chip,
+                                   layers=cfg.num_hidden_layers, groups=1 if step == "decode" else shapes.groups,
+                                   useful=useful[step], dump=dump, cost_from=cost_from, attention=attention, **extra))
     if "score" in steps:
         parts = [r for r in reports if r.step in ("prefill", "read_rows")]
         reports.insert(len(parts), combine("score", parts))
     return reports
-
-
-def combine(name: str, parts: list[StepReport]) -> StepReport:
-    """Steps the engine runs one after the other (a prefill, then the reads) as one report: flops,
-    bytes, collectives and every time term add up; the memory is the larger step's; the MFU
-    bound is recomputed from the sums."""
-    first = parts[0]
-
-    def add(field: str) -> float:
-        return sum(getattr(p, field) for p in parts)
-
-    useful, serialised, overlapped = add("flops_useful"), add("seconds_serialised"), add("seconds_overlapped")
-    denom = first.chips * first.peak_flops
-    return dataclasses.replace(
-        first, step=name, fits=all(p.fits for p in parts), hbm_per_chip=max(p.hbm_per_chip for p in parts),
-        bytes={k: max(p.bytes[k] for p in parts) for k in first.bytes},
-        collectives={k: sum(p.collectives[k] for p in parts) for k in first.collectives},
-        collective_bytes={k: sum(p.collective_bytes[k] for p in parts) for k in first.collective_bytes},
-        ici_seconds_by_kind={k: sum(p.ici_seconds_by_kind[k] for p in parts) for k in first.ici_seconds_by_kind},
-        flops_useful=useful, flops_compiled=add("flops_compiled"), bytes_accessed=add("bytes_accessed"),
-        compute_seconds=add("compute_seconds"), hbm_seconds=add("hbm_seconds"), ici_seconds=add("ici_seconds"),
-        roofline_seconds=add("roofline_seconds"), seconds_overlapped=overlapped, seconds_serialised=serialised,
-        hbm_bound_seconds=add("hbm_bound_seconds"), hbm_copy_bytes=int(add("hbm_copy_bytes")),
-        hbm_bytes=add("hbm_bytes"), hlo_flops=add("hlo_flops"), kernel_flops=add("kernel_flops"),
-        roofline_global_seconds=add("roofline_global_seconds"),
-        hbm_bound_share=(sum(p.hbm_bound_share * p.roofline_seconds for p in parts) / add("roofline_seconds")
-                         if add("roofline_seconds") else 0.0),
-        mfu_bound=(useful / (denom * serialised) if serialised else 0.0, useful / (denom * overlapped) if overlapped else 0.0),
-        compile_seconds=add("compile_seconds"), cost_from=" + ".join(f"{p.step}: {p.cost_from}" for p in parts))

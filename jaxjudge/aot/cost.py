@@ -45,8 +45,7 @@ import math
 import re
 from collections.abc import Sequence
 
-from jaxjudge.aot.chips import CHIPS, Chip
-from jaxjudge.models.mesh_plan import USABLE_HBM
+from jaxjudge.models.machine import CHIPS, Chip
 
 __all__ = ["LATENCY_PER_STEP", "LINKS", "Links", "Topology", "TOPOLOGIES", "topology", "replica_groups",
            "collective_seconds", "group_dims"]
@@ -66,37 +65,29 @@ class Links:
         per_chip: ICI links of a chip (4: a 2-D torus; 6: a 3-D torus).
         bandwidth: bytes/s of one link in one direction.
         wrap_at: an axis has a wraparound link when its length is a multiple of this (None: never).
-        usable_hbm: bytes of HBM the runtime lets a program use.
         source: where the figures come from.
     """
 
     per_chip: int
     bandwidth: float
     wrap_at: int | None
-    usable_hbm: int
     source: str
 
-
-# Usable HBM: what libtpu reports as available to a program on each chip, measured here
-# (`jaxjudge.models.mesh_plan.USABLE_HBM`, the mesh planner's figures: one table for both). The
-# v6e figure agrees with the per-device memory a running v6e chip reported (33,550,237,696 bytes,
-# 31.25 GiB, in the usage log of vllm-project/vllm pull request 16211).
-_USABLE = {chip: limit for chip, (limit, _) in USABLE_HBM.items()}
 
 LINKS: dict[str, Links] = {
     # cloud.google.com/tpu/docs/v5e: 1,600 Gbps ICI per chip, a 2-D torus of 4 links per chip
     # (16 x 16 pod): 400 Gbps = 50 GB/s per link and direction. Wraparound only along a full
     # pod dimension of 16 chips: a slice such as 2 x 4 is a mesh of lines.
-    "v5e": Links(4, 1600e9 / 8 / 4, 16, _USABLE["v5e"],
+    "v5e": Links(4, 1600e9 / 8 / 4, 16,
                  "v5e docs: 1,600 Gbps ICI per chip over 4 links; torus links only on 16-chip axes"),
     # cloud.google.com/tpu/docs/v5p: 4,800 Gbps ICI per chip, a 3-D torus of 6 links per chip:
     # 800 Gbps = 100 GB/s per link and direction; slices built of whole 4 x 4 x 4 cubes have
     # wraparound links (an axis whose length is a multiple of 4).
-    "v5p": Links(6, 4800e9 / 8 / 6, 4, _USABLE["v5p"],
+    "v5p": Links(6, 4800e9 / 8 / 6, 4,
                  "v5p docs: 4,800 Gbps ICI per chip over 6 links; wraparound on axes of whole 4-chip cubes"),
     # cloud.google.com/tpu/docs/v6e: 3,584 Gbps ICI per chip, a 2-D torus of 4 links per chip:
     # 896 Gbps = 112 GB/s per link and direction; wraparound on full 16-chip axes only.
-    "v6e": Links(4, 3584e9 / 8 / 4, 16, _USABLE["v6e"],
+    "v6e": Links(4, 3584e9 / 8 / 4, 16,
                  "v6e docs: 3,584 Gbps ICI per chip over 4 links; torus links only on 16-chip axes"),
 }
 

@@ -79,7 +79,7 @@ def judge_config(judge: str) -> dict[str, Any]:
             return json.load(f)
     if judge.count("/") == 1 and not path.exists():
         try:
-            from huggingface_hub import hf_hub_download
+            from huggingface_hub import hf_hub_download  # an optional dependency
         except ImportError:
             raise ValueError(f"judge {judge!r}: not a preset or file, and huggingface_hub is not "
                              f"installed to read it from the Hub") from None

@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 import jax
+from jax.experimental import topologies
 
 from jaxjudge.aot import cost as _cost
 
@@ -55,7 +56,6 @@ def tpu_devices(topology: str, *, chips_per_host_bounds: tuple[int, int, int] | 
         raise LibtpuMissingError(
             "libtpu is not installed: pip install -e '.[tpu]' (or pip install \"jax[tpu]==" +
             jax.__version__ + "\")") from None
-    from jax.experimental import topologies
     try:
         topo = topologies.get_topology_desc(topology, "tpu", chip_config_name="default",
                                             chips_per_host_bounds=chips_per_host_bounds, num_slices=slices)

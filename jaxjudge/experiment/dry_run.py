@@ -17,11 +17,16 @@ from typing import Any
 
 import jax
 
+from jaxjudge.data.tasks import load_task_data
 from jaxjudge.experiment.hardware import model_header, model_shapes, prompt_lengths, step_for
+from jaxjudge.experiment.jobs import load_tokenizer
 from jaxjudge.experiment.metadata import portable_path
 from jaxjudge.experiment.plan import RunPlan, plan_run
 from jaxjudge.experiment.schema import ConfigError, ExperimentConfig
-from jaxjudge.models.mesh_plan import GIB, ChipMemory, MeshPlanError, chip_memory, plan_mesh, usable_memory
+from jaxjudge.models.machine import GIB, ChipMemory, chip_memory, usable_memory
+from jaxjudge.models.mesh_plan import MeshPlanError, plan_mesh
+from jaxjudge.models.tokenizer import tokenizer_from_gguf_metadata
+from jaxjudge.store import Store
 
 __all__ = ["Launch", "describe_run"]
 
@@ -131,10 +136,6 @@ def describe_run(cfg: ExperimentConfig, launch: Launch, *, store_root: str | os.
 def _judges(rp: RunPlan, out: list[str]) -> tuple[dict[str, Any], dict[str, Any], dict[str, tuple[int, int]]]:
     """Each judge's shapes (its file's header), the tasks' data and the judges' longest prompts
     in tokens; a line per judge (and per absent file or unreadable data) added to ``out``."""
-    from jaxjudge.data.tasks import load_task_data
-    from jaxjudge.experiment.jobs import load_tokenizer
-    from jaxjudge.models.tokenizer import tokenizer_from_gguf_metadata
-
     cfg, paths = rp.cfg, rp.paths
     shapes: dict[str, Any] = {}
     for m, path in paths.items():
@@ -209,8 +210,6 @@ def _mesh_lines(cfg: ExperimentConfig, launch: Launch, resident: Sequence[Sequen
 def _job_lines(jobs: Sequence[Any], root: Any, rows: dict[str, int], launch: Launch, spans: bool) -> list[str]:
     """A line per job: its store folder, its task's rows, and what of it is written (read from
     the store's manifest and chunk files; nothing is created)."""
-    from jaxjudge.store import Store
-
     n, me = launch.processes, launch.process_id
     out = [f"jobs: {len(jobs)} under {root}"]
     for job in jobs:

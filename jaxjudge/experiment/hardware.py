@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,17 +11,20 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxjudge.engine import EngineOptions
+from jaxjudge.engine.primitives import bucket_length, slot_bucket
+from jaxjudge.experiment.specs import resolve_model_path
 from jaxjudge.experiment.typed import ConfigError, choose
-from jaxjudge.models.mesh_plan import ChipMemory, MeshPlan, MeshPlanError, Step, build_mesh, chip_memory, plan_mesh
+from jaxjudge.models import gguf
+from jaxjudge.models.config import config_from_hf
+from jaxjudge.models.hf import read_config, resolve_source
+from jaxjudge.models.machine import SPARE, ChipMemory, chip_memory, fits, model_axis, parameter_bytes
+from jaxjudge.models.mesh_plan import CallShape, MeshPlan, MeshPlanError, plan_mesh
 from jaxjudge.models.sharding import make_mesh
+from jaxjudge.prompts import as_tokenizer
 
 __all__ = ["MESH_AXES", "check_mesh", "mesh_for", "mesh_and_plan", "auto_plan", "step_for", "model_shapes",
-           "prompt_lengths", "CHAT_MARGIN", "model_header",
-           "parameter_bytes_per_device", "device_memory", "check_fits"]
-
-FIT_FRACTION = 0.9
-"""The share of a device's memory a judge's parameters may take (the rest: activations, caches)."""
-
+           "prompt_lengths", "CHAT_MARGIN", "model_header", "parameter_bytes_per_device", "check_fits"]
 
 MESH_AXES = ("data", "model")
 
@@ -55,9 +57,6 @@ def _mesh_devices(cfg: Any, devices: Sequence[Any] | None) -> tuple[list[Any], s
 
 def model_shapes(path: str | Path) -> Any:
     """A judge's `DecoderConfig` from its model file's config alone (no weights read)."""
-    from jaxjudge.models.config import config_from_hf
-    from jaxjudge.models.hf import read_config, resolve_source
-
     path = Path(path)
     return config_from_hf(model_header(path)[0] if path.is_file() else read_config(resolve_source(path)))
 
@@ -72,8 +71,6 @@ def model_header(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 @functools.lru_cache(maxsize=8)
 def _header(path: str, size: int, mtime_ns: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    from jaxjudge.models import gguf
-
     reader = gguf._open(Path(path))
     meta = gguf.read_metadata(reader, Path(path))
     return gguf.hf_config_from_gguf(meta, {t.name: gguf._hf_shape(t) for t in reader.tensors}, Path(path)), meta
@@ -88,8 +85,6 @@ from the prompts rendered without the template."""
 def prompt_lengths(cfg: Any, jobs: Sequence[Any], tokenizer: Any, data: Mapping[str, Any]) -> tuple[int, int]:
     """The longest shared prefix and the longest row (suffix) of ``jobs``' prompts in tokens of
     ``tokenizer``, each plus `CHAT_MARGIN` (prompts rendered without a chat template)."""
-    from jaxjudge.prompts import as_tokenizer
-
     tok = as_tokenizer(tokenizer)
     prefix = row = 0
     for job in jobs:
@@ -104,7 +99,7 @@ def prompt_lengths(cfg: Any, jobs: Sequence[Any], tokenizer: Any, data: Mapping[
 
 
 def step_for(cfg: Any, shapes: Sequence[Any], generates: bool = True,
-             lengths: tuple[int, int] | None = None) -> Step:
+             lengths: tuple[int, int] | None = None) -> CallShape:
     """The largest call the engine makes under ``cfg``'s engine options, for the planner.
 
     A shared prefix of ``lengths[0]`` tokens (the longest counted, `prompt_lengths`; without
@@ -113,16 +108,13 @@ def step_for(cfg: Any, shapes: Sequence[Any], generates: bool = True,
     as many as ``batch_size`` and ``max_batch_tokens`` allow, and (``generates``) those rows
     decoding ``generation_max_new_tokens`` tokens. Lengths are padded as the engine pads them.
     """
-    from jaxjudge.engine import EngineOptions
-    from jaxjudge.engine.primitives import bucket_length, slot_bucket
-
     o = EngineOptions(**cfg.engine)
     context = o.context_length or min(int(c.max_position_embeddings) for c in shapes)
     want_prefix, want_row = lengths if lengths is not None else (context, o.max_batch_tokens // o.batch_size)
     prefix = bucket_length(max(1, min(context, want_prefix)))
     tail = bucket_length(max(1, min(context, want_row)))
     rows = max(1, min(o.batch_size, o.max_batch_tokens // tail))
-    return Step(prefix_len=prefix, prefix_slots=slot_bucket(prefix), tails=rows, tail_len=tail,
+    return CallShape(prefix_len=prefix, prefix_slots=slot_bucket(prefix), tails=rows, tail_len=tail,
                 groups=o.groups_per_call, decode_rows=rows if generates else 0,
                 decode_slots=tail + cfg.generation_max_new_tokens if generates else 0)
 
@@ -189,11 +181,9 @@ def mesh_and_plan(cfg: Any, devices: Sequence[Any] | None = None,
         if devices[0].platform == "cpu":
             return None, None
         if not resident:
-            from jaxjudge.experiment.schema import resolve_model_path
-
             resident = [[(m.name, resolve_model_path(m))] for m in cfg.models]
         plan = auto_plan(cfg, resident, devices, lengths=lengths, generates=generates)
-        return build_mesh(devices, plan.data, plan.model), plan
+        return make_mesh(plan.data, plan.model, devices=devices), plan
     sizes = {"data": 1, "model": 1, **cfg.mesh}
     known = math.prod(v for v in sizes.values() if v != -1)
     if len(devices) % known:
@@ -208,42 +198,16 @@ def mesh_and_plan(cfg: Any, devices: Sequence[Any] | None = None,
 
 def parameter_bytes_per_device(path: str | Path, dtype: Any, mesh: Any = None) -> int:
     """Bytes of a judge's parameters on each device of ``mesh`` (all of them without a mesh),
-    from the model file's config alone (no weights read): each parameter's shard under the
-    project's sharding rules, in ``dtype``."""
-    from flax import nnx
-
-    from jaxjudge.models import sharding
-    from jaxjudge.models.config import config_from_hf
-    from jaxjudge.models.convert import abstract_model
-    from jaxjudge.models.gguf import gguf_shape_config
-    from jaxjudge.models.hf import read_config, resolve_source
-
-    path = Path(path)
-    hf = gguf_shape_config(path) if path.is_file() else read_config(resolve_source(path))
-    _, state = nnx.split(abstract_model(config_from_hf(hf), dtype))
-    return sharding.bytes_per_device(state, mesh)
-
-
-def device_memory(device: Any) -> tuple[int | None, str]:
-    """A device's memory in bytes and what it is: an accelerator's own memory, or for a CPU
-    device the host's RAM (shared by every CPU device of the process)."""
-    try:
-        stats = device.memory_stats()
-    except Exception:  # some backends have no memory statistics
-        stats = None
-    if stats and stats.get("bytes_limit"):
-        return int(stats["bytes_limit"]), f"{device.device_kind}"
-    try:
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None, "unknown"
-    return int(ram), "host RAM"
+    from the model file's config alone (no weights read): the machine model's
+    `jaxjudge.models.machine.parameter_bytes` for the mesh's ``model`` axis."""
+    return parameter_bytes(model_shapes(path), dtype, model_axis(mesh))
 
 
 def check_fits(name: str, path: str | Path, dtype: Any, mesh: Any = None, *,
                memory: int | None = None, what: str | None = None) -> int:
-    """Refuses, in one line and before any weights load, a judge whose parameters would take more
-    than `FIT_FRACTION` of each device's memory on ``mesh``.
+    """Refuses, in one line and before any weights load, a judge whose parameters alone would not
+    fit each device's memory on ``mesh`` by the machine model's fit rule
+    (`jaxjudge.models.machine.fits`: (1 - `SPARE`) of it; the rest is for activations and caches).
 
     On CPU devices (which share the host's RAM) the parameters of every device of the mesh on
     this host count against the RAM together. ``memory`` (bytes per device) and ``what`` override
@@ -259,19 +223,21 @@ def check_fits(name: str, path: str | Path, dtype: Any, mesh: Any = None, *,
     local = [d for d in (np.asarray(mesh.devices).flat if mesh is not None else jax.local_devices()[:1])
              if d.process_index == jax.process_index()]
     if memory is None:
-        memory, what = device_memory(local[0])
-        if memory is None:
+        try:
+            chip = chip_memory(local[0])
+        except ValueError:  # an accelerator that reports no limit, of a kind the machine model lacks
             return per_device
-        shared = local[0].platform == "cpu"
+        if not chip.usable_bytes:  # the host does not say its RAM
+            return per_device
     else:
-        shared, what = False, what or "given"
-    need = per_device * (len(local) if shared else 1)
-    if need > FIT_FRACTION * memory:
+        chip = ChipMemory(what or "given", int(memory), what or "given")
+    shared = len(local) if chip.shared else 1
+    if not fits(per_device, chip, shared_by=shared):
         shape = "no mesh (one device)" if mesh is None else str({k: int(v) for k, v in mesh.shape.items()})
-        where = (f"{len(local)} CPU devices share {memory / 2**30:.2f} GiB of host RAM" if shared else
-                 f"each device has {memory / 2**30:.2f} GiB ({what})")
+        where = (f"{len(local)} CPU devices share {chip.usable_bytes / 2**30:.2f} GiB of host RAM" if chip.shared else
+                 f"each device has {chip.usable_bytes / 2**30:.2f} GiB ({chip.kind})")
         raise ConfigError(f"model {name!r}: its parameters need {per_device / 2**30:.2f} GiB per device "
                           f"({per_device} bytes) in {jax.numpy.dtype(dtype).name} "
-                          f"on mesh {shape}; {where}, of which at most {FIT_FRACTION:.0%} may hold parameters. "
+                          f"on mesh {shape}; {where}, of which at most {1 - SPARE:.0%} may hold parameters. "
                           "Use a larger 'model' axis, bfloat16, or more devices")
     return per_device

@@ -28,111 +28,29 @@ presets the compiled scoring programs' memory (XLA:TPU's memory analysis) came o
 above it at the meshes compiled, which the `SPARE` covers; the README's planner table puts the
 two side by side.
 
-Usable memory is the runtime's own limit: a device's ``memory_stats()["bytes_limit"]`` where
-the device reports one (a TPU in this process), else `USABLE_HBM` (what libtpu reports as
-available HBM when a compile exceeds it), else for CPU devices the host's RAM, shared by every
-CPU device of the process.
+Usable memory, the fit rule (`SPARE`) and the parameter bytes are the machine model's
+(`jaxjudge.models.machine`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import math
-import os
 from collections.abc import Sequence
 from typing import Any
 
-import jax
 import jax.numpy as jnp
-import numpy as np
-from flax import nnx
-from jax.sharding import AbstractMesh, AxisType, Mesh
 
 from jaxjudge.models.decoder_config import DecoderConfig
-from jaxjudge.models.sharding import logical_spec
+from jaxjudge.models.machine import GIB, SPARE, ChipMemory, budget, fits, parameter_bytes
 
-__all__ = ["SPARE", "GIB", "USABLE_HBM", "ChipMemory", "Step", "Bytes", "MeshPlan", "MeshPlanError",
-           "usable_memory", "chip_memory", "parameter_bytes", "bytes_per_chip", "plan_mesh", "device_grid",
-           "build_mesh"]
-
-GIB = 1 << 30
-SPARE = 0.10
-"""The share of a chip's usable memory the plan leaves free (fragmentation, XLA's own buffers)."""
-
-# What libtpu reports as "available HBM" when a program exceeds it (RESOURCE_EXHAUSTED: ...
-# exceeds available HBM (15.75G)), measured on a CPU host with libtpu 0.0.42.1 (jax 0.10.2)
-# describing each topology (`jax.experimental.topologies`). The unit is GiB: the largest donated
-# float32 array that compiles on one chip, found by bisection to 1 MiB, was 15.748 GiB (v5e),
-# 95.743 GiB (v5p) and 31.246 GiB (v6e). The printed figure has two decimals.
-USABLE_HBM: dict[str, tuple[int, str]] = {
-    "v5e": (int(15.75 * GIB), "libtpu 0.0.42.1: available HBM 15.75 GiB of the v5e's 16"),
-    "v5p": (int(95.74 * GIB), "libtpu 0.0.42.1: available HBM 95.74 GiB of the v5p's 95 GiB (vendor figure)"),
-    "v6e": (int(31.25 * GIB), "libtpu 0.0.42.1: available HBM 31.25 GiB of the v6e's 32"),
-}
-
-# `Device.device_kind` of each generation -> its name in topology strings.
-_DEVICE_KINDS = {"tpu v5 lite": "v5e", "tpu v5e": "v5e", "tpu v5": "v5p", "tpu v5p": "v5p",
-                 "tpu v6 lite": "v6e", "tpu v6e": "v6e"}
-
+__all__ = ["CallShape", "Bytes", "MeshPlan", "MeshPlanError", "bytes_per_chip", "plan_mesh"]
 
 class MeshPlanError(ValueError):
     """No ``model`` axis makes the judge fit: the message names the smallest bytes per chip found."""
 
 
 @dataclasses.dataclass(frozen=True)
-class ChipMemory:
-    """What one chip may use, and where the figure comes from.
-
-    Attributes:
-        kind: the chip (``v5e``, ``cpu``, a device kind).
-        usable_bytes: bytes a program may use on one chip (for CPU devices: the host RAM they share).
-        source: where ``usable_bytes`` comes from.
-        shared: whether every device of a process shares the memory (CPU devices: their
-            parameters and caches add up in one RAM).
-    """
-
-    kind: str
-    usable_bytes: int
-    source: str
-    shared: bool = False
-
-
-def usable_memory(chip: str) -> ChipMemory:
-    """A TPU generation's usable HBM per chip (`USABLE_HBM`), by topology name (``v5e:2x4``) or
-    device kind (``TPU v5 lite``).
-
-    Raises:
-        ValueError: naming the chip when the table has no figure for it.
-    """
-    name = chip.split(":", 1)[0].strip().lower()
-    name = _DEVICE_KINDS.get(name, name)
-    if name not in USABLE_HBM:
-        raise ValueError(f"chip {chip!r}: no usable-memory figure for it; known: {sorted(USABLE_HBM)}")
-    return ChipMemory(name, *USABLE_HBM[name])
-
-
-def chip_memory(device: Any) -> ChipMemory:
-    """What a device of this process may use: its runtime's ``bytes_limit`` where it reports
-    one, else `USABLE_HBM` by its kind, else (a CPU device) the host's RAM, shared."""
-    try:
-        stats = device.memory_stats()
-    except Exception:  # noqa: BLE001 - backends without memory statistics
-        stats = None
-    if device.platform != "cpu" and stats and stats.get("bytes_limit"):
-        return ChipMemory(device.device_kind, int(stats["bytes_limit"]),
-                          f"{device.device_kind}: the runtime's bytes_limit")
-    if device.platform != "cpu":
-        return usable_memory(device.device_kind)
-    try:
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        ram = 0
-    return ChipMemory("cpu", int(ram), "host RAM (os.sysconf), shared by the CPU devices", shared=True)
-
-
-@dataclasses.dataclass(frozen=True)
-class Step:
+class CallShape:
     """The work one call puts on one ``data`` shard, globally sized as the engine calls it.
 
     Attributes:
@@ -179,39 +97,12 @@ class Bytes:
                 f"{self.activations / GIB:.2f} = {self.total / GIB:.2f} GiB")
 
 
-@functools.lru_cache(maxsize=32)
-def _abstract_state(cfg: DecoderConfig, dtype: str) -> Any:
-    from jaxjudge.models.convert import abstract_model
-
-    _, state = nnx.split(abstract_model(cfg, dtype))
-    return state
-
-
-def _mesh(data: int, model: int) -> AbstractMesh:
-    return AbstractMesh((data, model), ("data", "model"), axis_types=(AxisType.Auto, AxisType.Auto))
-
-
-def parameter_bytes(cfg: DecoderConfig, dtype: Any, model: int) -> int:
-    """Bytes of ``cfg``'s parameters on each chip of a ``model``-way axis, under the project's
-    sharding rules (a dimension the axis does not divide is whole on every chip)."""
-    state = _abstract_state(cfg, jnp.dtype(dtype).name)
-    mesh = _mesh(1, model)
-    total = 0
-    for v in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, nnx.Variable)):
-        shape = tuple(v.shape)
-        spec = logical_spec(v.get_metadata().get("out_sharding"), shape, mesh) if isinstance(v, nnx.Variable) \
-            else ()
-        per = [n // model if i < len(spec) and spec[i] == "model" else n for i, n in enumerate(shape)]
-        total += math.prod(per) * jnp.dtype(v.dtype).itemsize
-    return total
-
-
 def _split(n: int, model: int) -> int:
     """A dimension of size ``n`` on one chip: split when the axis divides it, else whole."""
     return n // model if model > 1 and n % model == 0 else n
 
 
-def bytes_per_chip(cfg: DecoderConfig, dtype: Any, step: Step, data: int, model: int) -> Bytes:
+def bytes_per_chip(cfg: DecoderConfig, dtype: Any, step: CallShape, data: int, model: int) -> Bytes:
     """Parameters, KV cache and activations on one chip of a ``data x model`` mesh (see the
     module docstring for the formulas)."""
     b = jnp.dtype(dtype).itemsize
@@ -261,11 +152,11 @@ class MeshPlan:
     def budget(self) -> int:
         """Bytes one chip may hold: (1 - `SPARE`) of its usable memory (CPU devices: of the
         host's RAM divided among the devices of the process that share it)."""
-        return int((1 - SPARE) * self.memory.usable_bytes / self.shared_by)
+        return budget(self.memory, shared_by=self.shared_by)
 
     @property
     def fits(self) -> bool:
-        return self.per_chip.total <= self.budget
+        return fits(self.per_chip.total, self.memory, shared_by=self.shared_by)
 
     @property
     def shape(self) -> dict[str, int]:
@@ -295,7 +186,7 @@ def _divisors(n: int) -> list[int]:
     return [m for m in range(1, n + 1) if n % m == 0]
 
 
-def plan_mesh(judges: Sequence[tuple[str, DecoderConfig]], dtype: Any, step: Step, chips: int,
+def plan_mesh(judges: Sequence[tuple[str, DecoderConfig]], dtype: Any, step: CallShape, chips: int,
               memory: ChipMemory, *, slices: int = 1, model: int | None = None, shared_by: int = 1) -> MeshPlan:
     """The smallest ``model`` axis with which ``judges`` (loaded together) fit every chip.
 
@@ -344,36 +235,3 @@ def plan_mesh(judges: Sequence[tuple[str, DecoderConfig]], dtype: Any, step: Ste
     replicated = tuple((n, cfg.num_key_value_heads) for n, cfg in judges
                        if chosen.model > 1 and cfg.num_key_value_heads % chosen.model)
     return dataclasses.replace(chosen, tried=tuple(tried), replicated_kv=replicated)
-
-
-def device_grid(devices: Sequence[Any], data: int, model: int) -> np.ndarray:
-    """``devices`` as a ``[data, model]`` array in which each row of ``model`` chips lies in one
-    slice (devices carrying ``slice_index``), the slices one after the other along ``data``.
-    Within a slice the order is `jax.make_mesh`'s (the interconnect's)."""
-    devices = list(devices)
-    if data * model != len(devices):
-        raise ValueError(f"mesh data={data} x model={model} needs {data * model} devices, got {len(devices)}")
-    by_slice: dict[int, list[Any]] = {}
-    for d in devices:
-        by_slice.setdefault(int(getattr(d, "slice_index", 0) or 0), []).append(d)
-    slices = [by_slice[k] for k in sorted(by_slice)]
-    if len({len(s) for s in slices}) != 1 or len(slices[0]) % model:
-        raise ValueError(f"model={model} must divide each slice's chips ({[len(s) for s in slices]})")
-    rows = []
-    for part in slices:
-        if len(slices) == 1 or part[0].platform != "tpu":
-            grid = np.asarray(part, dtype=object).reshape(-1, model)
-        else:
-            grid = np.asarray(jax.make_mesh((len(part) // model, model), ("data", "model"), devices=part,
-                                            axis_types=(AxisType.Auto, AxisType.Auto)).devices)
-        rows.append(grid)
-    return np.concatenate(rows, axis=0)
-
-
-def build_mesh(devices: Sequence[Any], data: int, model: int) -> Mesh:
-    """The ``("data", "model")`` mesh of `device_grid` (one slice: `jax.make_mesh`'s order)."""
-    devices = list(devices)
-    if len({int(getattr(d, "slice_index", 0) or 0) for d in devices}) == 1:
-        return jax.make_mesh((data, model), ("data", "model"), devices=devices,
-                             axis_types=(AxisType.Auto, AxisType.Auto))
-    return Mesh(device_grid(devices, data, model), ("data", "model"), axis_types=(AxisType.Auto, AxisType.Auto))

@@ -27,13 +27,13 @@ XLA's propagation inserts the collectives from the parameter and batch shardings
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from jaxjudge.models.kvcache import KVCache, init_cache
@@ -55,7 +55,6 @@ __all__ = [
     "DataBlocks",
     "spans_processes",
     "to_host",
-    "bytes_per_device",
 ]
 
 # The one rules table: logical axis name -> mesh axis (None: replicated).
@@ -103,8 +102,6 @@ def make_mesh(data: int | None = None, model: int = 1, devices: Any = None) -> M
     slices = sorted({getattr(d, "slice_index", 0) for d in devices})
     if len(slices) == 1:
         return jax.make_mesh((data, model), ("data", "model"), axis_types=axis_types, devices=devices)
-    from jax.experimental import mesh_utils
-
     n = len(slices)
     if data % n:
         raise ValueError(f"mesh data={data} x model={model} over {n} slices: data must be a multiple of {n} "
@@ -191,18 +188,6 @@ def shard_state(
         shardings,
         is_leaf=lambda x: isinstance(x, nnx.Variable),
     )
-
-
-def bytes_per_device(abstract_state: Any, mesh: Mesh | None = None,
-                     rules: Mapping[str, str | None] = LOGICAL_AXIS_RULES) -> int:
-    """Bytes of a (possibly abstract) parameter state on each device of ``mesh`` under the
-    logical-axis rules (every parameter whole without a mesh)."""
-    leaves = jax.tree.leaves(abstract_state)
-    if mesh is None:
-        return sum(math.prod(x.shape) * jnp.dtype(x.dtype).itemsize for x in leaves)
-    shardings = jax.tree.leaves(param_shardings(abstract_state, mesh, rules))
-    return sum(math.prod(s.shard_shape(tuple(x.shape))) * jnp.dtype(x.dtype).itemsize
-               for x, s in zip(leaves, shardings, strict=True))
 
 
 def _host_side(a: Any, mesh: Mesh | None) -> Any:

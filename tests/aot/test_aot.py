@@ -381,14 +381,14 @@ def test_cost_of_the_scanned_layers_is_extrapolated_from_two_and_three_unrolled(
     def prefill_cost(layers: int, unroll: bool):
         # the engine's prefill step (the cheapest to compile) of 4 prefixes of 32 tokens
         cfg = AC._config(hf, layers)
-        gd, st, _ = AC._abstract_state(cfg, jax.numpy.float32, mesh, unroll)
+        gd, st = AC._program_state(cfg, jax.numpy.float32, mesh, unroll)
         rows = S.batch_sharding(mesh, 2)
         fresh = jax.eval_shape(lambda: AC._dec.init_cache(cfg, 4, 256, jax.numpy.float32))
         args = (gd, st, jax.ShapeDtypeStruct((4, 32), jax.numpy.int32, sharding=rows),
                 jax.ShapeDtypeStruct((4, 32), bool, sharding=rows), jax.ShapeDtypeStruct((4, 1), jax.numpy.int32, sharding=rows),
                 None, AC._sds(fresh, S.cache_sharding(mesh, fresh)), None)
         compiled, _, _ = AC._compile(PREFILL, args, {})
-        return AC._Cost.of(compiled), " while(" in compiled.as_text()
+        return AC.ProgramCost.of(compiled), " while(" in compiled.as_text()
 
     (scanned, has_loop), (c2, _), (c3, _), (c5, loop5) = (prefill_cost(5, False), prefill_cost(2, True),
                                                           prefill_cost(3, True), prefill_cost(5, True))
@@ -441,3 +441,41 @@ def test_two_slices_keep_the_model_axis_inside_a_slice(tmp_path):
     assert bad.returncode == 0, bad.stderr[-3000:]
     seen = json.loads(bad.stdout.strip().splitlines()[-1])
     assert seen["partitions"] == 8 and "all-reduce" in seen["kinds"], seen
+
+
+# The planner's multi-slice mesh (`jaxjudge.models.sharding.make_mesh`: `create_hybrid_device_mesh`)
+# against the order the planner's own `device_grid` built before: each slice's `jax.make_mesh`
+# grid, the slices stacked along data.
+GRIDS = """
+import json, sys
+import jax, numpy as np
+from jax.sharding import AxisType
+from jaxjudge.aot.compile import describe_host_for_libtpu, tpu_devices
+from jaxjudge.models.sharding import make_mesh
+out = []
+for topology, model in (("v5e:2x4", 1), ("v5e:2x4", 2), ("v5e:2x4", 4), ("v5e:2x4", 8), ("v6e:2x2", 2),
+                        ("v5p:2x2x1", 4)):
+    describe_host_for_libtpu(topology)
+    devices = tpu_devices(topology, slices=2)
+    parts = [[d for d in devices if d.slice_index == s] for s in (0, 1)]
+    before = np.concatenate([np.asarray(jax.make_mesh((len(p) // model, model), ("data", "model"), devices=p,
+                                                      axis_types=(AxisType.Auto, AxisType.Auto)).devices)
+                             for p in parts], axis=0)
+    now = make_mesh(len(devices) // model, model, devices=devices).devices
+    out.append([topology, model, [d.id for d in before.flat] == [d.id for d in now.flat]])
+json.dump(out, sys.stdout)
+"""
+
+
+@pytest.mark.slow
+def test_the_multislice_grid_is_the_hybrid_mesh_in_the_order_it_replaced():
+    """The mesh over two described slices (v5e, v6e, v5p): the same device order as each slice's
+    `jax.make_mesh` grid stacked along data, the planner's former hand-written order."""
+    env = _libtpu_env()
+    if env is None:
+        pytest.skip("libtpu is not installed (make .venv/libtpu/.installed)")
+    proc = subprocess.run([sys.executable, "-c", GRIDS], env=env, capture_output=True, text=True, cwd=ROOT,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(seen) == 6 and all(same for _, _, same in seen), seen

@@ -106,6 +106,7 @@ def test_parameter_bytes_per_device_are_the_loaded_judges(tmp_path, tiny_gguf):
 
 def test_a_judge_too_large_for_the_devices_is_one_line_before_loading(tmp_path, monkeypatch):
     from jaxjudge.experiment import hardware
+    from jaxjudge.models.machine import ChipMemory
 
     with pytest.raises(ConfigError) as err:
         hardware.check_fits("smollm2-135m", SMOLLM2.resolved_path(), "float32", None, memory=400_000_000,
@@ -113,7 +114,8 @@ def test_a_judge_too_large_for_the_devices_is_one_line_before_loading(tmp_path, 
     text = str(err.value)
     assert "\n" not in text and "'smollm2-135m'" in text and "538060032 bytes" in text and "0.37 GiB" in text
     # Through the experiment layer: refused before any weights are read.
-    monkeypatch.setattr(hardware, "device_memory", lambda device: (300_000_000, "a test device"))
+    monkeypatch.setattr(hardware, "chip_memory",
+                        lambda device: ChipMemory("a test device", 300_000_000, "set by the test"))
     from jaxjudge import models
 
     def no_load(*a, **k):

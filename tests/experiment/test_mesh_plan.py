@@ -8,7 +8,7 @@ shapes and budgets.
 
 from __future__ import annotations
 
-import types
+import dataclasses
 
 import jax
 import numpy as np
@@ -19,19 +19,9 @@ from hypothesis import strategies as st
 from jaxjudge.experiment import ConfigError, ExperimentConfig, TaskSpec, with_overrides
 from jaxjudge.experiment.hardware import mesh_and_plan, step_for
 from jaxjudge.models.config import config_from_hf
-from jaxjudge.models.mesh_plan import (
-    GIB,
-    SPARE,
-    ChipMemory,
-    MeshPlanError,
-    Step,
-    build_mesh,
-    bytes_per_chip,
-    device_grid,
-    parameter_bytes,
-    plan_mesh,
-    usable_memory,
-)
+from jaxjudge.models.machine import GIB, SPARE, ChipMemory, fits, parameter_bytes, usable_memory
+from jaxjudge.models.mesh_plan import CallShape, MeshPlanError, bytes_per_chip, plan_mesh
+from jaxjudge.models.sharding import make_mesh
 
 # D 12, N 4 query heads of 6, K 2 key/value heads, F 20, V 24, 3 layers: divisible by 2 (and 4
 # for N, F, V but not K), so a 4-way model axis replicates the key/value heads.
@@ -63,7 +53,7 @@ def test_parameter_bytes_follow_the_sharding_rules(model):
 
 def test_kv_cache_and_activation_bytes_by_hand():
     # data 2 x model 2, bfloat16. One prefix group per data shard (groups None), 5 tails each.
-    step = Step(prefix_len=32, prefix_slots=256, tails=5, tail_len=64, groups=None, decode_rows=6, decode_slots=80)
+    step = CallShape(prefix_len=32, prefix_slots=256, tails=5, tail_len=64, groups=None, decode_rows=6, decode_slots=80)
     b = bytes_per_chip(_cfg(), "bfloat16", step, data=2, model=2)
     q, kv, f, v = N // 2, K // 2, F // 2, V // 2
     decode_rows = 3  # 6 rows over 2 data shards
@@ -76,7 +66,7 @@ def test_kv_cache_and_activation_bytes_by_hand():
     assert b.activations == max(prefill, read, decode) == read
     assert b.parameters == _hand_parameter_bytes(2) // 2
     # One shared group: its tails split over data (rounded up), every shard holds the prefix.
-    one = Step(prefix_len=32, prefix_slots=256, tails=5, tail_len=64, groups=1)
+    one = CallShape(prefix_len=32, prefix_slots=256, tails=5, tail_len=64, groups=1)
     assert one.per_shard(2) == (1, 3, 0) and step.per_shard(2) == (1, 5, 3)
 
 
@@ -85,7 +75,7 @@ def _memory(budget: int) -> ChipMemory:
     return ChipMemory("test", int(np.ceil(budget / (1 - SPARE))), "set by the test")
 
 
-STEP = Step(prefix_len=32, prefix_slots=256, tails=4, tail_len=32, decode_rows=4, decode_slots=48)
+STEP = CallShape(prefix_len=32, prefix_slots=256, tails=4, tail_len=32, decode_rows=4, decode_slots=48)
 
 
 def test_the_smallest_model_axis_that_fits_is_chosen_and_no_larger():
@@ -147,6 +137,16 @@ def test_judges_held_together_add_up():
         cfg, "float32", STEP, 8 // both.model, both.model).total
 
 
+@dataclasses.dataclass(frozen=True)
+class _Device:
+    """A stand-in device of a numbered slice (what a mesh reads of one)."""
+
+    id: int
+    slice_index: int
+    platform: str = "cpu"
+    device_kind: str = "cpu"
+
+
 def test_over_several_slices_model_stays_inside_one():
     cfg = _cfg()
     per_slice = plan_mesh([("j", cfg)], "float32", STEP, 16, _memory(1 << 40), slices=2, model=8)
@@ -159,13 +159,13 @@ def test_over_several_slices_model_stays_inside_one():
     with pytest.raises(MeshPlanError, match="in 2 slices: model=8 needs"):  # 16 would span both slices
         plan_mesh([("w", wide)], "float32", STEP, 16, _memory(need16), slices=2)
 
-    devices = [types.SimpleNamespace(id=i, slice_index=i // 8, platform="cpu") for i in range(16)]
-    grid = device_grid(devices[::-1], data=4, model=4)
+    devices = [_Device(i, slice_index=i // 8) for i in range(16)]
+    grid = make_mesh(4, 4, devices=devices[::-1]).devices
     assert grid.shape == (4, 4)
     for row in grid:
         assert len({d.slice_index for d in row}) == 1
     assert [row[0].slice_index for row in grid] == [0, 0, 1, 1]
-    mesh = build_mesh(jax.devices()[:8], 4, 2)  # one slice: jax.make_mesh's order
+    mesh = make_mesh(4, 2, devices=jax.devices()[:8])  # one slice: jax.make_mesh's order
     assert dict(mesh.shape) == {"data": 4, "model": 2} and mesh.axis_names == ("data", "model")
 
 
@@ -246,3 +246,16 @@ def test_auto_plans_an_experiments_judges_over_given_chips(tmp_path):
     with pytest.raises(ConfigError, match=r"ExperimentConfig\.mesh: 'auto': no model axis makes smollm2-135m "
                                           r"\(bfloat16\) fit 8 test chips"):
         auto_plan(cfg, resident, jax.devices()[:8], memory=ChipMemory("test", 1 << 20, "set by the test"))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.integers(1, 1 << 42), st.sampled_from([1, 2, 3, 4, 8, 16]), st.integers(-2, 2))
+def test_one_fit_rule_gives_what_both_former_rules_gave(memory, shared_by, offset):
+    """`jaxjudge.models.machine.fits` replaced two rules, and gives what each gave at and around
+    its boundary: the pre-load check's ``not per_device x devices > 0.9 x memory`` (its
+    ``FIT_FRACTION``) and the planner's ``per_chip <= int((1 - SPARE) x memory / shared_by)``."""
+    per = max(0, int(0.9 * memory / shared_by) + offset)
+    chip = ChipMemory("test", memory, "set by the test")
+    assert SPARE == 0.10 and 1 - SPARE == 0.9
+    assert fits(per, chip, shared_by=shared_by) == (not per * shared_by > 0.9 * memory)
+    assert fits(per, chip, shared_by=shared_by) == (per <= int((1 - 0.10) * memory / shared_by))
