@@ -256,7 +256,8 @@ class Attention(nnx.Module):
         self.softcap = cfg.attn_logit_softcapping
         self.dtype = dtype
         # None: XLA's dense masked attention; a `jaxjudge.models.splash.SplashKernel`: the Pallas
-        # splash kernel for the blocks it serves (see `jaxjudge.models.splash.use_kernel`).
+        # splash kernel for the blocks it serves (see `jaxjudge.models.splash.use_kernel`). The
+        # option carries its own `serves` and `attend`, so this module never imports the kernel's.
         self.kernel = None
         self.query_chunk = query_chunk
 
@@ -291,10 +292,8 @@ class Attention(nnx.Module):
         own = KeyBlock(k_btkh, v_btkh, mask_bt, positions_bt, causal=True)
         blocks = [blk for blk in (prefix, past) if blk is not None] + [own]
         attend = functools.partial(segmented_attention, query_chunk=self.query_chunk)
-        if self.kernel is not None:
-            from jaxjudge.models import splash  # noqa: PLC0415  (it imports this module)
-            if splash.supported(blocks, window):
-                attend = functools.partial(splash.splash_attention, spec=self.kernel)
+        if self.kernel is not None and self.kernel.serves(blocks, window):
+            attend = self.kernel.attend
         out_btnh = attend(q_btnh, blocks, positions_bt, scaling=self.scaling, window=window, cap=self.softcap,
                           dtype=self.dtype)
         return self.o_proj(out_btnh), k_btkh, v_btkh

@@ -35,13 +35,14 @@ import contextlib
 import dataclasses
 import functools
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 from jax.sharding import Mesh, PartitionSpec as P
 
-from jaxjudge.models.attention import KeyBlock, segmented_attention
+from jaxjudge.models.attention import Attention, KeyBlock, segmented_attention
 
 __all__ = ["SplashKernel", "supported", "splash_attention", "use_kernel", "count_flops", "require_tpu"]
 
@@ -71,6 +72,14 @@ class SplashKernel:
         if self.block_kv % LANES or self.block_kv < LANES:
             raise ValueError(f"SplashKernel: block_kv must be a positive multiple of {LANES}, got {self.block_kv}")
 
+    def serves(self, blocks: Sequence[KeyBlock], window) -> bool:
+        """Whether the kernel computes these blocks (`supported`)."""
+        return supported(blocks, window)
+
+    def attend(self, q_btnh: jax.Array, blocks: Sequence[KeyBlock], q_pos_bt: jax.Array, **kw: Any) -> jax.Array:
+        """`splash_attention` with these options (``kw``: its keyword arguments but ``spec``)."""
+        return splash_attention(q_btnh, blocks, q_pos_bt, spec=self, **kw)
+
 
 def require_tpu(devices, where: str) -> None:
     """Raises ValueError unless every one of ``devices`` is a TPU (the kernel, not interpreted,
@@ -97,6 +106,7 @@ def _round_up(n: int, m: int) -> int:
 @functools.lru_cache(maxsize=64)
 def _kernel(kind: str, heads: int, q_len: int, kv_len: int, cap: float | None, spec: SplashKernel):
     """A splash kernel (forward only, with log-sum-exps) for one mask shape; built once per shape."""
+    # Pallas's TPU kernels load where a kernel is built, not with every decoder.
     from jax.experimental.pallas.ops.tpu.splash_attention import (  # noqa: PLC0415
         splash_attention_kernel as sk, splash_attention_mask as sm,
     )
@@ -147,6 +157,7 @@ def _count(kind: str, batch: int, heads: int, q_len: int, kv_len: int, head_dim:
 
 
 def _segments(q_ids: jax.Array, kv_ids: jax.Array):
+    # As in `_kernel`: Pallas's TPU kernels load where a kernel runs.
     from jax.experimental.pallas.ops.tpu.splash_attention.splash_attention_kernel import SegmentIds  # noqa: PLC0415
     return SegmentIds(q=q_ids, kv=kv_ids)
 
@@ -283,9 +294,6 @@ def use_kernel(model, spec: SplashKernel | None):
     """Runs every attention layer of ``model`` (a `jaxjudge.models.decoder.Decoder`) through the
     splash kernel where it serves (``spec``), or back through XLA's attention (None). The option
     is part of the model's graph definition, so jitted functions retrace for it. Returns the model."""
-    from flax import nnx  # noqa: PLC0415
-    from jaxjudge.models.attention import Attention  # noqa: PLC0415
-
     if spec is not None and not isinstance(spec, SplashKernel):
         raise TypeError(f"use_kernel: spec must be a SplashKernel or None, got {type(spec).__name__}")
     found = 0

@@ -60,7 +60,9 @@ from jaxjudge.store.bucket import BucketPath
 from jaxjudge.store.files import (CLAIM_STALE_S, ChunkClaim, claim_file, clear_dead_claim, fsync_dir, publish,
                                   tmp_name, write_atomic)
 from jaxjudge.store.keys import canonical_key, content_sha256, hash_key, key_differences
+from jaxjudge.store.layout import FORMAT, MANIFEST, StoreError, StoreKeyMismatch, recompute_hint
 from jaxjudge.store.location import Location, location
+from jaxjudge.store.migrate import Migrations
 
 __all__ = [
     "CLAIM_STALE_S",
@@ -72,25 +74,11 @@ __all__ = [
     "seal_store",
 ]
 
-FORMAT = "jaxjudge-store/1"
-_MANIFEST = "manifest.json"
 _CHUNKS = "chunks"
 _CHUNK_RE = re.compile(r"^(\d{6,})\.npz$")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _SEAL = "@seal"  # not a valid array name (see _NAME_RE), so it cannot clash with one
 _SEAL_FORMAT = 1
-
-
-def _recompute_hint(root: Location) -> str:
-    return f"delete it and rerun `jaxjudge extract` (or the code that wrote {root}) to recompute it"
-
-
-class StoreError(RuntimeError):
-    """A store folder that cannot be used as asked (missing or inconsistent chunks, bad files)."""
-
-
-class StoreKeyMismatch(StoreError, ValueError):
-    """The folder holds outputs for a different key."""
 
 
 def assign_chunks(chunk_ids: Iterable[int], process_index: int, process_count: int) -> list[int]:
@@ -108,7 +96,7 @@ def assign_chunks(chunk_ids: Iterable[int], process_index: int, process_count: i
 # -- the store ----------------------------------------------------------------------------------
 
 
-class Store:
+class Store(Migrations):
     """A folder of chunked arrays for one key. Use `Store.open`.
 
     Attributes:
@@ -153,10 +141,10 @@ class Store:
           FileNotFoundError: no store there and ``create`` is False or ``key`` is None.
         """
         root = location(root, "store")
-        manifest_path = root / _MANIFEST
+        manifest_path = root / MANIFEST
         if key is None:
             if not manifest_path.is_file():
-                raise FileNotFoundError(f"no store at {root} (no {_MANIFEST})")
+                raise FileNotFoundError(f"no store at {root} (no {MANIFEST})")
             return cls(root, cls._read_manifest(manifest_path))
         ckey = canonical_key(key)
         khash = hash_key(ckey)
@@ -164,7 +152,7 @@ class Store:
             raise ValueError(f"n_chunks must be a positive int, got {n_chunks!r}")
         if not manifest_path.is_file():
             if not create:
-                raise FileNotFoundError(f"no store at {root} (no {_MANIFEST})")
+                raise FileNotFoundError(f"no store at {root} (no {MANIFEST})")
             cls._create(root, ckey, khash, n_chunks, info)
         manifest = cls._read_manifest(manifest_path)
         if manifest["key_hash"] != khash or manifest["key"] != ckey:
@@ -207,7 +195,7 @@ class Store:
             "info": canonical_key(dict(info or {})),
         }
         data = (json.dumps(manifest, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
-        target = root / _MANIFEST
+        target = root / MANIFEST
         if isinstance(target, BucketPath):
             # One create: another process's manifest wins, as link() decides below.
             target.create(data)
@@ -341,7 +329,7 @@ class Store:
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
             size = path.size() if isinstance(path, BucketPath) else path.stat().st_size
             what = "empty file" if size == 0 else str(e) or type(e).__name__
-            raise StoreError(f"{path}: unreadable chunk {i} ({what}); {_recompute_hint(self.root)}") from None
+            raise StoreError(f"{path}: unreadable chunk {i} ({what}); {recompute_hint(self.root)}") from None
         seal = arrays.pop(_SEAL, None)
         if seal is None:
             return arrays, None
@@ -350,7 +338,7 @@ class Store:
             if not isinstance(seal, dict):
                 raise ValueError("not a JSON object")
         except (ValueError, TypeError, IndexError) as e:
-            raise StoreError(f"{path}: chunk {i} has an unreadable seal ({e}); {_recompute_hint(self.root)}") from None
+            raise StoreError(f"{path}: chunk {i} has an unreadable seal ({e}); {recompute_hint(self.root)}") from None
         return arrays, seal
 
     def _check_seal(self, i: int, arrays: dict[str, np.ndarray], seal: dict[str, Any] | None) -> None:
@@ -359,17 +347,17 @@ class Store:
             raise StoreError(
                 f"{path}: chunk {i} has no seal (written before chunks recorded their key and content hash), so "
                 f"its content cannot be verified; if you trust the store's current content, run "
-                f"`jaxjudge store seal {self.root}` once, or {_recompute_hint(self.root)}")
+                f"`jaxjudge store seal {self.root}` once, or {recompute_hint(self.root)}")
         if seal.get("key_hash") != self.key_hash:
             raise StoreError(
                 f"{path}: chunk {i} was written for another store key (sealed for {str(seal.get('key_hash'))[:12]}, "
-                f"this store is {self.key_hash[:12]}; copied from another store?); {_recompute_hint(self.root)}")
+                f"this store is {self.key_hash[:12]}; copied from another store?); {recompute_hint(self.root)}")
         if seal.get("chunk") != i:
             raise StoreError(f"{path}: chunk {i} was written as chunk {seal.get('chunk')!r} (moved or copied?); "
-                             f"{_recompute_hint(self.root)}")
+                             f"{recompute_hint(self.root)}")
         if seal.get("content_sha256") != content_sha256(arrays):
             raise StoreError(f"{path}: chunk {i} content does not match its recorded hash (altered after it was "
-                             f"written); {_recompute_hint(self.root)}")
+                             f"written); {recompute_hint(self.root)}")
 
     def read_chunk(self, i: int) -> dict[str, np.ndarray]:
         """Arrays of one chunk, after checking its seal (key, index and content hash).
@@ -381,19 +369,6 @@ class Store:
         arrays, seal = self._read_raw(i)
         self._check_seal(i, arrays, seal)
         return arrays
-
-    def seal(self) -> dict[str, int]:
-        """Seal this store's unsealed chunks (see `seal_store`). Returns counts per outcome."""
-        from jaxjudge.store.migrate import seal_chunks  # noqa: PLC0415
-
-        return seal_chunks(self)
-
-    def extend_key(self, entries: Mapping[str, Any]) -> dict[str, int]:
-        """Add new entries to this store's key, keeping its arrays (a one-time migration:
-        `jaxjudge.store.migrate.extend_key`). Returns ``{"resealed": n, "already": m}``."""
-        from jaxjudge.store.migrate import extend_key  # noqa: PLC0415
-
-        return extend_key(self, entries)
 
     def load(self, n_chunks: int | None = None) -> dict[str, np.ndarray]:
         """All chunks concatenated in chunk order along the leading axis.
