@@ -18,7 +18,6 @@ typed calls on `jaxjudge.models.Judge` objects the rest of the engine uses.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any
 
 import jax
@@ -121,11 +120,6 @@ class DecodeState:
     tokens_bg: jax.Array
 
 
-@functools.partial(
-    jax.jit,
-    static_argnames=("graphdefs", "choice", "max_new_tokens", "eos_ids", "pad_id"),
-    donate_argnames=("caches",),
-)
 def decode(
     graphdefs: tuple[nnx.GraphDef, ...],
     states: tuple[nnx.State, ...],
@@ -192,8 +186,8 @@ def decode(
     return st
 
 
-DECODE = Step("decode", decode, static=("graphdefs", "choice", "max_new_tokens", "eos_ids", "pad_id"),
-              donate=("caches",))
+DECODE = Step.jit("decode", decode, static=("graphdefs", "choice", "max_new_tokens", "eos_ids", "pad_id"),
+                  donate=("caches",))
 
 
 def _check_room(cache: KVCache, max_new_tokens: int) -> None:

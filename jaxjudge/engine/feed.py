@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from jax.experimental import multihost_utils
 
 from jaxjudge.engine import calls
 from jaxjudge.engine.decode import generate_tokens
@@ -98,8 +99,6 @@ class FeedPlan:
 
 def _exchange(table: np.ndarray) -> np.ndarray:
     """Every process's ``[n, k]`` table of non-negative ints, combined by maximum (one gather)."""
-    from jax.experimental import multihost_utils
-
     return np.asarray(multihost_utils.process_allgather(table.astype(np.int32))).max(axis=0)
 
 
@@ -278,8 +277,6 @@ class Lockstep:
                fields: list[tuple[str, Any, tuple[int, ...]]]) -> dict[str, np.ndarray]:
         """Every row's results (``fields``: name, dtype, per-row shape) on every process, from the
         process that fed it: one gather of each process's rows as bytes."""
-        from jax.experimental import multihost_utils
-
         sizes = [int(np.dtype(dt).itemsize * np.prod(shape, dtype=np.int64)) for _, dt, shape in fields]
         buf = np.zeros((len(members), sum(sizes)), np.uint8)
         for j, i in enumerate(members):

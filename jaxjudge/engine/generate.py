@@ -225,38 +225,52 @@ def contrastive_generate(
     prompts = check_prompts(prompts)
     max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
     o = EngineOptions.of(options, **engine)
-
-    def real(name, v, ok, what):
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not (
-                math.isfinite(v) and ok(v)):
-            raise ValueError(f"{name} must be {what}, got {v!r}")
-
-    real("lam", lam, lambda v: v >= 0, "a number >= 0")
-    real("t_main", t_main, lambda v: v > 0, "a positive number")
-    real("t_asst", t_asst, lambda v: v > 0, "a positive number")
-    real("alpha", alpha, lambda v: 0 <= v <= 1, "in [0, 1]")
-    if main.mesh is not assistant.mesh:
-        raise ValueError("the main judge and the assistant must be placed on the same mesh (or neither on one)")
+    _check_contrastive(main, assistant, lam=lam, t_main=t_main, t_asst=t_asst, alpha=alpha)
     ctx = (min(main.config.max_position_embeddings, assistant.config.max_position_embeddings)
            if o.context_length is None else o.context_length)
     if ctx <= max_new_tokens:
         raise ValueError(f"context_length={ctx} leaves no room for a prompt before {max_new_tokens} new tokens")
-    if spans_processes(main.mesh):
-        # One SPMD program over several processes: each tokenises and feeds only its own rows.
-        tk, plan = feed_plan(main.tokenizer, prompts, main.mesh, chunk_size=len(prompts), limit=ctx - max_new_tokens,
-                             overflow=o.overflow, prefix_cache=o.prefix_cache, min_prefix_tokens=o.min_prefix_tokens,
-                             whole=False)
-        vocab = _shared_vocabulary(main, assistant, tk, rows=plan.fed_here().tolist())
+    knobs = {"lam": lam, "t_main": t_main, "t_asst": t_asst, "alpha": alpha, "max_new_tokens": max_new_tokens}
+    run = _contrastive_fed if spans_processes(main.mesh) else _contrastive_here
+    return run(main, assistant, prompts, o, ctx, knobs, progress)
 
-        def decode(extended, prefixes):
-            (lm, cm), (la, ca) = extended
-            return contrastive_decode(main, assistant, lm[:, 0], la[:, 0], cm, ca, *prefixes, lam=lam, t_main=t_main,
-                                      t_asst=t_asst, alpha=alpha, vocab=vocab, max_new_tokens=max_new_tokens,
-                                      host=False)
 
-        with Progress(len(prompts), enabled=progress, desc="contrastive generate") as bar:
-            return generate_fed((main, assistant), tk, plan, max_new_tokens=max_new_tokens, batch_size=o.batch_size,
-                                max_batch_tokens=o.max_batch_tokens, progress=bar, decode=decode)
+def _check_contrastive(main: Judge, assistant: Judge, **knobs: Any) -> None:
+    """Refuses weights and temperatures out of range, and judges on different meshes."""
+    wants = {"lam": (lambda v: v >= 0, "a number >= 0"), "t_main": (lambda v: v > 0, "a positive number"),
+             "t_asst": (lambda v: v > 0, "a positive number"), "alpha": (lambda v: 0 <= v <= 1, "in [0, 1]")}
+    for name, (ok, what) in wants.items():
+        v = knobs[name]
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not (
+                math.isfinite(v) and ok(v)):
+            raise ValueError(f"{name} must be {what}, got {v!r}")
+    if main.mesh is not assistant.mesh:
+        raise ValueError("the main judge and the assistant must be placed on the same mesh (or neither on one)")
+
+
+def _contrastive_fed(main: Judge, assistant: Judge, prompts: list[RenderedPrompt], o: EngineOptions, ctx: int,
+                     knobs: dict[str, Any], progress: bool) -> list[list[int]]:
+    """One SPMD program over several processes: each tokenises and feeds only its own rows."""
+    max_new_tokens = knobs["max_new_tokens"]
+    tk, plan = feed_plan(main.tokenizer, prompts, main.mesh, chunk_size=len(prompts), limit=ctx - max_new_tokens,
+                         overflow=o.overflow, prefix_cache=o.prefix_cache, min_prefix_tokens=o.min_prefix_tokens,
+                         whole=False)
+    vocab = _shared_vocabulary(main, assistant, tk, rows=plan.fed_here().tolist())
+
+    def decode(extended, prefixes):
+        (lm, cm), (la, ca) = extended
+        return contrastive_decode(main, assistant, lm[:, 0], la[:, 0], cm, ca, *prefixes, vocab=vocab, host=False,
+                                  **knobs)
+
+    with Progress(len(prompts), enabled=progress, desc="contrastive generate") as bar:
+        return generate_fed((main, assistant), tk, plan, max_new_tokens=max_new_tokens, batch_size=o.batch_size,
+                            max_batch_tokens=o.max_batch_tokens, progress=bar, decode=decode)
+
+
+def _contrastive_here(main: Judge, assistant: Judge, prompts: list[RenderedPrompt], o: EngineOptions, ctx: int,
+                      knobs: dict[str, Any], progress: bool) -> list[list[int]]:
+    """This process's devices: every prompt batched, prefilled and decoded here."""
+    max_new_tokens = knobs["max_new_tokens"]
     tk = tokenise(main.tokenizer, prompts, limit=ctx - max_new_tokens, overflow=o.overflow)
     vocab = _shared_vocabulary(main, assistant, tk)
     replies: dict[int, list[int]] = {}
@@ -273,9 +287,7 @@ def contrastive_generate(
             room = call.batch.length + max_new_tokens
             lm, cm = main.extend(tokens, mask, prefix=pm, max_length=room)
             la, ca = assistant.extend(tokens, mask, prefix=pa, max_length=room)
-            out, lengths = contrastive_decode(main, assistant, lm[:, 0], la[:, 0], cm, ca, pm, pa, lam=lam,
-                                                   t_main=t_main, t_asst=t_asst, alpha=alpha, vocab=vocab,
-                                                   max_new_tokens=max_new_tokens)
+            out, lengths = contrastive_decode(main, assistant, lm[:, 0], la[:, 0], cm, ca, pm, pa, vocab=vocab, **knobs)
             for r, j in enumerate(call.members):
                 replies[j] = out[r, : lengths[r]].tolist()
             bar.update(len(call.members), sum(len(tk.ids[j]) for j in call.members))

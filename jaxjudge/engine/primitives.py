@@ -21,14 +21,13 @@ number of (prefix, suffix) shape pairs that compile small.
 
 from __future__ import annotations
 
-import functools
 
 import flax
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxjudge.engine.decode import Greedy, decode
+from jaxjudge.engine.decode import DECODE, Greedy
 from jaxjudge.engine.step import Step
 from jaxjudge.models import decoder as _dec
 from jaxjudge.models.kvcache import KVCache
@@ -120,7 +119,6 @@ def _reduce_reads(logits_brv: jax.Array, pick_read_bm: jax.Array, pick_token_bm:
     return RowReads(picked_bm, logz_b, greedy_b, top_bk - logz_b[:, None], top_ids_bk.astype(jnp.int32))
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "answer_read", "topk"))
 def read_rows(
     graphdef: nnx.GraphDef,
     state: nnx.State,
@@ -165,8 +163,6 @@ def read_rows(
     return _reduce_reads(logits_brv, pick_read_bm, pick_token_bm, answer_read, topk).replace(nll_b=nll_b)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "answer_read", "topk", "max_new_tokens", "eos_ids",
-                                             "pad_id"))
 def read_rows_and_generate(
     graphdef: nnx.GraphDef,
     state: nnx.State,
@@ -197,8 +193,8 @@ def read_rows_and_generate(
     positions_bt = _dec.default_positions(mask_bt, cache, prefix)
     logits_brv, cache = model(tokens_bt, positions_bt, mask_bt, read_br, cache, prefix)
     out = _reduce_reads(logits_brv, pick_read_bm, pick_token_bm, answer_read, topk)
-    reply = decode((graphdef,), (state,), (logits_brv[:, answer_read],), (cache,), (prefix,), None, choice=Greedy(),
-                   max_new_tokens=max_new_tokens, eos_ids=eos_ids, pad_id=pad_id)
+    reply = DECODE.fn((graphdef,), (state,), (logits_brv[:, answer_read],), (cache,), (prefix,), None,
+                      choice=Greedy(), max_new_tokens=max_new_tokens, eos_ids=eos_ids, pad_id=pad_id)
     return out.replace(generated_bg=reply.tokens_bg, lengths_b=reply.lengths_b)
 
 
@@ -268,7 +264,6 @@ class PrefixNLL:
     next_logprobs_v: jax.Array
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef",))
 def prefix_nll(graphdef: nnx.GraphDef, state: nnx.State, tokens_bt: jax.Array, mask_bt: jax.Array) -> PrefixNLL:
     """`PrefixNLL` of a right-padded batch-1 prefix ``[1, T]``."""
     model = nnx.merge(graphdef, state)
@@ -294,7 +289,6 @@ class TokenNLL:
     counts_b: jax.Array
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "chunk"))
 def token_nll(graphdef: nnx.GraphDef, state: nnx.State, tokens_bt: jax.Array, mask_bt: jax.Array,
               count_bt: jax.Array | None = None, *, chunk: int = 128) -> TokenNLL:
     """Summed NLL of each row's tokens after its first real token.
@@ -321,12 +315,13 @@ def token_nll(graphdef: nnx.GraphDef, state: nnx.State, tokens_bt: jax.Array, ma
 # ------------------------------------------------------------------------------ the named steps
 
 # The engine's device work goes through these objects only (`jaxjudge.engine.step`); `jaxjudge
-# aot` lowers the same objects. The prefill is the decoder's own jitted forward into a fresh
-# cache (donated), as `jaxjudge.engine.calls.prefill_prefixes` calls it.
+# aot` lowers the same objects. Each is jitted here, from the static argument names it states.
+# The prefill is the decoder's own jitted forward into a fresh cache (donated), as
+# `jaxjudge.engine.calls.prefill_prefixes` calls it.
 PREFILL = Step("prefill", _dec.forward, static=("graphdef",), donate=("cache",))
-READ_ROWS = Step("read_rows", read_rows, static=("graphdef", "answer_read", "topk"))
-READ_ROWS_AND_GENERATE = Step("read_rows_and_generate", read_rows_and_generate,
-                              static=("graphdef", "answer_read", "topk", "max_new_tokens", "eos_ids", "pad_id"))
-PREFIX_NLL = Step("prefix_nll", prefix_nll, static=("graphdef",))
-TOKEN_NLL = Step("token_nll", token_nll, static=("graphdef", "chunk"))
+READ_ROWS = Step.jit("read_rows", read_rows, static=("graphdef", "answer_read", "topk"))
+READ_ROWS_AND_GENERATE = Step.jit("read_rows_and_generate", read_rows_and_generate,
+                                  static=("graphdef", "answer_read", "topk", "max_new_tokens", "eos_ids", "pad_id"))
+PREFIX_NLL = Step.jit("prefix_nll", prefix_nll, static=("graphdef",))
+TOKEN_NLL = Step.jit("token_nll", token_nll, static=("graphdef", "chunk"))
 STEPS: dict[str, Step] = {s.name: s for s in (PREFILL, READ_ROWS, READ_ROWS_AND_GENERATE, PREFIX_NLL, TOKEN_NLL)}

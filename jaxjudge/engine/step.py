@@ -2,7 +2,8 @@
 compiles ahead of time are the same programs.
 
 A `Step` wraps one ``jax.jit``-ed function with its name and the static and donated arguments
-it was jitted with; calling it calls the function, ``lower`` lowers it (for abstract arguments
+it was jitted with (`Step.jit` jits it from the same names, written once); calling it calls the
+function, ``lower`` lowers it (for abstract arguments
 with shardings, as `jaxjudge.aot.compile` does). The engine calls its device work only through
 these objects: `PREFILL` (prefixes into a KV cache, `jaxjudge.engine.calls.prefill_prefixes`),
 `READ_ROWS` and `READ_ROWS_AND_GENERATE` (`calls.read_rows`), `PREFIX_NLL` and `TOKEN_NLL`, and
@@ -17,6 +18,8 @@ import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
+
+import jax
 
 __all__ = ["Step", "Use", "recording"]
 
@@ -48,6 +51,13 @@ class Step:
     fn: Callable[..., Any]
     static: tuple[str, ...] = ()
     donate: tuple[str, ...] = ()
+
+    @classmethod
+    def jit(cls, name: str, fn: Callable[..., Any], *, static: tuple[str, ...] = (),
+            donate: tuple[str, ...] = ()) -> Step:
+        """``fn`` jitted with ``static`` and ``donate`` as its static and donated argument names,
+        as the step ``name``."""
+        return cls(name, jax.jit(fn, static_argnames=static, donate_argnames=donate), static, donate)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if _RECORDERS:

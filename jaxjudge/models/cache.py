@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
+from jax.experimental import multihost_utils
 from jax.sharding import SingleDeviceSharding
 from tokenizers import Tokenizer
 
@@ -330,8 +331,6 @@ def shared_by_all(root: str | os.PathLike[str]) -> bool:
         seen = int(mark.read_text()) == token
     except (OSError, ValueError):
         seen = False
-    from jax.experimental import multihost_utils
-
     every = bool(np.all(multihost_utils.process_allgather(np.int32(seen))))
     if jax.process_index() == 0:
         mark.unlink(missing_ok=True)
