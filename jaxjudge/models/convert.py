@@ -11,6 +11,7 @@ the key each time.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any, Callable, Mapping
 
@@ -201,6 +202,114 @@ def _from_blocks(src: Any, shape: tuple[int, ...], stacked: bool, dtype: Any, sh
     return jax.make_array_from_callback(shape, sharding_, block)
 
 
+def _check_tied_head(tensors: Mapping[str, np.ndarray], head: Any) -> None:
+    """Some exporters write a tied head out as well; it is accepted only if it is the tie."""
+    emb = tensors.get("model.embed_tokens.weight")
+    if emb is None or emb.shape != head.shape or not np.array_equal(emb, head):
+        raise ConversionError(
+            "tensor 'lm_head.weight' differs from 'model.embed_tokens.weight' but the config "
+            "ties the embeddings (tie_word_embeddings=True)"
+        )
+
+
+def _shape_error(key: str, value: Any, hit: tuple[str, Callable], target: tuple[int, ...], e: ValueError
+                 ) -> ConversionError:
+    return ConversionError(f"tensor {key!r} has shape {tuple(np.shape(value))}, which does not fit parameter "
+                           f"{hit[0]!r} of shape {target}: {e}")
+
+
+@dataclasses.dataclass
+class _Filling:
+    """The parameters of one decoder being filled from tensors: whole ones placed at once,
+    stacked ones gathered in one ``[L, ...]`` host buffer layer by layer, lazy ones (on a mesh)
+    remembered to be read device block by device block.
+
+    Attributes:
+        slots: parameter path -> its abstract Variable.
+        shardings: parameter path -> its sharding (None: no mesh).
+        dtype: the parameter dtype.
+    """
+
+    slots: dict[str, Any]
+    shardings: dict[str, Any] | None
+    dtype: Any
+    buffers: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    layers_filled: dict[str, set[int]] = dataclasses.field(default_factory=dict)
+    filled: dict[str, Any] = dataclasses.field(default_factory=dict)
+    lazy: dict[str, Any] = dataclasses.field(default_factory=dict)  # path -> (LazyTensor, transposed), or layer -> that
+
+    def slot(self, cfg: DecoderConfig, key: str) -> tuple[tuple[str, Callable], str, int | None, tuple[int, ...]]:
+        """The table's entry for ``key``, its parameter path, layer and the shape one tensor fills."""
+        hit = _param_path(key)
+        path, layer = (None, None) if hit is None else _stacked(hit[0])
+        if path not in self.slots or (layer is not None and layer >= self.slots[path].shape[0]):
+            raise ConversionError(
+                f"tensor {key!r} is not used by the {cfg.model_type} decoder built from this config"
+                + ("" if hit is None else f" (it would fill {hit[0]!r}, which the config lacks)")
+            )
+        shape = self.slots[path].shape
+        return hit, path, layer, tuple(shape[1:] if layer is not None else shape)
+
+    def add_lazy(self, key: str, value: LazyTensor, hit: tuple[str, Callable], path: str, layer: int | None,
+                 target: tuple[int, ...]) -> None:
+        """A tensor read later, device block by device block (only what this process's devices hold)."""
+        transposed = hit[1] is _transpose
+        try:
+            if transposed and value.ndim != 2:
+                raise ValueError(f"expected a 2-D weight, got shape {value.shape}")
+            layout_groups(tuple(value.shape[::-1] if transposed else value.shape), target)
+        except ValueError as e:
+            raise _shape_error(key, value, hit, target, e) from None
+        if value.dtype.kind not in "fV":
+            raise ConversionError(f"tensor {key!r} has non-float dtype {value.dtype}")
+        if layer is None:
+            self.lazy[path] = (value, transposed)
+        else:
+            self.lazy.setdefault(path, {})[layer] = (value, transposed)
+            self.layers_filled.setdefault(path, set()).add(layer)
+
+    def add(self, key: str, value: Any, hit: tuple[str, Callable], path: str, layer: int | None,
+            target: tuple[int, ...]) -> None:
+        """A tensor in memory, transformed by its table entry: placed, or into its layer's buffer row."""
+        try:
+            arr = hit[1](np.asarray(value), target)
+        except ValueError as e:
+            raise _shape_error(key, value, hit, target, e) from None
+        if np.dtype(arr.dtype).kind not in "fV":
+            raise ConversionError(f"tensor {key!r} has non-float dtype {arr.dtype}")
+        if layer is None:
+            self.filled[path] = jax.device_put(arr.astype(self.dtype), None if self.shardings is None
+                                               else self.shardings[path])
+            return
+        if path not in self.buffers:
+            self.buffers[path] = np.empty(tuple(self.slots[path].shape), self.dtype)
+        self.buffers[path][layer] = arr.astype(self.dtype)
+        self.layers_filled.setdefault(path, set()).add(layer)
+
+    def check_complete(self) -> None:
+        """Raises `ConversionError` naming (up to five of) the parameters no tensor filled."""
+        missing = []
+        for path in sorted(self.slots):
+            if path.startswith(_LAYERS):
+                absent = sorted(set(range(self.slots[path].shape[0])) - self.layers_filled.get(path, set()))
+                missing += [f"layers.{i}.{path[len(_LAYERS):]}" for i in absent]
+            elif path not in self.filled and path not in self.lazy:
+                missing.append(path)
+        if missing:
+            names = ", ".join(f"{_hf_name(p)!r} (for {p})" for p in missing[:5])
+            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            raise ConversionError(f"missing tensor(s) {names}{more}")
+
+    def placed(self) -> dict[str, Any]:
+        """Every parameter on its devices: the buffers placed, the lazy ones read block by block."""
+        for path, buf in self.buffers.items():
+            self.filled[path] = jax.device_put(buf, None if self.shardings is None else self.shardings[path])
+        for path, src in self.lazy.items():
+            self.filled[path] = _from_blocks(src, tuple(self.slots[path].shape), path.startswith(_LAYERS),
+                                             self.dtype, self.shardings[path])
+        return self.filled
+
+
 def build_model(
     cfg: DecoderConfig,
     tensors: Mapping[str, np.ndarray],
@@ -230,93 +339,25 @@ def build_model(
     """
     d = as_dtype(dtype)
     graphdef, abstract = nnx.split(abstract_model(cfg, d))
-    slots = _flat(abstract)
     shardings = None
     if mesh is not None:
         shardings = _flat(sharding.param_shardings(abstract, mesh, rules or sharding.LOGICAL_AXIS_RULES))
-
+    fill = _Filling(_flat(abstract), shardings, d)
     tensors = unfuse(cfg, tensors)
-    # Per-layer tensors fill one [L, ...] host buffer per stacked parameter, layer by layer.
-    buffers: dict[str, np.ndarray] = {}
-    layers_filled: dict[str, set[int]] = {}
-    filled: dict[str, Any] = {}
-    lazy: dict[str, Any] = {}  # path -> (LazyTensor, transposed), or layer -> that for stacked ones
     for key in sorted(tensors):
         value = tensors[key]
         if any(p.fullmatch(key) for p in _IGNORED):
             continue
         if key == "lm_head.weight" and cfg.tie_word_embeddings:
-            # Some exporters write the tied head out as well; accept it only if it is the tie.
-            emb = tensors.get("model.embed_tokens.weight")
-            if emb is None or emb.shape != value.shape or not np.array_equal(emb, value):
-                raise ConversionError(
-                    "tensor 'lm_head.weight' differs from 'model.embed_tokens.weight' but the config "
-                    "ties the embeddings (tie_word_embeddings=True)"
-                )
+            _check_tied_head(tensors, value)
             continue
-        hit = _param_path(key)
-        path, layer = (None, None) if hit is None else _stacked(hit[0])
-        if path not in slots or (layer is not None and layer >= slots[path].shape[0]):
-            raise ConversionError(
-                f"tensor {key!r} is not used by the {cfg.model_type} decoder built from this config"
-                + ("" if hit is None else f" (it would fill {hit[0]!r}, which the config lacks)")
-            )
-        fn = hit[1]
-        target = tuple(slots[path].shape[1:] if layer is not None else slots[path].shape)
+        hit, path, layer, target = fill.slot(cfg, key)
         if shardings is not None and isinstance(value, LazyTensor):
-            # Read later, device block by device block (only what this process's devices hold).
-            transposed = fn is _transpose
-            try:
-                if transposed and value.ndim != 2:
-                    raise ValueError(f"expected a 2-D weight, got shape {value.shape}")
-                layout_groups(tuple(value.shape[::-1] if transposed else value.shape), target)
-            except ValueError as e:
-                raise ConversionError(
-                    f"tensor {key!r} has shape {tuple(value.shape)}, which does not fit parameter "
-                    f"{hit[0]!r} of shape {target}: {e}"
-                ) from None
-            if value.dtype.kind not in "fV":
-                raise ConversionError(f"tensor {key!r} has non-float dtype {value.dtype}")
-            if layer is None:
-                lazy[path] = (value, transposed)
-            else:
-                lazy.setdefault(path, {})[layer] = (value, transposed)
-                layers_filled.setdefault(path, set()).add(layer)
-            continue
-        arr = np.asarray(value)
-        try:
-            arr = fn(arr, target)
-        except ValueError as e:
-            raise ConversionError(
-                f"tensor {key!r} has shape {tuple(np.shape(value))}, which does not fit parameter "
-                f"{hit[0]!r} of shape {target}: {e}"
-            ) from None
-        if np.dtype(arr.dtype).kind not in "fV":
-            raise ConversionError(f"tensor {key!r} has non-float dtype {arr.dtype}")
-        if layer is None:
-            filled[path] = jax.device_put(arr.astype(d), None if shardings is None else shardings[path])
-            continue
-        if path not in buffers:
-            buffers[path] = np.empty(tuple(slots[path].shape), d)
-        buffers[path][layer] = arr.astype(d)
-        layers_filled.setdefault(path, set()).add(layer)
-
-    missing = []
-    for path in sorted(slots):
-        if path.startswith(_LAYERS):
-            absent = sorted(set(range(slots[path].shape[0])) - layers_filled.get(path, set()))
-            missing += [f"layers.{i}.{path[len(_LAYERS):]}" for i in absent]
-        elif path not in filled and path not in lazy:
-            missing.append(path)
-    if missing:
-        names = ", ".join(f"{_hf_name(p)!r} (for {p})" for p in missing[:5])
-        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-        raise ConversionError(f"missing tensor(s) {names}{more}")
-    for path, buf in buffers.items():
-        filled[path] = jax.device_put(buf, None if shardings is None else shardings[path])
-    for path, src in lazy.items():
-        filled[path] = _from_blocks(src, tuple(slots[path].shape), path.startswith(_LAYERS), d, shardings[path])
-
+            fill.add_lazy(key, value, hit, path, layer, target)
+        else:
+            fill.add(key, value, hit, path, layer, target)
+    fill.check_complete()
+    filled = fill.placed()
     state = nnx.from_flat_state(
         [(path, v.replace(filled[".".join(str(p) for p in path)]))
          for path, v in nnx.to_flat_state(abstract)]

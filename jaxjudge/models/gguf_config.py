@@ -115,6 +115,163 @@ def _rope_scaling_from_freqs(freqs: np.ndarray, theta: float, head_dim: int,
     return {"rope_type": "llama3", **guess}
 
 
+class _ArchMeta:
+    """The ``{arch}.*`` metadata of one file, read with the file's path in every error."""
+
+    def __init__(self, meta: Mapping[str, Any], arch: str, path: Path):
+        self.meta, self.prefix, self.path = meta, f"{arch}.", path
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.meta.get(self.prefix + key, default)
+
+    def need(self, key: str) -> Any:
+        value = self.get(key)
+        if value is None:
+            raise GGUFFormatError(f"{self.path}: required metadata {self.prefix + key!r} is missing")
+        return value
+
+    def single(self, key: str, value: Any) -> int:
+        # Some writers store per-layer counts; this decoder has one value for all layers.
+        if isinstance(value, list):
+            if not value or any(v != value[0] for v in value):
+                raise UnsupportedGGUFError(f"{self.path}: per-layer {self.prefix + key!r}={value} is not supported")
+            value = value[0]
+        return int(value)
+
+
+def _architecture(meta: Mapping[str, Any], path: Path) -> str:
+    """The file's architecture, refused when unsupported or when it carries an ``{arch}.*`` key
+    this reader does not know (with a value that is not empty)."""
+    arch = meta.get("general.architecture")
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise UnsupportedGGUFError(
+            f"{path}: general.architecture={arch!r} is not supported; supported: "
+            f"{sorted(SUPPORTED_ARCHITECTURES)}"
+        )
+    prefix = f"{arch}."
+    for key, value in meta.items():
+        if key.startswith(prefix) and key[len(prefix):] not in _KNOWN_ARCH_KEYS:
+            if value in (None, False, 0, 0.0, "", []):
+                continue
+            raise UnsupportedGGUFError(
+                f"{path}: metadata {key!r}={value!r} is not understood by this reader; refusing "
+                "to guess its effect on the logits"
+            )
+    return arch
+
+
+def _heads(m: _ArchMeta, hidden: int) -> tuple[int, int, int]:
+    """Query heads, key/value heads and the head width, checked (no partial rotary dimensions)."""
+    path, prefix = m.path, m.prefix
+    heads = m.single("attention.head_count", m.need("attention.head_count"))
+    kv_heads = m.single("attention.head_count_kv", m.get("attention.head_count_kv", heads))
+    head_dim = m.get("attention.key_length")
+    if head_dim is None:
+        if hidden % heads:
+            raise GGUFFormatError(
+                f"{path}: embedding_length={hidden} is not a multiple of head_count={heads} and "
+                "attention.key_length is missing"
+            )
+        head_dim = hidden // heads
+    head_dim = int(head_dim)
+    value_dim = int(m.get("attention.value_length", head_dim))
+    if value_dim != head_dim:
+        raise UnsupportedGGUFError(
+            f"{path}: attention.value_length={value_dim} differs from key_length={head_dim}"
+        )
+    rot = m.get("rope.dimension_count")
+    if rot is not None and int(rot) != head_dim:
+        raise UnsupportedGGUFError(
+            f"{path}: {prefix}rope.dimension_count={rot} rotates part of each {head_dim}-wide head; "
+            "partial rotary embeddings are not supported"
+        )
+    return heads, kv_heads, head_dim
+
+
+def _vocab(m: _ArchMeta, tensor_shapes: Mapping[str, tuple[int, ...]], hidden: int) -> int:
+    """The vocabulary size: the token list's, checked against the embedding and the declared size."""
+    path = m.path
+    tokens = m.meta.get("tokenizer.ggml.tokens")
+    if not tokens:
+        raise GGUFFormatError(f"{path}: tokenizer.ggml.tokens is missing")
+    vocab = len(tokens)
+    embed_shape = tensor_shapes.get("token_embd.weight")
+    if embed_shape is None:
+        raise GGUFFormatError(f"{path}: tensor 'token_embd.weight' is missing")
+    if tuple(embed_shape) != (vocab, hidden):
+        raise GGUFFormatError(
+            f"{path}: token_embd.weight has shape {tuple(embed_shape)} but the vocabulary has "
+            f"{vocab} tokens and embedding_length is {hidden}"
+        )
+    declared_vocab = m.get("vocab_size")
+    if declared_vocab is not None and int(declared_vocab) != vocab:
+        raise GGUFFormatError(
+            f"{path}: {m.prefix}vocab_size={declared_vocab} but the token list has {vocab} entries"
+        )
+    return vocab
+
+
+def _family_fields(hf: dict[str, Any], arch: str, m: _ArchMeta, tensor_shapes: Mapping[str, tuple[int, ...]],
+                   act: str) -> None:
+    """Adds to ``hf`` what one family's config has beyond the common fields (biases, windows,
+    Gemma's scalings and soft-caps)."""
+    if arch == "llama":
+        hf["attention_bias"] = "blk.0.attn_q.bias" in tensor_shapes
+        hf["mlp_bias"] = "blk.0.ffn_gate.bias" in tensor_shapes
+    if arch == "qwen3":
+        hf["attention_bias"] = "blk.0.attn_q.bias" in tensor_shapes
+    if arch == "phi3":
+        longrope = sorted(_LONGROPE_TENSORS & set(tensor_shapes))
+        if longrope:
+            raise UnsupportedGGUFError(
+                f"{m.path}: tensors {longrope} hold Phi-3's long-context rotary scaling ('longrope'), "
+                "which is not supported")
+        window = m.get("attention.sliding_window")
+        if window:
+            hf["sliding_window"] = int(window)
+    if arch in ("gemma2", "gemma3"):
+        del hf["hidden_act"]
+        hf["hidden_activation"] = act
+        window = m.get("attention.sliding_window")
+        if window is None:
+            raise GGUFFormatError(f"{m.path}: required metadata {m.prefix + 'attention.sliding_window'!r} "
+                                  "is missing")
+        hf["sliding_window"] = int(window)
+        hf["attention_bias"] = False
+        # Not in the file: llama.cpp's rule (see the module docstring).
+        big = hf["num_hidden_layers"] == _GEMMA_27B_LAYERS[arch]
+        hf["query_pre_attn_scalar"] = hf["hidden_size"] // hf["num_attention_heads"] if big else hf["head_dim"]
+        if arch == "gemma2":
+            # llama.cpp's defaults when the file does not say: 50 and 30, as in every release.
+            for key, default in (("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0)):
+                hf[key] = float(m.get(key, default))
+        else:
+            # Every layer type's rotary base, as transformers 5 writes them.
+            hf["rope_local_base_freq"] = 10000.0
+            hf["sliding_window_pattern"] = 6
+            hf["attn_logit_softcapping"] = hf["final_logit_softcapping"] = None
+
+
+def _rope_scaling(m: _ArchMeta, rope_freqs: np.ndarray | None, theta: float, head_dim: int
+                  ) -> dict[str, Any] | None:
+    """The rotary scaling: from the ``rope_freqs`` tensor, or as the metadata names it (None: none)."""
+    scaling_type = m.get("rope.scaling.type")
+    if rope_freqs is not None:
+        if scaling_type not in (None, "none"):
+            raise UnsupportedGGUFError(
+                f"{m.path}: both {ROPE_FREQS_TENSOR!r} and rope.scaling.type={scaling_type!r} are present"
+            )
+        return _rope_scaling_from_freqs(rope_freqs, theta, head_dim, m.path)
+    if scaling_type in (None, "none"):
+        return None
+    scaling: dict[str, Any] = {"rope_type": str(scaling_type), "factor": m.get("rope.scaling.factor")}
+    original = m.get("rope.scaling.original_context_length")
+    if original is not None:
+        scaling["original_max_position_embeddings"] = int(original)
+    # Passed on as written; the config reader accepts or refuses the scheme by name.
+    return scaling
+
+
 def hf_config_from_gguf(meta: Mapping[str, Any], tensor_shapes: Mapping[str, tuple[int, ...]],
                         path: Path | str = "GGUF file",
                         rope_freqs: np.ndarray | None = None) -> dict[str, Any]:
@@ -135,147 +292,33 @@ def hf_config_from_gguf(meta: Mapping[str, Any], tensor_shapes: Mapping[str, tup
             dimensions, inconsistent sizes (each named).
     """
     path = Path(path)
-    arch = meta.get("general.architecture")
-    if arch not in SUPPORTED_ARCHITECTURES:
-        raise UnsupportedGGUFError(
-            f"{path}: general.architecture={arch!r} is not supported; supported: "
-            f"{sorted(SUPPORTED_ARCHITECTURES)}"
-        )
+    arch = _architecture(meta, path)
     model_type, hf_arch, act = SUPPORTED_ARCHITECTURES[arch]
-    prefix = f"{arch}."
-    for key, value in meta.items():
-        if key.startswith(prefix) and key[len(prefix):] not in _KNOWN_ARCH_KEYS:
-            if value in (None, False, 0, 0.0, "", []):
-                continue
-            raise UnsupportedGGUFError(
-                f"{path}: metadata {key!r}={value!r} is not understood by this reader; refusing "
-                "to guess its effect on the logits"
-            )
-
-    def need(key: str) -> Any:
-        value = meta.get(prefix + key)
-        if value is None:
-            raise GGUFFormatError(f"{path}: required metadata {prefix + key!r} is missing")
-        return value
-
-    def single(key: str, value: Any) -> int:
-        # Some writers store per-layer counts; this decoder has one value for all layers.
-        if isinstance(value, list):
-            if not value or any(v != value[0] for v in value):
-                raise UnsupportedGGUFError(f"{path}: per-layer {prefix + key!r}={value} is not supported")
-            value = value[0]
-        return int(value)
-
-    hidden = int(need("embedding_length"))
-    heads = single("attention.head_count", need("attention.head_count"))
-    kv_heads = single("attention.head_count_kv", meta.get(prefix + "attention.head_count_kv", heads))
-    head_dim = meta.get(prefix + "attention.key_length")
-    if head_dim is None:
-        if hidden % heads:
-            raise GGUFFormatError(
-                f"{path}: embedding_length={hidden} is not a multiple of head_count={heads} and "
-                "attention.key_length is missing"
-            )
-        head_dim = hidden // heads
-    head_dim = int(head_dim)
-    value_dim = int(meta.get(prefix + "attention.value_length", head_dim))
-    if value_dim != head_dim:
-        raise UnsupportedGGUFError(
-            f"{path}: attention.value_length={value_dim} differs from key_length={head_dim}"
-        )
-    rot = meta.get(prefix + "rope.dimension_count")
-    if rot is not None and int(rot) != head_dim:
-        raise UnsupportedGGUFError(
-            f"{path}: {prefix}rope.dimension_count={rot} rotates part of each {head_dim}-wide head; "
-            "partial rotary embeddings are not supported"
-        )
-    tokens = meta.get("tokenizer.ggml.tokens")
-    if not tokens:
-        raise GGUFFormatError(f"{path}: tokenizer.ggml.tokens is missing")
-    vocab = len(tokens)
-    embed_shape = tensor_shapes.get("token_embd.weight")
-    if embed_shape is None:
-        raise GGUFFormatError(f"{path}: tensor 'token_embd.weight' is missing")
-    if tuple(embed_shape) != (vocab, hidden):
-        raise GGUFFormatError(
-            f"{path}: token_embd.weight has shape {tuple(embed_shape)} but the vocabulary has "
-            f"{vocab} tokens and embedding_length is {hidden}"
-        )
-    declared_vocab = meta.get(prefix + "vocab_size")
-    if declared_vocab is not None and int(declared_vocab) != vocab:
-        raise GGUFFormatError(
-            f"{path}: {prefix}vocab_size={declared_vocab} but the token list has {vocab} entries"
-        )
-    theta = float(meta.get(prefix + "rope.freq_base", 10000.0))
-
+    m = _ArchMeta(meta, arch, path)
+    hidden = int(m.need("embedding_length"))
+    heads, kv_heads, head_dim = _heads(m, hidden)
+    vocab = _vocab(m, tensor_shapes, hidden)
+    theta = float(m.get("rope.freq_base", 10000.0))
     hf: dict[str, Any] = {
         "architectures": [hf_arch],
         "model_type": model_type,
         "vocab_size": vocab,
         "hidden_size": hidden,
-        "intermediate_size": int(need("feed_forward_length")),
-        "num_hidden_layers": int(need("block_count")),
+        "intermediate_size": int(m.need("feed_forward_length")),
+        "num_hidden_layers": int(m.need("block_count")),
         "num_attention_heads": heads,
         "num_key_value_heads": kv_heads,
         "head_dim": head_dim,
-        "rms_norm_eps": float(need("attention.layer_norm_rms_epsilon")),
+        "rms_norm_eps": float(m.need("attention.layer_norm_rms_epsilon")),
         "rope_theta": theta,
-        "max_position_embeddings": int(meta.get(prefix + "context_length", 8192)),
+        "max_position_embeddings": int(m.get("context_length", 8192)),
         "tie_word_embeddings": "output.weight" not in tensor_shapes,
         "hidden_act": act,
     }
-    if arch == "llama":
-        hf["attention_bias"] = "blk.0.attn_q.bias" in tensor_shapes
-        hf["mlp_bias"] = "blk.0.ffn_gate.bias" in tensor_shapes
-    if arch == "qwen3":
-        hf["attention_bias"] = "blk.0.attn_q.bias" in tensor_shapes
-    if arch == "phi3":
-        longrope = sorted(_LONGROPE_TENSORS & set(tensor_shapes))
-        if longrope:
-            raise UnsupportedGGUFError(
-                f"{path}: tensors {longrope} hold Phi-3's long-context rotary scaling ('longrope'), "
-                "which is not supported")
-        window = meta.get(prefix + "attention.sliding_window")
-        if window:
-            hf["sliding_window"] = int(window)
-    if arch in ("gemma2", "gemma3"):
-        del hf["hidden_act"]
-        hf["hidden_activation"] = act
-        window = meta.get(prefix + "attention.sliding_window")
-        if window is None:
-            raise GGUFFormatError(f"{path}: required metadata {prefix + 'attention.sliding_window'!r} "
-                                  "is missing")
-        hf["sliding_window"] = int(window)
-        hf["attention_bias"] = False
-        # Not in the file: llama.cpp's rule (see the module docstring).
-        big = hf["num_hidden_layers"] == _GEMMA_27B_LAYERS[arch]
-        hf["query_pre_attn_scalar"] = hidden // heads if big else head_dim
-        if arch == "gemma2":
-            # llama.cpp's defaults when the file does not say: 50 and 30, as in every release.
-            for key, default in (("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0)):
-                hf[key] = float(meta.get(prefix + key, default))
-        else:
-            # Every layer type's rotary base, as transformers 5 writes them.
-            hf["rope_local_base_freq"] = 10000.0
-            hf["sliding_window_pattern"] = 6
-            hf["attn_logit_softcapping"] = hf["final_logit_softcapping"] = None
-
-    scaling_type = meta.get(prefix + "rope.scaling.type")
-    if rope_freqs is not None:
-        if scaling_type not in (None, "none"):
-            raise UnsupportedGGUFError(
-                f"{path}: both {ROPE_FREQS_TENSOR!r} and rope.scaling.type={scaling_type!r} are present"
-            )
-        hf["rope_scaling"] = _rope_scaling_from_freqs(rope_freqs, theta, head_dim, path)
-    elif scaling_type not in (None, "none"):
-        factor = meta.get(prefix + "rope.scaling.factor")
-        scaling: dict[str, Any] = {"rope_type": str(scaling_type), "factor": factor}
-        original = meta.get(prefix + "rope.scaling.original_context_length")
-        if original is not None:
-            scaling["original_max_position_embeddings"] = int(original)
-        # Passed on as written; the config reader accepts or refuses the scheme by name.
+    _family_fields(hf, arch, m, tensor_shapes, act)
+    scaling = _rope_scaling(m, rope_freqs, theta, head_dim)
+    if scaling is not None:
         hf["rope_scaling"] = scaling
-
     for gguf_key, hf_key in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id"),
                              ("padding_token_id", "pad_token_id")):
         value = meta.get(f"tokenizer.ggml.{gguf_key}")
