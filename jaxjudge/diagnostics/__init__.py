@@ -1,11 +1,12 @@
 """Judge-bias diagnostics and honest reporting.
 
-- `pairwise`: position bias of pairwise judging (prompt as data, same-document pair builder,
-  consistency / first-slot rate / tie-aware agreement with humans).
+- `pairwise`: position bias of pairwise judging (same-document pair builder, consistency /
+  first-slot rate / tie-aware agreement with humans); `position_prompts`: its prompt (as data)
+  in both orders.
 - `length`: length bias (correlation with length, length-controlled comparisons).
 - `agreement`: Cohen's kappa, unweighted / linear / quadratic.
 - `corrected`: bias-corrected accuracy of pass/fail judging with intervals that carry the
-  calibration-set uncertainty, and calibration budget allocation.
+  calibration-set uncertainty; `calibration_budget`: the calibration budget's allocation.
 - `paired`: two judges or methods on the same items, standard errors clustered by document.
 - `rates`: Wilson score intervals for rates in [0, 1], plain and document-clustered.
 - `run`: the position-bias protocol run on a model (chat prompts for both orders, answer-token
@@ -18,10 +19,10 @@ need double precision. No function returns NaN: undefined statistics raise Value
 """
 
 from jaxjudge.diagnostics.agreement import cohen_kappa, confusion_matrix, to_integer_scale
+from jaxjudge.diagnostics.calibration_budget import allocate_calibration
 from jaxjudge.diagnostics.corrected import (
     CalibrationRates,
     CorrectedAccuracy,
-    allocate_calibration,
     bias_corrected_accuracy,
     calibration_rates,
     corrected_accuracy,
@@ -43,20 +44,23 @@ from jaxjudge.diagnostics.paired import (
     paired_difference,
 )
 from jaxjudge.diagnostics.pairwise import (
-    ASPECT_DEFINITIONS,
-    SUMMARY_PAIRWISE,
-    PairwiseTemplate,
     Pairs,
     PositionBias,
     build_pairs,
     pairs_from_examples,
     position_bias,
-    render_pair_prompts,
     slot_verdicts,
 )
 from jaxjudge.diagnostics.rates import RateInterval, clustered_wilson_interval, wilson_interval
 from jaxjudge.diagnostics.position_files import rescore_position_bias_run, write_position_bias
-from jaxjudge.diagnostics.position_prompts import answer_token_ids, pairwise_chat_prompts
+from jaxjudge.diagnostics.position_prompts import (
+    ASPECT_DEFINITIONS,
+    SUMMARY_PAIRWISE,
+    PairwiseTemplate,
+    answer_token_ids,
+    pairwise_chat_prompts,
+    render_pair_prompts,
+)
 from jaxjudge.diagnostics.run import (
     ChoiceScores,
     PositionBiasRun,

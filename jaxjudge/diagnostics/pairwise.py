@@ -1,4 +1,5 @@
-"""Position bias in pairwise judging: prompts, pair construction and verdict analysis.
+"""Position bias in pairwise judging: pair construction and verdict analysis (the prompts:
+`jaxjudge.diagnostics.position_prompts`).
 
 Protocol. For each pair of items (first, second) of one source document the judge is asked
 twice: in the *forward* order `first` fills slot A and `second` slot B; in the *swapped* order
@@ -27,138 +28,14 @@ Reported by `position_bias`:
 
 from __future__ import annotations
 
-import re
-import string
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from jaxjudge.diagnostics.paired import clustered_mean_se
 from jaxjudge.metrics._checks import as_float_vector, as_logprob_pairs, same_length
 from jaxjudge.metrics.groups import encode_groups
-
-# A slot placeholder as `str.format` reads it ({summary_a}, {summary_a!r}, {summary_b:>10}).
-_SLOT_FIELD_RE = re.compile(r"(?<!\{)\{summary_[ab][}!:]")
-
-# --------------------------------------------------------------------------------------------
-# Prompt wording (data, rendered by the engine; the chat template is applied by the prompts
-# stage). The judge's answer is read as the first assistant token: "A" or "B".
-
-ASPECT_DEFINITIONS: dict[str, str] = {
-    "coherence": (
-        "the summary is well structured and well organised; its sentences build a coherent "
-        "body of information about the topic rather than a heap of unrelated facts"
-    ),
-    "consistency": (
-        "the summary states only facts supported by the article and contains no invented or "
-        "contradicting information"
-    ),
-    "fluency": "the sentences of the summary are grammatical, well formed and easy to read",
-    "relevance": (
-        "the summary selects the important content of the article and leaves out redundant "
-        "or unimportant details"
-    ),
-}
-
-
-@dataclass(frozen=True)
-class PairwiseTemplate:
-    """A pairwise ("which of A and B is better") judging prompt, as data.
-
-    Attributes:
-      name: identifier stored with extracted log-probabilities (part of the cache key).
-      system: system message.
-      user: user message, a `str.format` template with the placeholders {document},
-        {summary_a}, {summary_b}, {aspect} and {aspect_definition}.
-      choices: the answer strings for slot A and slot B, in that order; the engine scores each
-        as the first token of the assistant reply, and the columns of the log-probability
-        arrays passed to `position_bias` follow this order.
-      aspect_definitions: default definition per aspect name.
-    """
-
-    name: str
-    system: str
-    user: str
-    choices: tuple[str, str] = ("A", "B")
-    aspect_definitions: dict[str, str] = field(default_factory=lambda: dict(ASPECT_DEFINITIONS))
-
-    @property
-    def placeholders(self) -> frozenset[str]:
-        """Names of the placeholders in `user`."""
-        return frozenset(f for _, f, _, _ in string.Formatter().parse(self.user) if f)
-
-    def format_user(self, *, document: str, summary_a: str, summary_b: str, aspect: str,
-                    aspect_definition: str | None = None) -> str:
-        """Renders the user message for one order of one pair.
-
-        Args:
-          document: the source article.
-          summary_a: the text shown in slot A (the pair's `first` in the forward order, its
-            `second` in the swapped order).
-          summary_b: the text shown in slot B.
-          aspect: aspect name, e.g. "coherence".
-          aspect_definition: overrides the template's definition for `aspect`.
-
-        Returns:
-          The user message.
-        """
-        prefix, suffix = self.format_user_parts(document=document, summary_a=summary_a, summary_b=summary_b,
-                                                aspect=aspect, aspect_definition=aspect_definition)
-        return prefix + suffix
-
-    @property
-    def split_index(self) -> int:
-        """Offset in `user` where the per-pair part starts.
-
-        It is the start of the line holding the first {summary_a} or {summary_b} placeholder:
-        everything before it depends only on the document and the aspect, so it is the same
-        for both orders of every pair of one document and can be computed once as a shared
-        prefix (KV cache).
-        """
-        hits = [m.start() for m in _SLOT_FIELD_RE.finditer(self.user)]
-        if not hits:
-            raise ValueError(f"pairwise template {self.name!r}: user message has no {{summary_a}}/{{summary_b}}")
-        return self.user.rfind("\n", 0, min(hits)) + 1
-
-    def format_user_parts(self, *, document: str, summary_a: str, summary_b: str, aspect: str,
-                          aspect_definition: str | None = None) -> tuple[str, str]:
-        """`format_user` cut into the document-level prefix and the per-pair suffix.
-
-        Args:
-          document, summary_a, summary_b, aspect, aspect_definition: as in `format_user`.
-
-        Returns:
-          (prefix, suffix) with `prefix + suffix == format_user(...)`; the prefix does not
-          depend on the summaries (see `split_index`).
-        """
-        if aspect_definition is None:
-            if aspect not in self.aspect_definitions:
-                raise ValueError(
-                    f"no definition for aspect {aspect!r}; known: {sorted(self.aspect_definitions)} "
-                    "(or pass aspect_definition=)"
-                )
-            aspect_definition = self.aspect_definitions[aspect]
-        cut = self.split_index
-        fields = dict(document=document, summary_a=summary_a, summary_b=summary_b, aspect=aspect,
-                      aspect_definition=aspect_definition)
-        return self.user[:cut].format(**fields), self.user[cut:].format(**fields)
-
-
-SUMMARY_PAIRWISE = PairwiseTemplate(
-    name="summary_pairwise_v1",
-    system="You are a careful evaluator of news summaries.",
-    user=(
-        "Read the news article below and the two summaries of it, Summary A and Summary B.\n\n"
-        "Evaluation criterion: {aspect}, meaning that {aspect_definition}.\n\n"
-        "Article:\n{document}\n\n"
-        "Summary A:\n{summary_a}\n\n"
-        "Summary B:\n{summary_b}\n\n"
-        "Which of the two summaries is better with respect to {aspect}? Answer with A or B only."
-    ),
-)
-"""Default pairwise prompt for SummEval-style summary pairs (the project's own wording)."""
-
 
 # --------------------------------------------------------------------------------------------
 # Pair construction.
@@ -296,33 +173,6 @@ def pairs_from_examples(examples: Iterable, aspect: str, *, min_gap: float = 1.0
         scores.append(ex.scores[aspect])
     return build_pairs([ex.group for ex in exs], [ex.id for ex in exs], scores,
                        min_gap=min_gap, n_pairs=n_pairs, seed=seed)
-
-
-def render_pair_prompts(pairs: Pairs, documents: Sequence[str], summaries: Sequence[str], aspect: str, *,
-                        template: PairwiseTemplate = SUMMARY_PAIRWISE) -> tuple[list[str], list[str]]:
-    """User messages for both orders of every pair, ready for the chat template and the engine.
-
-    Args:
-      pairs: from `build_pairs` / `pairs_from_examples`.
-      documents: source document of each item, indexed like the items given to `build_pairs`.
-      summaries: text of each item, same indexing.
-      aspect: aspect name for the template.
-      template: the pairwise prompt.
-
-    Returns:
-      (forward [P], swapped [P]): in `forward[k]` the pair's `first` is Summary A; in
-      `swapped[k]` its `second` is. Score the answers with `template.choices` and pass the two
-      resulting [P, 2] arrays to `position_bias` in this order.
-    """
-    forward, swapped = [], []
-    for f, t in zip(pairs.first.tolist(), pairs.second.tolist()):
-        if documents[f] != documents[t]:
-            raise ValueError(f"pair ({f}, {t}) mixes two different documents; check the indexing of documents")
-        forward.append(template.format_user(document=documents[f], summary_a=summaries[f],
-                                            summary_b=summaries[t], aspect=aspect))
-        swapped.append(template.format_user(document=documents[f], summary_a=summaries[t],
-                                            summary_b=summaries[f], aspect=aspect))
-    return forward, swapped
 
 
 # --------------------------------------------------------------------------------------------

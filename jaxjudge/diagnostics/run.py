@@ -35,15 +35,13 @@ import numpy as np
 from jaxjudge.diagnostics._stats import t_quantile
 from jaxjudge.diagnostics.length import LengthBias, length_bias
 from jaxjudge.diagnostics.paired import clustered_mean_se
-from jaxjudge.diagnostics.pairwise import (
+from jaxjudge.diagnostics.pairwise import Pairs, PositionBias, pairs_from_examples, position_bias
+from jaxjudge.diagnostics.position_prompts import (
     SUMMARY_PAIRWISE,
-    Pairs,
     PairwiseTemplate,
-    PositionBias,
-    pairs_from_examples,
-    position_bias,
+    answer_token_ids,
+    pairwise_chat_prompts,
 )
-from jaxjudge.diagnostics.position_prompts import answer_token_ids, pairwise_chat_prompts
 from jaxjudge.diagnostics.rates import clustered_wilson_interval
 from jaxjudge.engine import extract
 from jaxjudge.engine.tokens import check_prompts
