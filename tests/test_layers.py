@@ -65,20 +65,25 @@ def _module_name(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
+def _from_base(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The absolute module a ``from ... import`` statement of ``module`` imports from."""
+    base = node.module or ""
+    if not node.level:
+        return base
+    anchor = (module if is_package else module.rpartition(".")[0]).split(".")
+    anchor = anchor[: len(anchor) - (node.level - 1)]
+    return ".".join([*anchor, base] if base else anchor)
+
+
 def imported_modules(source: str, module: str, is_package: bool) -> list[tuple[str, int]]:
     """Every module an import statement of ``source`` names (``from a import b`` gives both
     ``a`` and ``a.b``, since ``b`` may be a module), with its line."""
     out = []
-    package = module if is_package else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             out += [(alias.name, node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join([*anchor, base] if base else anchor)
+            base = _from_base(node, module, is_package)
             out.append((base, node.lineno))
             out += [(f"{base}.{alias.name}", node.lineno) for alias in node.names]
     return out
@@ -150,37 +155,153 @@ def test_modules_stay_short():
     assert not stale, f"listed as long but no longer over {MAX_LINES} lines: {sorted(stale)}"
 
 
-# The experiment and analysis packages (issue: one path from a config to its stores) are held
-# tighter: modules to 450 lines, every function (nested ones too) to 80.
-STRICT_PACKAGES = ("experiment", "report", "metrics", "select", "jobs")
+# Every module of the package is held to 450 lines and every function (nested ones too, docstrings
+# counted) to 80.
 STRICT_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 80
+# Code still over those limits, ``module`` or ``module:function`` -> why. Shrinking: an entry
+# whose code is back under the limits fails the test until it is removed.
+KNOWN_LONG_CODE: dict[str, str] = {
+    "jaxjudge.engine.extract:extract": "owned by issue 57 change in progress",
+    "jaxjudge.models.loading:load": "owned by issue 55 change in progress",
+    "jaxjudge.prompts.render:render_all": "owned by issue 55 change in progress (prompts; in no other change's area)",
+}
 
 
 def long_code(root: Path = PACKAGE) -> list[str]:
-    """``module N`` / ``module:function N`` over the strict limits in the strict packages."""
+    """``module N`` / ``module:function N`` over the limits, in every module under ``root``."""
     out = []
-    for pkg in STRICT_PACKAGES:
-        for p in sorted((root / pkg).rglob("*.py")):
-            source = p.read_text(encoding="utf-8")
-            if (n := len(source.splitlines())) > STRICT_MODULE_LINES:
-                out.append(f"{_module_name(p, root)} {n}")
-            for node in ast.walk(ast.parse(source)):
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    if (n := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES:
-                        out.append(f"{_module_name(p, root)}:{node.name} {n}")
+    for p in sorted(root.rglob("*.py")):
+        source = p.read_text(encoding="utf-8")
+        if (n := len(source.splitlines())) > STRICT_MODULE_LINES:
+            out.append(f"{_module_name(p, root)} {n}")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if (n := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES:
+                    out.append(f"{_module_name(p, root)}:{node.name} {n}")
     return out
 
 
-def test_experiment_and_analysis_code_stays_short():
-    assert long_code() == []
+def test_modules_and_functions_stay_short():
+    found = {line.rpartition(" ")[0]: line for line in long_code()}
+    new = [line for name, line in found.items() if name not in KNOWN_LONG_CODE]
+    assert not new, f"over {STRICT_MODULE_LINES} lines a module or {MAX_FUNCTION_LINES} a function: {new}"
+    stale = sorted(set(KNOWN_LONG_CODE) - set(found))
+    assert not stale, f"KNOWN_LONG_CODE lists code that is short now (remove it): {stale}"
 
 
 def test_the_length_check_can_fail(tmp_path):
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
-    (tmp_path / "jaxjudge" / "report").mkdir(parents=True)
-    (tmp_path / "jaxjudge" / "report" / "big.py").write_text(f"def f():\n{body}\n")
-    assert long_code(tmp_path / "jaxjudge") == [f"jaxjudge.report.big:f {MAX_FUNCTION_LINES + 1}"]
+    (tmp_path / "jaxjudge" / "engine").mkdir(parents=True)
+    (tmp_path / "jaxjudge" / "engine" / "big.py").write_text(f"def f():\n{body}\n")
+    (tmp_path / "jaxjudge" / "engine" / "long.py").write_text("x = 1\n" * (STRICT_MODULE_LINES + 1))
+    assert long_code(tmp_path / "jaxjudge") == [f"jaxjudge.engine.big:f {MAX_FUNCTION_LINES + 1}",
+                                                f"jaxjudge.engine.long {STRICT_MODULE_LINES + 1}"]
+
+
+def import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (every import statement, inside functions too;
+    ``from a import b`` counts ``a.b`` where that is a module, else ``a``)."""
+    graph: dict[str, set[str]] = {}
+    for module, (source, is_package) in sources.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names if alias.name in sources}
+            elif isinstance(node, ast.ImportFrom):
+                base = _from_base(node, module, is_package)
+                for alias in node.names:
+                    name = f"{base}.{alias.name}"
+                    targets |= {name} if name in sources else ({base} if base in sources else set())
+        graph[module] = targets - {module}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[tuple[str, ...]]:
+    """The import circles: each strongly connected set of two or more modules, sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[tuple[str, ...]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                found.append(tuple(sorted(part)))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+# Import circles still there -> why. Shrinking: a circle that is gone fails the test until removed.
+KNOWN_CYCLES: dict[tuple[str, ...], str] = {
+    ("jaxjudge.store.bucket", "jaxjudge.store.bucket_claims"): "owned by issue 57 change in progress",
+}
+
+
+def test_no_import_cycle():
+    found = import_cycles(import_graph(_sources()))
+    new = [c for c in found if c not in KNOWN_CYCLES]
+    assert not new, f"import circles (break them: move what both need below both): {new}"
+    stale = sorted(set(KNOWN_CYCLES) - set(found))
+    assert not stale, f"KNOWN_CYCLES lists circles that are gone (remove them): {stale}"
+
+
+def test_the_cycle_check_can_fail():
+    sources = {
+        "jaxjudge.models.a": ("def f():\n    from jaxjudge.models import b\n", False),
+        "jaxjudge.models.b": ("from jaxjudge.models.a import f\n", False),
+        "jaxjudge.models.c": ("from . import a\nimport jaxjudge.models.b\n", False),
+        "jaxjudge.models": ("from jaxjudge.models.c import x\n", True),
+    }
+    assert import_cycles(import_graph(sources)) == [("jaxjudge.models.a", "jaxjudge.models.b")]
+
+
+# One model of the machine (`jaxjudge.models.machine`): what a chip is, a judge's parameter bytes
+# per device and the fit rule are defined there and nowhere else; these names, defined at a
+# module's top level anywhere else, are a second home.
+MACHINE_NAMES = {"CHIPS", "USABLE_HBM", "SPARE", "FIT_FRACTION", "ChipMemory", "chip_memory", "device_memory",
+                 "usable_memory", "chip_for_topology", "parameter_bytes", "bytes_per_device", "abstract_state",
+                 "_abstract_state", "budget", "fits"}
+
+
+def top_level_names(source: str) -> set[str]:
+    """Names a module defines at its top level (functions, classes, assignments)."""
+    out = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            out |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return out
+
+
+def test_one_model_of_the_machine():
+    homes = {module: top_level_names(source) & MACHINE_NAMES for module, (source, _) in _sources().items()}
+    assert homes["jaxjudge.models.machine"] == MACHINE_NAMES - {"USABLE_HBM", "FIT_FRACTION", "device_memory",
+                                                                "bytes_per_device", "_abstract_state"}
+    elsewhere = {m: sorted(n) for m, n in homes.items() if n and m != "jaxjudge.models.machine"}
+    assert not elsewhere, f"the machine model's names defined elsewhere too: {elsewhere}"
 
 
 # `models` only models (issue: TPU-shaped compute): each of its modules is the network, checkpoint
@@ -188,7 +309,7 @@ def test_the_length_check_can_fail(tmp_path):
 # decoding) is the engine's.
 MODELS_BY_JOB: dict[str, set[str]] = {
     "network": {"attention", "config", "config_reader", "decoder", "decoder_config", "kvcache", "layers",
-                "mesh_plan", "sharding", "splash"},
+                "machine", "mesh_plan", "sharding", "splash"},
     "checkpoints": {"cache", "convert", "gguf", "gguf_config", "gguf_file", "hf", "loading", "slices", "vision_language"},
     "text": {"tokenizer"},
     "front": {"__init__", "judge"},
