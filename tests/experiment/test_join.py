@@ -125,3 +125,14 @@ def test_explicit_flags_with_an_unreachable_coordinator_are_one_line(tmp_path, t
     line = _one_line(proc, tmp_path)
     assert line == (f"jaxjudge extract: joining the 2-process job at {address} as process 1 failed: no coordinator "
                     f"answered at {address} within 2 s (Connection refused); nothing was run"), line
+
+
+@pytest.mark.parametrize("value, expected", [(None, 30.0), ("10", 10.0), ("1", 6.0), ("500", 50.0), ("x", 30.0)])
+def test_the_silence_before_a_process_is_taken_for_lost(monkeypatch, value, expected):
+    from jaxjudge import peers
+
+    if value is None:
+        monkeypatch.delenv("JAXJUDGE_LOST_AFTER_S", raising=False)
+    else:
+        monkeypatch.setenv("JAXJUDGE_LOST_AFTER_S", value)
+    assert peers.lost_after() == expected  # within 3 beats and half the coordination service's heartbeat timeout
