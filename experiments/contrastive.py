@@ -80,8 +80,23 @@ redone in every resample, with the confirmatory runs' smallest effect of interes
 
     jaxjudge extract experiments/contrastive.py:mechanism_stsb
     jaxjudge report experiments/contrastive.py:mechanism_stsb
+
+``"stsb_confirm2"`` and ``"semrel_confirm2"`` are the second confirmation, registered together
+before extraction (issue 56): selection on the same rows as the first, report on pairs no
+contrastive run has scored and sharing no sentence with one (``confirm2_plan.py``: 800 STS-B
+dev pairs, 800 SemRel train pairs). Registered endpoints, each with the margin 0.02: the
+primary (contrastive − ``temperature``), and three secondary ones: contrastive + Deb-T − Deb-T
+with tuned temperature (``contrastive_deb_t_tp10`` − ``deb_t_temperature_tp10``, so the
+``random_t`` jobs are extracted), contrastive − ``linear_mix``, and contrastive − ``ensemble``
+(the least-squares fit of the human score on both judges' expected scores per range, on dev).
+Holm: the primary over the two data sets, the secondary endpoints over 3 x 2. The power analysis
+(``power_analysis.py``) is part of the registered plan (``ExperimentConfig.confirmation``).
+
+    jaxjudge extract experiments/contrastive.py:stsb_confirm2
+    jaxjudge report experiments/contrastive.py:stsb_confirm2
 """
 
+from confirm2_plan import confirm2_subset, confirmation
 from jaxjudge.data import SUMMEVAL_SUBSET_DOC_IDS
 from jaxjudge.experiment import Endpoint, ExperimentConfig, TaskSpec, pick_variant
 from registry import (
@@ -225,6 +240,29 @@ MECHANISM = dict(PAIR_TASKS, models=(QWEN_15B, QWEN_05B, SMOLLM2), control_pairs
                           "extracted after the linear mix's results had been read",),
                  primary=MECHANISM_PRIMARY)
 
+# The second confirmation ("stsb_confirm2", "semrel_confirm2"): every registered endpoint's rows,
+# on the grids the exploratory pair runs ended with (PAIR_GRIDS: the combination's and the
+# mechanism control's estimates were read on them). The subset and the power analysis are read
+# from experiments/confirm2/ in `get_config` (`confirm2_plan`).
+CONFIRM2_SECONDARY = (
+    Endpoint(method="contrastive_deb_t_tp10", versus="deb_t_temperature_tp10", statistic="mean", score="expected@1",
+             margin=0.02),
+    Endpoint(method="contrastive", versus="linear_mix", statistic="mean", score="expected@1", margin=0.02),
+    Endpoint(method="contrastive", versus="ensemble", statistic="mean", score="expected@1", margin=0.02),
+)
+CONFIRM2_RUNS = ("stsb_confirm2", "semrel_confirm2")
+CONFIRM2 = dict(
+    PAIR_TASKS,
+    methods=("vanilla", "deb_t", "temperature", "contrastive", "deb_t_temperature", "contrastive_deb_t", "linear_mix",
+             "ensemble"),
+    temperatures=(1.0,),
+    comparisons=(("contrastive", "linear_mix"), ("contrastive", "ensemble")),
+    nested_rows=("contrastive_deb_t_tp10", "deb_t_temperature_tp10", "linear_mix"),
+    changes=(),
+    primary=CONFIRM_PRIMARY,
+)
+CONFIRM2_TASKS = {"stsb_confirm2": ("stsb", "similarity"), "semrel_confirm2": ("semrel", "relatedness")}
+
 # The argument of `get_config` -> the fields of its `ExperimentConfig`.
 VARIANTS = {
     None: SUMMEVAL_ASPECTS,
@@ -276,6 +314,22 @@ VARIANTS = {
         run="semrel_confirm",
         store_root="results/stores/contrastive_semrel_confirm",
     ),
+    # The second confirmation (see CONFIRM2): tasks and confirmation are added by `get_config`.
+    "stsb_confirm2": dict(
+        CONFIRM2,
+        description="Second confirmation on STS-B dev pairs no contrastive run has scored: contrastive decoding "
+        "against its matched temperature baseline, with the combination, the linear mix and an ensembling control.",
+        run="stsb_confirm2",
+        store_root="results/stores/contrastive_stsb_confirm2",
+    ),
+    "semrel_confirm2": dict(
+        CONFIRM2,
+        description="Second confirmation on SemRel2024 train groups no contrastive run has scored: contrastive "
+        "decoding against its matched temperature baseline, with the combination, the linear mix and an ensembling "
+        "control.",
+        run="semrel_confirm2",
+        store_root="results/stores/contrastive_semrel_confirm2",
+    ),
     "mechanism_stsb": dict(
         MECHANISM,
         description="Contrastive decoding against a score-level linear mix of the same two judges "
@@ -308,4 +362,9 @@ VARIANTS = {
 
 
 def get_config(arg: str | None = None) -> ExperimentConfig:
-    return ExperimentConfig(**pick_variant("contrastive", arg, VARIANTS))
+    fields = pick_variant("contrastive", arg, VARIANTS)
+    if arg in CONFIRM2_TASKS:  # its rows and power analysis, from experiments/confirm2/
+        task, aspect = CONFIRM2_TASKS[arg]
+        fields = dict(fields, tasks=(TaskSpec(task, (aspect,), split="original", subset=confirm2_subset(task)),),
+                      confirmation=confirmation(task, CONFIRM2_RUNS, CONFIRM2_SECONDARY))
+    return ExperimentConfig(**fields)

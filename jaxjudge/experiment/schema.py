@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from jaxjudge.experiment.confirmation import Confirmation
 from jaxjudge.experiment.endpoint import Endpoint
 from jaxjudge.experiment.hardware import check_mesh
 from jaxjudge.store.location import LocationError
@@ -153,6 +154,9 @@ class ExperimentConfig(Typed):
         printed in its notes.
       primary: the primary endpoint (`Endpoint`), printed first and read unadjusted; every
         other comparison is Holm-adjusted. None: every comparison is secondary.
+      confirmation: a confirmatory run's registered plan beyond ``primary`` (`Confirmation`:
+        secondary endpoints, the runs registered together, the verdict rule, the power analysis);
+        part of the analysis plan `jaxjudge extract` registers before the first forward pass.
       comparisons: extra ``(method, other method)`` pairs compared over ranges with paired
         intervals, beside the defaults (every method against vanilla, its matched baseline and
         the calibration baseline with the best dev metric).
@@ -228,6 +232,7 @@ class ExperimentConfig(Typed):
     run: str | None = None
     changes: tuple[str, ...] = opt((), empty=True)
     primary: Endpoint | None = None
+    confirmation: Confirmation | None = None
     comparisons: tuple[tuple[str, str], ...] = opt((), empty=True)
     nested_rows: tuple[str, ...] = opt((), empty=True)
     dtype: Literal["float32", "bfloat16"] = "float32"
@@ -301,6 +306,11 @@ class ExperimentConfig(Typed):
             if self.primary.selection == "nested" and self.ci_method == "bca":
                 raise ConfigError(f"{w}.primary.selection: 'nested' needs ci_method 'expanded' or 'percentile' "
                                   "(bca needs a jackknife the nested bootstrap does not compute)")
+        for i, e in enumerate(self.confirmation.secondary if self.confirmation else ()):
+            for field in ("method", "versus"):
+                if getattr(e, field) is not None:
+                    self.check_row_name(f"{w}.confirmation.secondary[{i}].{field}", getattr(e, field))
+            choose(f"{w}.confirmation.secondary[{i}].score", e.score, self.readings())
         _check_engine_options(f"{w}.engine", self.engine)
         self.family_options()  # checks method_options
         if isinstance(self.mesh, Mapping):

@@ -182,7 +182,9 @@ def registration_status(cfg: Any, records: Iterable[Mapping[str, Any]],
     (ISO 8601, as in each store's manifest) of the stores it read.
 
     Returns ``{"status", "plan_sha256", "registered_utc", "first_store_utc"}``; ``registered_utc``
-    is the record the status rests on (None for ``"not registered"``)."""
+    is the record the status rests on (None for ``"not registered"``). A record whose plan holds a
+    power analysis (`jaxjudge.experiment.Confirmation.power`) adds it as ``"power"``: the one
+    registered, as the report prints it beside each verdict."""
     digest = plan_sha256(analysis_plan(cfg))
     created = sorted(store_created, key=_time)
     first = created[0] if created else None
@@ -194,8 +196,12 @@ def registration_status(cfg: Any, records: Iterable[Mapping[str, Any]],
         status, rec = DECLARED_AFTER, before[-1]
     else:
         status, rec = NOT_REGISTERED, None
-    return {"status": status, "plan_sha256": digest, "registered_utc": rec and rec["registered_utc"],
-            "registered_plan_sha256": rec and rec["plan_sha256"], "first_store_utc": first}
+    out = {"status": status, "plan_sha256": digest, "registered_utc": rec and rec["registered_utc"],
+           "registered_plan_sha256": rec and rec["plan_sha256"], "first_store_utc": first}
+    power = ((rec or {}).get("plan") or {}).get("confirmation") or {}
+    if power.get("power"):  # the registered power analysis, printed beside the verdicts
+        out["power"] = power["power"]
+    return out
 
 
 def registration_of_stores(cfg: Any, root: str | os.PathLike, folders: Iterable[str | os.PathLike]) -> dict[str, Any]:
