@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from jaxjudge.report.intervals_text import format_interval, format_p
+from jaxjudge.report.power import power_words, secondary_power_lines
 from jaxjudge.report.ranges import comparisons
 from jaxjudge.report.results import Results
 
@@ -86,8 +87,13 @@ def primary_line(results: Results) -> str:
                          f"{format_p(iv['p_holm'], iv.get('n_boot'))})")
         if e.get("verdict"):
             text += f"; {e['verdict']} at the declared margin ±{prim['spec']['margin']:g}"
+        text += power_words(results.registration, e["description"]["method"], e["description"].get("versus"))
         lines.append(text)
     reg = registration_words(results.registration)
+    power = secondary_power_lines(results.registration)
+    if power:  # the registered secondary endpoints' power, below the count of secondary comparisons
+        count += "\n\nRegistered secondary endpoints (their rows are among the secondary comparisons below):\n\n"
+        count += "\n".join(power)
     if len(lines) == 1:
         return f"**Primary endpoint** ({reg}95% interval, unadjusted): {lines[0]}. {count}"
     return "\n".join([f"**Primary endpoint**, once per judge, task and aspect ({reg}95% intervals, unadjusted):", ""]

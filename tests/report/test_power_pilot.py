@@ -41,3 +41,31 @@ def test_plan_power_is_the_formulas_at_the_planned_se():
     assert out["detectable"] == pytest.approx(detectable_effect(se, 0.02, 0.0125))
     assert out["power"]["b"] == pytest.approx(power_at(0.066, se, 0.02, 0.0125))
     assert out["power"]["a"] < out["power"]["b"]
+
+
+def _results(registration):
+    from jaxjudge.report.results import Results
+
+    desc = {"judge": "j", "task": "stsb", "aspect": "similarity", "score": "expected@1", "method": "contrastive",
+            "versus": "temperature", "statistic": "mean", "metric": "spearman", "selection": "nested"}
+    iv = {"estimate": 0.05, "low": 0.03, "high": 0.07, "n_boot": 1000, "p": 0.001}
+    return Results(experiment="x", endpoints={
+        "primary": {"spec": {"margin": 0.02}, "endpoints": [{"description": desc, "interval": iv, "verdict": "better"}]},
+        "secondary": {"adjustment": "holm", "count": 3, "alpha": 0.05, "significant": 1}}, registration=registration)
+
+
+def test_results_md_prints_the_registered_power_beside_the_verdict():
+    from jaxjudge.report.endpoint_tables import primary_line
+
+    entry = {"method": "contrastive", "versus": "temperature", "family": "primary", "alpha_one_sided": 0.0125,
+             "planned_pairs": 800, "planned_groups": 780, "half_width": 0.0287, "detectable_80": 0.0594,
+             "power": {"stsb_confirm": 0.2023}, "effects": {"stsb_confirm": 0.038}}
+    second = dict(entry, method="contrastive", versus="ensemble", family="secondary", power={"x": 0.5}, effects={})
+    reg = {"status": "registered before extraction", "plan_sha256": "a" * 64, "registered_plan_sha256": "a" * 64,
+           "registered_utc": "2026-12-07T06:08:38+00:00", "power": [entry, second]}
+    text = primary_line(_results(reg))
+    assert ("better at the declared margin ±0.02; registered power (primary family, one-sided level 0.0125, 800 pairs "
+            "in 780 groups): planned half-width 0.029, 80% power from +0.059; power 0.20 at +0.038 (stsb_confirm)") in text
+    assert "- contrastive − ensemble; registered power (secondary family" in text and "power 0.50 at x" in text
+    without = primary_line(_results({k: v for k, v in reg.items() if k != "power"}))
+    assert "registered power" not in without and "Registered secondary" not in without
