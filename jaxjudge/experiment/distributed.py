@@ -27,11 +27,10 @@ What each process then computes (its *plan line* says it) depends on the config'
   chunk's results are gathered to every process, and process 0 claims and writes the store's
   chunks.
 - no mesh, or one the size of each process's own devices: each process builds its own mesh,
-  score jobs split their store chunks across processes (chunk j to process j mod N, then every
-  process waits for the others and reads the merged store), and the other job kinds
-  (generation, random-number and content-free prompts) share their chunks through the store's
-  claims, as independent workers do (a process takes the next chunk nobody holds, then waits
-  for the chunks others hold).
+  and every job shares its store chunks through the store's claims, as independent workers do:
+  a process takes the chunks j with j mod N == its index first, then every chunk nobody holds,
+  then waits for the chunks others hold (and takes over those of a process that died), so the
+  store must be one folder (or bucket prefix) every process writes.
 
 The report is written once, by process 0.
 """
@@ -213,7 +212,7 @@ def plan_line(mesh: Any) -> str:
                  f"model shard(s) {_span(held['model'])} of {grid.shape[axes.index('model')]}; "
                  "store and report written by process 0")
     else:
-        share = f"score chunks j with j % {n} == {i}; other jobs' chunks as claimed; report by process 0"
+        share = f"every job's chunks by claim, chunks j with j % {n} == {i} first; report by process 0"
     return (f"plan: process {i} of {n} on {socket.gethostname()}: {len(local)} devices [{names}] "
             f"of {jax.device_count()}; mesh {shape}; computes {share}")
 
