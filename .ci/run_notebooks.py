@@ -56,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # The environment under test, activated: its commands (`!jaxjudge ...`) first on the PATH.
     os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
+    # tqdm.auto warns once per kernel where ipywidgets is absent (Colab and JupyterLab have it),
+    # naming its own file: a path of this machine in the saved outputs, and no news to a reader.
+    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"),
+                                                           "ignore:IProgress not found"]))
     failed = 0
     for path in args.notebooks:
         nb = nbformat.read(path, as_version=4)
