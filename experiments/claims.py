@@ -118,4 +118,8 @@ QUOTES = {
     "mech.stsb.lm.2-6": Quote(MS, "linear_mix", "temperature", "2-6", kind="range", show="estimate"),
     "mech.semrel.lm.3-7": Quote(MR, "linear_mix", "temperature", "3-7", kind="range", show="estimate"),
     "semrel.asst.3-7": Quote("score_range_bias/semrel", "vanilla", None, "3-7", kind="metric", show="estimate"),
+    # Range invariance on items (`jaxjudge.report.invariance`), the runs that carry it.
+    "inv.cpu.t1": Quote("score_range_bias/cpu_stsb", "vanilla", kind="invariance"),
+    "inv.cpu.t02": Quote("score_range_bias/cpu_stsb", "vanilla", kind="invariance", score="expected@0.2"),
+    "inv.cpu.greedy": Quote("score_range_bias/cpu_stsb", "vanilla", kind="invariance", score="greedy"),
 }
