@@ -126,22 +126,38 @@ def registered(endpoint: str, task: str) -> dict:
 
 
 def check(endpoint: str, task: str, draws: int) -> dict:
-    """The jackknife sigma (held fixed) and the sqrt law on the pilot's own rows (module docstring)."""
+    """The jackknife sigma (held fixed) and the sqrt law on the pilot's own rows, and the plan
+    those would give (the committed nested interval over the held-fixed one as ``inflation``)."""
     import dataclasses
 
     from contrastive import get_config
 
-    method, versus, methods, _ = ENDPOINTS[endpoint]
+    method, versus, methods, family = ENDPOINTS[endpoint]
     run = PILOTS[(endpoint, task)]
     cfg = dataclasses.replace(get_config(run), methods=methods, temperatures=(1.0,), greedy=False, primary=None,
                               comparisons=(), nested_rows=())
     rows = pilot_predictions(cfg, method, versus)
     estimate, sigma = pilot_sigma(rows)
-    g_plan, _ = planned(task)
+    g_plan, n_plan = planned(task)
     law = check_sqrt_law(endpoint_statistic(rows), rows, sigma, (rows.num_groups, g_plan), n_draws=draws)
-    return {"endpoint": endpoint, "task": task, "pilot": run, "pilot_groups": rows.num_groups,
-            "pilot_pairs": rows.n_rows, "estimate": round(estimate, 6), "committed": committed_interval(run, method, versus),
-            "sigma_jackknife": round(sigma, 6), "sqrt_law": law}
+    held_hw = half_width(sigma / rows.num_groups ** 0.5)
+    committed = committed_interval(run, method, versus)
+    inflation = 1.0
+    if committed and committed["nested"] and committed.get("low") is not None:
+        inflation = max(1.0, (committed["high"] - committed["low"]) / 2 / held_hw)
+    alpha = 0.025 / FAMILY_SIZE[family]
+    effects = dict(EFFECTS, pilot_estimate=estimate)
+    plan = plan_power(sigma, g_plan, MARGIN, effects, alpha=alpha, inflation=inflation)
+    return {
+        "endpoint": endpoint, "task": task, "method": method, "versus": versus, "family": family, "pilot": run,
+        "pilot_groups": rows.num_groups, "pilot_pairs": rows.n_rows, "pilot_estimate": round(estimate, 6),
+        "committed": committed, "sigma": round(sigma, 6), "pilot_half_width_held_fixed": round(held_hw, 6),
+        "inflation": round(inflation, 4), "sqrt_law": law, "planned_groups": g_plan, "planned_pairs": n_plan,
+        "margin": MARGIN, "alpha_one_sided": alpha, "se": round(plan["se"], 6),
+        "half_width": round(plan["half_width"], 6), "half_width_95": round(half_width(plan["se"]), 6),
+        "detectable_80": round(plan["detectable"], 6), "power": {k: round(v, 4) for k, v in plan["power"].items()},
+        "effects": {k: round(v, 6) for k, v in effects.items()},
+    }
 
 
 def _line(r: dict) -> str:
