@@ -159,15 +159,19 @@ def test_a_store_from_another_model_is_refused(demo_run, tiny_folder, tmp_path):
     assert "another model" in rep.stderr or "sha256" in rep.stderr
 
 
-def _run_notebook(name: str, env: dict[str, str]):
+def _run_notebook(name: str, env: dict[str, str], folder: Path):
+    """Runs a notebook in ``folder`` (what it writes stays there), the committed stores read from
+    this checkout (JAXJUDGE_REPO_DIR) and this environment's commands first on the PATH (``!jaxjudge``)."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
+    env = {"JAXJUDGE_REPO_DIR": str(REPO), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           **env}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
         nb = nbformat.read(REPO / "notebooks" / name, as_version=4)
         nbclient.NotebookClient(nb, timeout=900, kernel_name="python3",
-                                resources={"metadata": {"path": str(REPO / "notebooks")}}).execute()
+                                resources={"metadata": {"path": str(folder)}}).execute()
     finally:
         for k, v in old.items():
             if v is None:
@@ -177,10 +181,10 @@ def _run_notebook(name: str, env: dict[str, str]):
     return nb
 
 
-def test_ablation_notebook_reads_the_committed_stores_by_default():
+def test_ablation_notebook_reads_the_committed_stores_by_default(tmp_path):
     """No model and no environment: the committed STS-B stores, tables with intervals and two
     inline figures (no forced backend)."""
-    nb = _run_notebook("score_range_ablation.ipynb", {})
+    nb = _run_notebook("score_range_ablation.ipynb", {}, tmp_path)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     printed = "".join(o.get("text", "") for o in outputs)
     assert "Spearman stsb similarity vanilla" in printed and "[" in printed
@@ -191,7 +195,8 @@ def test_ablation_notebook_reads_the_committed_stores_by_default():
 def test_ablation_notebook_without_the_data_shows_the_committed_report(tmp_path):
     """A runtime without the human scores (a fresh Colab): the notebook says so and shows the
     committed report of the same stores, with its intervals and both figures."""
-    nb = _run_notebook("score_range_ablation.ipynb", {"JAXJUDGE_DATA_DIR": str(tmp_path)})
+    (tmp_path / "data").mkdir()
+    nb = _run_notebook("score_range_ablation.ipynb", {"JAXJUDGE_DATA_DIR": str(tmp_path / "data")}, tmp_path)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     printed = "".join(o.get("text", "") for o in outputs)
     assert "No human scores for stsb" in printed
@@ -205,13 +210,14 @@ def test_ablation_notebook_without_the_data_shows_the_committed_report(tmp_path)
 
 
 @pytest.mark.parametrize("name", ["quickstart.ipynb", "score_range_ablation.ipynb", "tpu_colab.ipynb"])
-def test_notebook_runs_top_to_bottom(demo_run, tiny_folder, tiny_config, name):
-    """Each notebook against the demo run's stores (its judge the tiny one); its figures shown
-    inline (no notebook forces a matplotlib backend)."""
+def test_notebook_runs_top_to_bottom(demo_run, tiny_folder, tiny_config, name, tmp_path):
+    """Each notebook in an empty folder, its judge the tiny one (the quickstart's user CSV through
+    the one command and the library; the others against the demo run's stores); its figures
+    shown inline (no notebook forces a matplotlib backend)."""
     work, _, _ = demo_run
     nb = _run_notebook(name, {"JAXJUDGE_STORES": str(work / "stores"), "JAXJUDGE_NB_JUDGE": str(tiny_folder),
-                              "JAXJUDGE_CONFIG": str(tiny_config), "JAXJUDGE_NB_EXAMPLES": "32",
-                              "XLA_FLAGS": xla_flags(1)})  # one device, as a user's
+                              "JAXJUDGE_CONFIG": str(tiny_config),
+                              "XLA_FLAGS": xla_flags(1)}, tmp_path)  # one device, as a user's
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     printed = "".join(o.get("text", "") for o in outputs)
     assert "spearman" in printed.lower() or "vanilla=" in printed
