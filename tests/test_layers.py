@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine",),
     ("prompts", "models", "select"),
     ("data", "store", "debias", "metrics"),
-    ("multihost",),  # jaxjudge/multihost.py: what the processes of one job say to each other
+    ("multihost", "peers"),  # what the processes of one job say to each other; how they watch each other
 )
 STAGES = {s for names in LAYERS for s in names}
 # Peers of a layer may import each other below this layer (the report layer's peers may not).
