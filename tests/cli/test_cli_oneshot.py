@@ -110,10 +110,13 @@ def test_the_one_command_writes_only_its_two_folders(tmp_path):
         spearman = row["metrics"]["spearman"]
         assert spearman["low"] <= spearman["estimate"] <= spearman["high"] and spearman["low"] < spearman["high"]
     assert {r["method"] for r in rows} == {"vanilla", "batch"} and {r["task"] for r in rows} == {"qa"}
-    items = results.parent / "items.parquet"
-    if items.exists():  # written once per-item output is in (jaxjudge.report.items)
-        import pyarrow.parquet as pq
+    # items.parquet: one row per item, range, reading and method, joinable to the data by item_id
+    import pyarrow.parquet as pq
 
-        table = pq.read_table(items).to_pylist()
-        keys = {(r.get("scale"), r.get("score"), r.get("method"), r.get("id")) for r in table}
-        assert len(keys) == len(table)
+    items = pq.read_table(results.parent / "items.parquet").to_pylist()
+    cells = {(r["scale"], r["score"], r["method"]) for r in rows}
+    assert {(i["range"], i["reading"], i["method"]) for i in items} == cells
+    assert len(items) == len({(i["range"], i["reading"], i["method"], i["item_id"]) for i in items}) == 22 * len(cells)
+    with (folder / "qa.csv").open() as f:
+        topics = {str(n): row["topic"] for n, row in enumerate(csv.DictReader(f), start=1)}
+    assert {(i["item_id"], i["group"]) for i in items} == set(topics.items())
