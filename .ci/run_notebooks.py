@@ -7,8 +7,9 @@ Each notebook runs in a fresh empty folder (so it reads nothing of the checkout 
 writes nothing into it), with the kernel of the interpreter running this script: run it with
 the Python of the environment under test (CI: a fresh venv holding only the built wheel and the
 notebook tools). ``--save`` writes the executed notebook back over the original, outputs
-included; the temp folder's path is replaced by ``.`` in the saved outputs, and a saved output
-that still holds an absolute path of this machine fails the run.
+included; the temp folder's path is replaced by ``.`` in the saved outputs and the environment's
+folder by ``<venv>``, and a saved output that still holds an absolute path of this machine fails
+the run.
 """
 
 from __future__ import annotations
@@ -31,15 +32,17 @@ def _scrub(nb, folder: str) -> list[str]:
     home = os.path.expanduser("~")
     leaks = []
     pattern = re.compile("|".join(re.escape(p) for p in {os.path.realpath(folder), folder}))
+    # The environment's own folder (where a printed model path may point, even relatively): <venv>.
+    venv = re.compile(r"(?:\.\./)*/?" + re.escape(sys.prefix.lstrip("/")))
     for cell in nb.cells:
         for out in cell.get("outputs", []):
             for key in ("text", "evalue"):
                 if isinstance(out.get(key), str):
-                    out[key] = pattern.sub(".", out[key])
+                    out[key] = venv.sub("<venv>", pattern.sub(".", out[key]))
             data = out.get("data", {})
             for mime in ("text/plain", "text/html", "text/markdown"):
                 if isinstance(data.get(mime), str):
-                    data[mime] = pattern.sub(".", data[mime])
+                    data[mime] = venv.sub("<venv>", pattern.sub(".", data[mime]))
             text = str(out.get("text", "")) + str(data.get("text/plain", "")) + str(data.get("text/html", ""))
             for p in (home, str(Path.cwd()), tempfile.gettempdir(), sys.prefix):
                 if len(p) > 1 and p in text:
