@@ -87,5 +87,5 @@ def _ensemble(cx: CellContext) -> Iterator[Variant]:
 
 
 FAMILIES = (
-    Method("ensemble", "fixed", needs=(ASSISTANT_SCORES,), variants=_ensemble, order=95),
+    Method("ensemble", "fixed", needs=(ASSISTANT_SCORES,), variants=_ensemble, order=96),
 )
