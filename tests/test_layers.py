@@ -18,6 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "jaxjudge"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli",),
+    ("cli_args",),  # the command line's parser (argparse only, so `--help` imports no jax)
     ("experiment", "aot"),
     ("report", "diagnostics"),
     ("jobs",),
@@ -25,10 +26,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("prompts", "models", "select"),
     ("data", "store", "debias", "metrics"),
     ("multihost", "peers"),  # what the processes of one job say to each other; how they watch each other
+    ("caches",),  # where a run's caches go (environment variables only), set before anything imports jax
 )
 STAGES = {s for names in LAYERS for s in names}
 # Peers of a layer may import each other below this layer (the report layer's peers may not).
-PEERS_FROM = 3
+PEERS_FROM = 4
 
 # Imports allowed to break the layers, (importing module, imported stage) -> why: none. An entry
 # here must say why, and the test fails once the import it excuses is gone.

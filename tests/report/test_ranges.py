@@ -197,7 +197,7 @@ def _simulated(primary):
             assistant=rng.normal(0, 1, (human.size, sc.size)), split_labels=np.where(np.arange(human.size) < 40,
                                                                                     "dev", "test"))
     task = SimpleNamespace(task="stsb", aspects=("similarity",), split="original", n_folds=5, fold_seed=0,
-                           per_group=False)
+                           per_group=False, original=("dev", "test"))
     cfg = SimpleNamespace(
         name="sim", tasks=(task,), scales=scales, judge_names=("sim",), methods=("vanilla", "temperature", "contrastive"),
         temperatures=(1.0,), greedy=False, deb_tp=(10,), lambdas=(0.5,), lambdas_extended=None,
