@@ -223,6 +223,29 @@ class BucketPath:
             raise FileNotFoundError(str(self))
         return int(info["size"])
 
+    def objects(self) -> list[tuple[BucketPath, int, int]]:
+        """``(object, generation, size)`` of this object, or of every object under this prefix
+        (sorted by name): what the service's metadata says, without reading any object's bytes."""
+        info = self._info()
+        if info is not None and info.get("type") == "file":
+            found = {self._fs_path: info}
+        else:
+            try:
+                found = filesystem().find(self._fs_path + "/", detail=True)
+            except FileNotFoundError:
+                found = {}
+        start = len(self.bucket) + 1
+        return [(BucketPath(self.bucket, name[start:])._with_scheme(self.scheme), int(i["generation"]), int(i["size"]))
+                for name, i in sorted(found.items())]
+
+    def download(self, dest: str | os.PathLike, generation: int) -> None:
+        """Copy the object's bytes into the local file ``dest``, only while its generation is
+        ``generation``, so the bytes are the ones that generation names: a replaced object is
+        refused (``google.api_core.exceptions``' ``NotFound``, or ``PreconditionFailed``)."""
+        # Both the generation asked for and the precondition (the emulator checks only the first).
+        blob = client().bucket(self.bucket).blob(self.key, generation=int(generation))
+        blob.download_to_filename(os.fspath(dest), if_generation_match=int(generation), retry=_retry())
+
     def _list(self) -> list[str]:
         try:
             return filesystem().ls(self._fs_path + "/", detail=False)
