@@ -30,6 +30,8 @@ from jaxjudge.models import vision_language as _vl
 
 __all__ = [
     "decoder_tensors",
+    "is_repo_id",
+    "is_source_file",
     "load_hf",
     "read_config",
     "read_safetensors",
@@ -42,13 +44,28 @@ __all__ = [
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "tokenizer.model"]
 
 
-def resolve_source(source: str | os.PathLike) -> Path:
+def is_source_file(name: str) -> bool:
+    """Whether a folder's file ``name`` is part of the model (config, tokenizer, safetensors):
+    the files a source's hash covers and a Hub snapshot fetches."""
+    return name.endswith((".json", ".safetensors", ".jinja")) or name == "tokenizer.model"
+
+
+def is_repo_id(text: str) -> bool:
+    """Whether ``text`` reads as a Hub repo id, ``owner/name`` or ``owner/name@revision`` (a
+    path that does not exist may too: the caller looks for the path first)."""
+    repo = text.partition("@")[0]
+    return repo.count("/") == 1 and not repo.startswith((".", "/", "~"))
+
+
+def resolve_source(source: str | os.PathLike, revision: str | None = None) -> Path:
     """A local folder for ``source``: the path itself, or a Hub snapshot for a repo id.
 
     A string that is not an existing path but looks like ``owner/name`` is fetched with
     ``huggingface_hub.snapshot_download`` (only configs, safetensors and tokenizer files) into
-    the Hub cache. Offline (``HF_HUB_OFFLINE=1``, or the Hub unreachable) the snapshot already in
-    the Hub cache is used, found through ``refs/main``.
+    the Hub cache, at ``revision`` (a branch, tag or commit; default the one an
+    ``owner/name@revision`` id names, else the main branch). Offline
+    (``HF_HUB_OFFLINE=1``, or the Hub unreachable) the snapshot already in the Hub cache is used,
+    found through ``refs/main`` (or the commit's own snapshot folder).
 
     Raises:
         FileNotFoundError: the path does not exist and cannot be fetched.
@@ -59,12 +76,13 @@ def resolve_source(source: str | os.PathLike) -> Path:
             raise ValueError(f"{path} is a file; a Hugging Face source must be a folder")
         return path
     text = str(source)
-    if text.count("/") == 1 and not text.startswith((".", "/", "~")):
+    if is_repo_id(text):
+        repo, _, named = text.partition("@")
         try:
             # Heavy to import (its HTTP stack) and needed only to fetch a Hub repo id.
             from huggingface_hub import snapshot_download
 
-            return Path(snapshot_download(text, allow_patterns=_HUB_PATTERNS))
+            return Path(snapshot_download(repo, revision=revision or named or None, allow_patterns=_HUB_PATTERNS))
         except Exception as e:  # offline, unknown repo, gated repo, ...
             raise FileNotFoundError(f"could not fetch Hugging Face repo {text!r}: {e}") from e
     raise FileNotFoundError(f"model folder {path} does not exist")
@@ -184,10 +202,7 @@ def source_sha256(source: str | os.PathLike, chunk: int = 1 << 20,
         return one(path)
     if not path.is_dir():
         raise FileNotFoundError(f"{path} does not exist")
-    names = sorted(
-        p for p in path.iterdir()
-        if p.is_file() and (p.suffix in (".json", ".safetensors", ".jinja") or p.name == "tokenizer.model")
-    )
+    names = sorted(p for p in path.iterdir() if p.is_file() and is_source_file(p.name))
     outer = hashlib.sha256()
     for p in names:
         outer.update(p.name.encode() + b"\0" + one(p).encode() + b"\n")
