@@ -141,6 +141,23 @@ def gcs_bucket(gcs_emulator):
     return f"gs://{name}"
 
 
+@pytest.fixture
+def proxied(gcs_emulator, monkeypatch):
+    """A fault proxy (tests/store/fault_proxy.py) in front of the emulator, which this process's
+    storage clients (gcsfs, google-cloud-storage) then reach; it logs every request."""
+    # Here, not at the top: conftest imports no jaxjudge module before the XLA flags above are set
+    # for every test, and the bucket module needs the gcs extra only the bucket tests ask for.
+    from jaxjudge.store import bucket as bucket_module
+    from tests.store.fault_proxy import FaultProxy
+
+    with FaultProxy(gcs_emulator) as proxy:
+        monkeypatch.setattr(bucket_module, "_FS", None)
+        monkeypatch.setattr(bucket_module, "_CLIENT", None)
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        yield proxy
+        bucket_module._FS = bucket_module._CLIENT = None  # the next test's clients reach the emulator again
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _gguf_files_parsed_once():
     """`gguf.GGUFReader` (the reference reader: transformers' GGUF loader imports it when called)

@@ -54,6 +54,7 @@ class FaultProxy:
         self.upstream = urllib.parse.urlsplit(upstream)
         self.rules: list[Rule] = []
         self.log: list[tuple[str, str, int | str]] = []  # (method, path, status or fault)
+        self.sent: list[tuple[str, str, int]] = []  # (method, path, bytes of the answer's body)
         self._lock = threading.Lock()
         proxy = self
 
@@ -117,6 +118,7 @@ class FaultProxy:
             h.close_connection = True
             return
         self.log.append((h.command, target, status))
+        self.sent.append((h.command, target, len(data)))
         self._answer(h, status, {k: v for k, v in out.items() if k.lower() not in _HOP}, data)
 
     @staticmethod

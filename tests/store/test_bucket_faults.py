@@ -19,10 +19,9 @@ import numpy as np
 import pytest
 
 from jaxjudge.store import Store
-from jaxjudge.store import bucket as bucket_module
 from jaxjudge.store.work import claimed_chunks
 
-from tests.store.fault_proxy import FaultProxy, Rule, counted
+from tests.store.fault_proxy import Rule, counted
 
 N_CHUNKS = 8
 LEASE = 12.0  # renewals every 2 s; a chunk that waited for a lease would show as a claim taken over
@@ -32,17 +31,6 @@ KEY = {"test": "faults"}
 def _chunk(i: int) -> dict[str, np.ndarray]:
     return {"example_ids": np.asarray([f"e{i}-{k}" for k in range(3)]),
             "values": np.cos(np.arange(3 * i, 3 * i + 3, dtype=np.float32))}
-
-
-@pytest.fixture
-def proxied(gcs_emulator, monkeypatch):
-    """A fault proxy in front of the emulator, which this process's storage clients then reach."""
-    with FaultProxy(gcs_emulator) as proxy:
-        monkeypatch.setattr(bucket_module, "_FS", None)
-        monkeypatch.setattr(bucket_module, "_CLIENT", None)
-        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
-        yield proxy
-        bucket_module._FS = bucket_module._CLIENT = None  # the next test's clients reach the emulator again
 
 
 def _rules() -> list[Rule]:
