@@ -7,13 +7,15 @@ is one folder under the cache root (``$JAXJUDGE_CACHE`` or ``~/.cache/jaxjudge/c
     <root>/<key>/params/          Orbax StandardCheckpointer, the decoder state as a pure dict
     <root>/<key>/tokenizer.json   the tokenizer (``tokenizers`` JSON)
     <root>/<key>/meta.json        format version, Hugging Face config dict, chat template,
-                                  special-token strings, dtype, source and its sha256
+                                  special-token strings, dtype, source, its sha256 and identity
 
-The key is ``<sha256 of the source>-<dtype>-v<FORMAT_VERSION>``: the content hash (of the GGUF
-file, or of a Hugging Face folder's config, tokenizer and safetensors files), so a renamed or
-copied file hits the same entry and an edited one misses. An entry is written into a temporary
-folder next to it and renamed into place as the last step, so a conversion killed half way
-leaves no entry that a later load could mistake for a complete one.
+The key is ``<identity>-<dtype>-v<FORMAT_VERSION>`` (`jaxjudge.models.source`): for a local
+source its content hash (of the GGUF file, or of a Hugging Face folder's config, tokenizer and
+safetensors files), so a renamed or copied file hits the same entry and an edited one misses;
+for a ``gs://`` or Hub source a hash of its objects' generations and sizes or of its commit and
+file hashes, so a warm entry is found without a byte of the source read or hashed. An entry is
+written into a temporary folder next to it and renamed into place as the last step, so a
+conversion killed half way leaves no entry that a later load could mistake for a complete one.
 
 The cache root may be a bucket (``gs://bucket/prefix``, `jaxjudge.store.location`), which has
 no rename: there an entry's parameters go to ``<key>/params-<tag>/`` (Orbax's own commit marker
@@ -95,7 +97,8 @@ def dtype_name(dtype: Any) -> str:
 
 
 def cache_key(sha256: str, dtype: Any) -> str:
-    """Entry name for a source hash and a parameter dtype (includes :data:`FORMAT_VERSION`)."""
+    """Entry name for a source's identity digest (`jaxjudge.models.source`: a local source's
+    content hash) and a parameter dtype (includes :data:`FORMAT_VERSION`)."""
     if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
         raise ValueError(f"cache_key expects a hex sha256 digest, got {sha256!r}")
     return f"{sha256}-{dtype_name(dtype)}-v{FORMAT_VERSION}"
@@ -214,6 +217,7 @@ def save_converted(
     special_tokens: Mapping[str, str] | None = None,
     source: str | None = None,
     sha256: str | None = None,
+    identity: Mapping[str, Any] | None = None,
     together: bool = False,
 ) -> Location:
     """Writes one cache entry atomically.
@@ -227,6 +231,7 @@ def save_converted(
         chat_template: the chat template or None.
         special_tokens: special-token strings the judge uses for chat templates.
         source, sha256: provenance, stored in ``meta.json``.
+        identity: a remote source's identity fields (`jaxjudge.models.source.SourceIdentity`).
         together: every process of a ``jax.distributed`` job calls this for one model whose
             arrays span them (a mesh over their devices): one Orbax save into one temporary
             folder of a folder they share, each process writing its own shards, and process 0
@@ -247,7 +252,7 @@ def save_converted(
     if isinstance(root, BucketPath):
         return _save_to_bucket(final, tag, lead, together, model=model, hf_config=hf_config, tokenizer=tokenizer,
                                chat_template=chat_template, special_tokens=special_tokens, source=source,
-                               sha256=sha256)
+                               sha256=sha256, identity=identity)
     tmp = root / f".tmp-{key}-{tag}"
     if lead:
         tmp.mkdir()
@@ -262,7 +267,7 @@ def save_converted(
             barrier(f"jaxjudge-cache-written-{tag}")
             return final
         (tmp / "tokenizer.json").write_text(tokenizer.to_str(), encoding="utf-8")
-        meta = _meta(model, hf_config, chat_template, special_tokens, source, sha256)
+        meta = _meta(model, hf_config, chat_template, special_tokens, source, sha256, identity)
         # meta.json is the entry's completeness marker: written last inside the temporary folder.
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
         try:
@@ -281,7 +286,8 @@ def save_converted(
 
 
 def _meta(model: Decoder, hf_config: Mapping[str, Any], chat_template: str | None,
-          special_tokens: Mapping[str, str] | None, source: str | None, sha256: str | None) -> dict[str, Any]:
+          special_tokens: Mapping[str, str] | None, source: str | None, sha256: str | None,
+          identity: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A cache entry's meta.json (its completeness marker), local folder or bucket alike."""
     return {
         "format_version": FORMAT_VERSION,
@@ -291,22 +297,25 @@ def _meta(model: Decoder, hf_config: Mapping[str, Any], chat_template: str | Non
         "special_tokens": dict(special_tokens or {}),
         "source": source,
         "sha256": sha256,
+        "identity": dict(identity or {}),
     }
 
 
 def _save_to_bucket(final: BucketPath, tag: str, lead: bool, together: bool, *, model: Decoder,
                     hf_config: Mapping[str, Any], tokenizer: Tokenizer, chat_template: str | None,
-                    special_tokens: Mapping[str, str] | None, source: str | None, sha256: str | None) -> BucketPath:
+                    special_tokens: Mapping[str, str] | None, source: str | None, sha256: str | None,
+                    identity: Mapping[str, Any] | None) -> BucketPath:
     """`save_converted` into a bucket (see the module docstring): no rename, one create decides."""
     params = final / f"params-{tag}"
     with ocp.StandardCheckpointer() as ckptr:
         ckptr.save(str(params), nnx.to_pure_dict(nnx.state(model)))
         ckptr.wait_until_finished()
     if lead:
-        tok = final / "tokenizer.json"  # the same text for every writer of this key (same source sha256)
+        tok = final / "tokenizer.json"  # the same text for every writer of this key (same source)
         if not tok.is_file():
             tok.write_text(tokenizer.to_str())
-        meta = {**_meta(model, hf_config, chat_template, special_tokens, source, sha256), "params": params.name}
+        meta = {**_meta(model, hf_config, chat_template, special_tokens, source, sha256, identity),
+                "params": params.name}
         if not (final / "meta.json").create(json.dumps(meta, indent=1).encode("utf-8")):
             params.rmtree()  # another writer's entry is complete: same content, keep theirs
     if together:
