@@ -1,5 +1,5 @@
 """The demo config: `jaxjudge.experiment.demo`, re-exported here so that ``experiments/demo.py``
-(and ``experiments/demo.py:ci`` / ``:all``) keeps naming it for ``jaxjudge sweep``, ``report`` and
+(and ``experiments/demo.py:ci``, ``experiments/demo.py:all``) keeps naming it for ``jaxjudge sweep``, ``report`` and
 ``extract`` from the repository. ``jaxjudge demo`` runs the package's copy from any folder.
 """
 

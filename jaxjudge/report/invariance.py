@@ -75,6 +75,8 @@ def _panel_sd(cols: dict[str, np.ndarray], idx: np.ndarray) -> tuple[list[str], 
     grid[[m_at[m] for m in sub["method"].tolist()], [r_at[r] for r in sub["range"].tolist()], rows] = \
         sub["score_human_scale"].astype(np.float64)
     group_of = dict(zip(sub["item_id"].tolist(), sub["group"].tolist()))
+    if len(ranges) < 2:  # one range: no spread to measure
+        return methods, ranges, np.zeros((0, len(methods))), np.zeros(0)
     sd = np.stack([item_sd(grid[m]) for m in range(len(methods))], axis=1)  # [N, M]
     keep = np.all(np.isfinite(sd), axis=1)
     return methods, ranges, sd[keep], np.asarray([group_of[i] for i in ids])[keep]

@@ -73,6 +73,11 @@ def test_an_item_undefined_on_some_range_leaves_the_reading_paired():
     assert rec["methods"][1]["versus"][0]["diff"]["estimate"] == pytest.approx(0.0)
 
 
+def test_a_single_range_has_no_invariance_row():
+    # a run on one range (the demo's quick variants, a user's single scale): nothing to spread
+    assert range_invariance(_items({"vanilla": np.ones((1, 4))}, ["a", "b", "c", "d"]), {}, OPTS) == []
+
+
 def test_the_table_and_the_reports_section():
     from jaxjudge.report import Results
     from jaxjudge.report.invariance import invariance_table
