@@ -124,8 +124,8 @@ def describe_run(cfg: ExperimentConfig, launch: Launch, *, store_root: str | os.
         share = ("one SPMD program over every process's devices: every chunk computed by all processes together, "
                  "process 0 writes the stores and the report")
     else:
-        share = (f"each process its own devices: score chunks j with j % {n} == {me} here, other jobs' chunks "
-                 "by claim, the report by process 0")
+        share = (f"each process its own devices: every job's chunks by claim, chunks j with j % {n} == {me} "
+                 "first here, the report by process 0")
     out.append(f"work: {share}")
     out += _job_lines(jobs, root, {t: len(d.examples) for t, d in data.items()}, launch, spans)
     run = results if results is not None else f"{str(cfg.results_root).rstrip('/')}/{cfg.name}/{cfg.run or '<UTC time>'}"

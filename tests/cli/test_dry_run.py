@@ -67,8 +67,8 @@ def test_two_process_launch_each_with_its_devices(tmp_path, capsys, nothing_runs
     n = len(jax.local_devices())
     assert out[1] == (f"launch: process 1 of 2; {n} cpu device(s) (cpu) per process, {2 * n} in all "
                       "(each process taken to have as many)")
-    assert ("work: each process its own devices: score chunks j with j % 2 == 1 here, other jobs' chunks by "
-            "claim, the report by process 0") in out
+    assert ("work: each process its own devices: every job's chunks by claim, chunks j with j % 2 == 1 first "
+            "here, the report by process 0") in out
 
 
 def test_two_process_launch_as_one_spmd_program(tmp_path, capsys, nothing_runs):
