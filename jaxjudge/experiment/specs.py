@@ -32,7 +32,7 @@ from jaxjudge.data.tasks import TASKS, TaskSource
 from jaxjudge.engine import EngineOptions
 from jaxjudge.experiment.typed import ConfigError, Typed, choose, coerce, opt
 from jaxjudge.models.gguf import default_model_path, gguf_dir
-from jaxjudge.models.hf import resolve_source
+from jaxjudge.models.hf import is_repo_id, resolve_source
 from jaxjudge.prompts import Template, TemplateError, get_template
 from jaxjudge.prompts.library import template_from_config
 from jaxjudge.store.location import LocationError, check_location, is_bucket
@@ -67,10 +67,9 @@ def _check_engine_options(where: str, engine: Mapping[str, Any]) -> None:
 
 
 def is_hub_id(path: str) -> bool:
-    """Whether a model path is a Hugging Face Hub repo id (``org/name``): not a local path that
-    exists, not ``.``/``/``/``~``-rooted, one slash, no ``.gguf`` suffix."""
-    return (path.count("/") == 1 and not path.startswith((".", "/", "~")) and not path.endswith(".gguf")
-            and not Path(path).exists() and all(part for part in path.split("/")))
+    """Whether a model path is a Hugging Face Hub repo id (``org/name``, `jaxjudge.models.hf.is_repo_id`):
+    not a local path that exists, no ``.gguf`` suffix."""
+    return is_repo_id(path) and not path.endswith(".gguf") and not Path(path).exists()
 
 
 @functools.lru_cache(maxsize=None)

@@ -54,7 +54,7 @@ def is_repo_id(text: str) -> bool:
     """Whether ``text`` reads as a Hub repo id, ``owner/name`` or ``owner/name@revision`` (a
     path that does not exist may too: the caller looks for the path first)."""
     repo = text.partition("@")[0]
-    return repo.count("/") == 1 and not repo.startswith((".", "/", "~"))
+    return repo.count("/") == 1 and not repo.startswith((".", "/", "~")) and all(repo.split("/"))
 
 
 def resolve_source(source: str | os.PathLike, revision: str | None = None) -> Path:
