@@ -76,7 +76,7 @@ def enable_compile_cache(folder: str | None = None) -> None:
     """
     import jax  # lazily: ~2 s to import, which --help does not need
 
-    from jaxjudge.experiment.schema import check_location  # a LocationError as a ConfigError
+    from jaxjudge.experiment.schema import check_location  # local: imports jax; a LocationError as a ConfigError
 
     if folder is None:
         folder = os.environ.get("JAXJUDGE_XLA_CACHE", str(Path.home() / ".cache" / "jaxjudge" / "xla"))
@@ -101,8 +101,8 @@ def _extract(cfg, args) -> None:
 def _report(cfg, args, config_file: str | None) -> Path:
     # The report imports jax and matplotlib (~3 s together): only when a report is written.
     from jaxjudge.experiment import collect_metadata, portable_path, run_dir
-    from jaxjudge.report import report_from_store, write_run
-    from jaxjudge.report.terminal import terminal_report
+    from jaxjudge.report import report_from_store, write_run  # local: imports jax and matplotlib
+    from jaxjudge.report.terminal import terminal_report  # local: imports jax and matplotlib
 
     t0 = time.perf_counter()
     read: dict = {}
@@ -126,7 +126,7 @@ def _report(cfg, args, config_file: str | None) -> Path:
 
 def _seal(folder: str) -> int:
     from jaxjudge.store import seal_store  # lazily, as every command's own imports
-    from jaxjudge.store.location import location
+    from jaxjudge.store.location import location  # local: jaxjudge.store imports numpy, which --help does not need
 
     root = location(folder, "store seal")
     if not root.is_dir():
@@ -145,9 +145,10 @@ def _seal(folder: str) -> int:
 
 def _dry_run(cfg, args, cluster) -> int:
     """The plan of the run, printed; nothing loaded, no process joined."""
+    # local: jaxjudge.experiment imports jax, which --help does not need
     from jaxjudge.experiment import run_dir
-    from jaxjudge.experiment.distributed import launch_from_environment
-    from jaxjudge.experiment.dry_run import Launch, describe_run
+    from jaxjudge.experiment.distributed import launch_from_environment  # local: imports jax
+    from jaxjudge.experiment.dry_run import Launch, describe_run  # local: imports jax
 
     processes, process_id = ((cluster.num_processes, cluster.process_id) if cluster is not None
                              else launch_from_environment())
@@ -186,15 +187,16 @@ def _one_line(e: BaseException) -> str:
 
 def _store_command(args) -> int:
     if args.store_command == "seal":
+        # local: jaxjudge.store imports numpy, which --help does not need
         from jaxjudge.store import StoreError
-        from jaxjudge.store.location import LocationError
+        from jaxjudge.store.location import LocationError  # local: as above (numpy)
 
         try:
             return _seal(args.folder)
         except (StoreError, FileNotFoundError, LocationError) as e:
             print(f"jaxjudge store seal: {e}", file=sys.stderr)
             return 2
-    from jaxjudge.experiment import load_config, upgrade_stores
+    from jaxjudge.experiment import load_config, upgrade_stores  # local: imports jax
 
     try:
         counts = upgrade_stores(load_config(args.config, args.overrides), store_root=args.stores)
@@ -209,7 +211,7 @@ def _store_command(args) -> int:
 
 
 def _list(what: str) -> int:
-    from jaxjudge.experiment.catalog import CATALOGS
+    from jaxjudge.experiment.catalog import CATALOGS  # local: imports jax, which --help does not need
 
     for i, name in enumerate(CATALOGS if what == "all" else (what,)):
         print(("\n" if i else "") + "\n".join(CATALOGS[name]()))
@@ -236,8 +238,8 @@ def _one_command_config(args, parser):
     if missing:
         parser.error(f"sweep --data: also give {', '.join(missing)}")
     keep_caches_in(args.stores)  # before the library's imports: matplotlib reads its variable then
-    from jaxjudge.experiment.oneshot import sweep_config
-    from jaxjudge.experiment.schema import with_overrides
+    from jaxjudge.experiment.oneshot import sweep_config  # local: after keep_caches_in; imports jax
+    from jaxjudge.experiment.schema import with_overrides  # local: after keep_caches_in; imports jax
 
     cfg = sweep_config(**{f: getattr(args, f) for f in _DATA_FLAGS}, stores=args.stores, results=args.results)
     return with_overrides(cfg, args.overrides) if args.overrides else cfg
@@ -249,7 +251,7 @@ def _config_of(args, parser):
         cfg = _one_command_config(args, parser)
         if cfg is not None:
             return cfg, None
-    from jaxjudge.experiment import load_config
+    from jaxjudge.experiment import load_config  # local: imports jax, which --help does not need
 
     spec = f"{_demo_config_path()}" + (":ci" if args.ci else "") if args.command == "demo" else args.config
     return load_config(spec, args.overrides), spec.split(":", 1)[0]
@@ -258,9 +260,10 @@ def _config_of(args, parser):
 def _run(args, parser) -> int:
     """extract / report / sweep / demo."""
     cfg, config_file = _config_of(args, parser)  # first: the one-command run sets cache variables before imports
+    # local: after _config_of (above); jaxjudge.experiment imports jax, which --help does not need
     from jaxjudge.experiment import check_location, check_run_name
-    from jaxjudge.experiment.distributed import cluster_from_flags, is_leader
-    from jaxjudge.experiment.distributed import start as start_processes
+    from jaxjudge.experiment.distributed import cluster_from_flags, is_leader  # local: as above
+    from jaxjudge.experiment.distributed import start as start_processes  # local: as above
 
     cluster = cluster_from_flags(args.coordinator, args.num_processes, args.process_id)
     enable_compile_cache(cfg.compile_cache)
@@ -277,7 +280,7 @@ def _run(args, parser) -> int:
         if is_leader():
             _report(cfg, args, config_file)
         else:
-            import jax
+            import jax  # local: ~2 s to import, which --help does not need
 
             print(f"report: written by process 0 (this is process {jax.process_index()})")
     return 0

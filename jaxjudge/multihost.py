@@ -23,6 +23,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from jaxjudge.peers import HEARTBEAT_TIMEOUT_S, LOST_AFTER_S, settle, watch_peers
 
@@ -37,8 +38,6 @@ def is_leader() -> bool:
 
 def agree(value: int) -> int:
     """Process 0's ``value``, on every process of the ``jax.distributed`` job (a collective)."""
-    from jax.experimental import multihost_utils
-
     return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
 
 
@@ -46,15 +45,11 @@ def any_process(flag: bool) -> bool:
     """Whether ``flag`` is set on any process of the ``jax.distributed`` job (a collective): so
     that an error one process finds in its own rows stops every process before the next
     collective, instead of leaving the others waiting in it."""
-    from jax.experimental import multihost_utils
-
     return bool(np.asarray(multihost_utils.process_allgather(np.int32(bool(flag)))).max())
 
 
 def barrier(name: str) -> None:
     """Waits until every process of the ``jax.distributed`` job reaches the barrier ``name``."""
-    from jax.experimental import multihost_utils
-
     multihost_utils.sync_global_devices(name)
 
 
@@ -76,7 +71,5 @@ def to_host(x: Any) -> np.ndarray:
     processes' devices is gathered from them (a collective: every process of the mesh must
     call this for the same array in the same order)."""
     if isinstance(x, jax.Array) and not x.is_fully_addressable and not x.is_fully_replicated:
-        from jax.experimental import multihost_utils
-
         return np.asarray(multihost_utils.process_allgather(x, tiled=True))
     return np.asarray(x)

@@ -28,6 +28,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import jax
+from jax._src import distributed  # the job's coordination-service client (no public handle)
+
 __all__ = ["BEAT_S", "HEARTBEAT_TIMEOUT_S", "LOST_AFTER_S", "LOST_EXIT", "lost_after", "on_lost", "settle",
            "watch_peers"]
 
@@ -143,9 +146,6 @@ class _Watch:
 def watch_peers() -> None:
     """Start watching the other processes of this ``jax.distributed`` job (once per process)."""
     global _WATCH
-    import jax
-    from jax._src import distributed  # the job's coordination-service client (no public handle)
-
     client = distributed.global_state.client
     if _WATCH is not None or client is None or jax.process_count() < 2:
         return

@@ -200,6 +200,36 @@ def test_the_length_check_can_fail(tmp_path):
                                                 f"jaxjudge.engine.long {STRICT_MODULE_LINES + 1}"]
 
 
+def uncommented_local_imports(root: Path = PACKAGE) -> list[str]:
+    """``file:line`` of every import inside a function (nested ones too) with no comment on its own
+    lines, whose block of consecutive import lines has no comment line directly above it."""
+    out = []
+    for p in sorted(root.rglob("*.py")):
+        source = p.read_text(encoding="utf-8")
+        lines, tree = source.splitlines(), ast.parse(source)
+        imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+        import_lines = {i for n in imports for i in range(n.lineno, n.end_lineno + 1)}
+        local = {n.lineno: n for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
+        for line, n in sorted(local.items()):
+            if any("#" in lines[i - 1] for i in range(n.lineno, n.end_lineno + 1)):
+                continue
+            above = line - 1
+            while above in import_lines:
+                above -= 1
+            if above < 1 or not lines[above - 1].lstrip().startswith("#"):
+                out.append(f"{p.relative_to(root.parent)}:{line}")
+    return out
+
+
+def test_every_function_local_import_says_why_it_is_local():
+    """An import inside a function says why it is not at the module's top (an optional dependency,
+    jax kept off ``jaxjudge --help``, an import cycle, ...): a comment on its line, or on the line
+    just above its block of imports. An import with no such reason belongs at the top."""
+    found = uncommented_local_imports()
+    assert not found, f"function-local imports that do not say why they are local (comment, or move them up): {found}"
+
+
 def import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
     """Module -> the package's modules it imports (every import statement, inside functions too;
     ``from a import b`` counts ``a.b`` where that is a module, else ``a``)."""

@@ -16,6 +16,9 @@ import os
 import sys
 from typing import Any
 
+from jaxjudge.aot.presets import judge_config
+from jaxjudge.models.config import UnsupportedConfigError, config_from_hf
+
 __all__ = ["add_parser", "run", "parse_mesh", "format_table"]
 
 
@@ -95,9 +98,8 @@ def planned_mesh(hf: dict[str, Any], args: argparse.Namespace, chips: int) -> di
     (padded as the engine pads them), its line printed. Raises ValueError where nothing fits."""
     # Imported when called (from `run`), as `run`'s own: these import jax.
     from jaxjudge.engine.primitives import bucket_length, slot_bucket
-    from jaxjudge.models.config import config_from_hf
-    from jaxjudge.models.machine import usable_memory
-    from jaxjudge.models.mesh_plan import CallShape, plan_mesh
+    from jaxjudge.models.machine import usable_memory  # local: imports jax, as `run`'s own
+    from jaxjudge.models.mesh_plan import CallShape, plan_mesh  # local: imports jax, as `run`'s own
 
     p, t = bucket_length(args.prefix), bucket_length(args.tail_len)
     decode = "decode" in args.steps
@@ -143,11 +145,10 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")  # compile for the TPU, run nothing on it
     # Imported here, after JAX_PLATFORMS is set: jax reads it when first imported, and this
-    # module is what `jaxjudge` imports to parse an ``aot`` command line.
+    # module is what `jaxjudge` imports to parse an ``aot`` command line. (Not in effect today:
+    # jaxjudge/aot/__init__.py imports jaxjudge.aot.compile, hence jax, before this module runs.)
     from jaxjudge.aot.compile import (DoesNotFitError, LibtpuMissingError, Workload, aot_compile,
                                       describe_host_for_libtpu, tpu_devices)
-    from jaxjudge.aot.presets import judge_config
-    from jaxjudge.models.config import UnsupportedConfigError
 
     try:
         hf = judge_config(args.judge)

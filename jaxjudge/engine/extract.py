@@ -47,6 +47,7 @@ import dataclasses
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import jax
@@ -64,6 +65,7 @@ from jaxjudge.models.judge import Judge
 from jaxjudge.prompts import RenderedPrompt, ScoreCandidates, ScoreScale
 from jaxjudge.models.sharding import spans_processes
 from jaxjudge.store import CLAIM_STALE_S, Store, StoreError, assign_chunks
+from jaxjudge.store.location import is_bucket
 from jaxjudge.store.work import claimed_chunks
 
 __all__ = ["GenerationRoomError", "check_generation_room", "extract"]
@@ -322,9 +324,6 @@ def _read_chunks(st: Store | None, wanted: list[int]) -> dict[int, dict[str, np.
     from a bucket (each a whole-object GET), one after another from a local disk."""
     if st is None or not wanted:
         return {}
-    from concurrent.futures import ThreadPoolExecutor
-
-    from jaxjudge.store.location import is_bucket
 
     def one(i: int) -> dict[str, np.ndarray] | None:
         return st.read_chunk(i) if st.has_chunk(i) else None

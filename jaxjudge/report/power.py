@@ -23,8 +23,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxjudge.data.tasks import load_task_data, task_dev_docs
 from jaxjudge.metrics import encode_groups, get_metric
 from jaxjudge.metrics.power import detectable_effect, half_width, per_group_sd, power_at, resampled_se
+from jaxjudge.report.cell import evaluate_cell
+from jaxjudge.report.cell_inputs import MethodOptions
+from jaxjudge.report.pipeline import _splits_for
+from jaxjudge.report.stores import StoreIndex, cells, load_cells, store_match
 
 __all__ = ["PilotRows", "check_sqrt_law", "endpoint_statistic", "pilot_predictions", "pilot_sigma", "plan_power",
            "power_words", "secondary_power_lines"]
@@ -64,12 +69,6 @@ def pilot_predictions(cfg: Any, method: str, versus: str, score: str = "expected
     bootstrap cut to one resample (the choice on dev, which is what the predictions depend on,
     is the report's own).
     """
-    from jaxjudge.data.tasks import load_task_data, task_dev_docs
-    from jaxjudge.report.pipeline import _splits_for
-    from jaxjudge.report.cell import evaluate_cell
-    from jaxjudge.report.cell_inputs import MethodOptions
-    from jaxjudge.report.stores import StoreIndex, cells, load_cells, store_match
-
     if len(cfg.tasks) != 1 or len(cfg.judge_names) != 1:
         raise ValueError("pilot_predictions reads a run with one task and one judge")
     light = dataclasses.replace(cfg, n_boot=1, primary=None, nested_rows=(), comparisons=(), ci_metrics=("spearman",))

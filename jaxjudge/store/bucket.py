@@ -59,14 +59,14 @@ def client() -> Any:
     global _CLIENT
     with _LOCK:
         if _CLIENT is None:
-            from google.cloud import storage
+            from google.cloud import storage  # local: the optional gcs extra, only for gs:// paths
 
             _CLIENT = storage.Client()
         return _CLIENT
 
 
 def _precondition_errors() -> tuple[type[BaseException], ...]:
-    from google.api_core import exceptions
+    from google.api_core import exceptions  # local: the optional gcs extra, only for gs:// paths
 
     return exceptions.PreconditionFailed, exceptions.NotFound
 
@@ -80,7 +80,7 @@ its own requests the same way, with its fixed policy (6 tries, waits of 1-2 s do
 def _retry() -> Any:
     """The retry for this module's google-cloud-storage requests (see `RETRY_INITIAL_S`): only
     transient errors; a precondition's refusal (412) and a 404 are answers, never retried."""
-    from google.cloud.storage.retry import DEFAULT_RETRY
+    from google.cloud.storage.retry import DEFAULT_RETRY  # local: the optional gcs extra, only for gs:// paths
 
     return DEFAULT_RETRY.with_delay(initial=RETRY_INITIAL_S, maximum=RETRY_MAX_S, multiplier=2.0).with_timeout(
         RETRY_TOTAL_S)
@@ -89,9 +89,11 @@ def _retry() -> Any:
 def transient_errors() -> tuple[type[BaseException], ...]:
     """The errors a request may end with after its retries are spent on a transient failure (the
     service overloaded or unreachable): worth trying again later, unlike a refusal."""
+    # local: the optional gcs extra's packages (aiohttp comes with gcsfs, requests and google.api_core with
+    # google-cloud-storage), only for gs:// paths
     import aiohttp
-    import requests
-    from google.api_core import exceptions
+    import requests  # local: as above (gcs extra)
+    from google.api_core import exceptions  # local: as above (gcs extra)
 
     return (exceptions.TooManyRequests, exceptions.ServerError, exceptions.RetryError, requests.ConnectionError,
             requests.Timeout, aiohttp.ClientError, TimeoutError, ConnectionError)
@@ -328,7 +330,7 @@ class BucketPath:
     def holds(self, data: bytes) -> int | None:
         """The object's generation if it holds exactly ``data``, else None (another writer's
         object, or none)."""
-        from google.api_core import exceptions
+        from google.api_core import exceptions  # local: the optional gcs extra, only for gs:// paths
 
         blob = client().bucket(self.bucket).get_blob(self.key, retry=_retry())
         if blob is None:
@@ -354,7 +356,7 @@ class BucketPath:
     def delete_if(self, generation: int) -> bool:
         """Delete the object if its generation is still ``generation``; True if it is gone (a
         retried delete whose first try was applied is answered 404)."""
-        from google.api_core import exceptions
+        from google.api_core import exceptions  # local: the optional gcs extra, only for gs:// paths
 
         try:
             client().bucket(self.bucket).blob(self.key).delete(if_generation_match=int(generation), retry=_retry())

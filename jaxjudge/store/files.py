@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from jaxjudge.store.bucket import BucketPath, claim_object, clear_dead_object_claim
+
 __all__ = ["CLAIM_STALE_S", "ChunkClaim", "claim_file", "clear_dead_claim", "fsync_dir", "publish", "tmp_name",
            "write_atomic"]
 
@@ -66,8 +68,6 @@ def publish(target: Any, data: bytes, *, once: bool = False) -> bool:
     Locally an atomic replace (`write_atomic`). In a bucket one object upload; with ``once``
     only if no object has the name (another writer's is kept). Returns whether it was written.
     """
-    from jaxjudge.store.bucket import BucketPath
-
     if isinstance(target, BucketPath):
         if once:
             return target.create(data)
@@ -113,8 +113,6 @@ def claim_file(path: Path, written: Callable[[], bool], *, stale_after: float = 
     """Claim the chunk whose claim file is ``path``, or None when a live process holds it or
     ``written()`` says the chunk is done (checked again once the claim is held). In a bucket
     see `jaxjudge.store.bucket.claim_object`."""
-    from jaxjudge.store.bucket import BucketPath, claim_object
-
     if isinstance(path, BucketPath):
         return claim_object(path, written, stale_after=stale_after)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -140,8 +138,6 @@ def claim_file(path: Path, written: Callable[[], bool], *, stale_after: float = 
 def clear_dead_claim(path: Path, stale_after: float = CLAIM_STALE_S) -> None:
     """Remove the claim of a written chunk if its holder is dead or silent (a worker killed between
     publishing the chunk and releasing the claim); a live holder's stays."""
-    from jaxjudge.store.bucket import BucketPath, clear_dead_object_claim
-
     if isinstance(path, BucketPath):
         clear_dead_object_claim(path, stale_after)
         return

@@ -26,6 +26,8 @@ import re
 from pathlib import Path
 from typing import Union
 
+from jaxjudge.store.bucket import BucketPath
+
 __all__ = ["LocationError", "SERVED", "check_location", "is_bucket", "location"]
 
 SERVED = {"gs": ("gcsfs", "google.cloud.storage")}
@@ -60,8 +62,6 @@ def check_location(name: str, value: str | os.PathLike | None) -> None:
     """
     if value is None:
         return
-    from jaxjudge.store.bucket import BucketPath
-
     if isinstance(value, BucketPath):
         value = str(value)
     text = os.fspath(value)
@@ -91,14 +91,12 @@ def check_location(name: str, value: str | os.PathLike | None) -> None:
 
 def is_bucket(path: object) -> bool:
     """Whether ``path`` is a bucket location (a `BucketPath` or a ``gs://`` string)."""
-    from jaxjudge.store.bucket import BucketPath
-
     if isinstance(path, BucketPath):
         return True
     return isinstance(path, str) and bool(_URL.match(path))
 
 
-Location = Union[Path, "BucketPath"]  # noqa: F821 - the bucket module is imported lazily
+Location = Union[Path, BucketPath]
 
 
 def location(value: str | os.PathLike, name: str = "location") -> Location:
@@ -107,8 +105,6 @@ def location(value: str | os.PathLike, name: str = "location") -> Location:
     Raises:
       LocationError: as `check_location` (``name`` is the field it names).
     """
-    from jaxjudge.store.bucket import BucketPath
-
     if isinstance(value, (Path, BucketPath)):
         return value
     check_location(name, value)

@@ -26,6 +26,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import typing
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -101,8 +102,6 @@ def _field_types(cls: type | None) -> dict[str, type | None]:
     """Field -> the config class its value holds (directly, in a tuple or optional), if any."""
     if cls is None or not dataclasses.is_dataclass(cls):
         return {}
-    import typing
-
     hints = typing.get_type_hints(cls)
     out: dict[str, type | None] = {}
     for name, tp in hints.items():
