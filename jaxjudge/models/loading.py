@@ -20,6 +20,9 @@ from jaxjudge.models import sharding as _sharding
 from jaxjudge.models import slices as _slices
 from jaxjudge.models import source as _source
 from jaxjudge.models.judge import Judge
+from jaxjudge.store import CLAIM_STALE_S
+from jaxjudge.store.bucket import BucketPath
+from jaxjudge.store.files import claim_file
 
 __all__ = ["load", "ModelHashMismatch"]
 
@@ -65,12 +68,12 @@ def load(
         dtype: parameter and compute dtype, ``"float32"`` or ``"bfloat16"``.
         cache_dir: cache root (default ``$JAXJUDGE_CACHE`` or ``~/.cache/jaxjudge/converted``).
         use_cache: read and write the converted-parameter cache (False: convert every time,
-            write nothing). Under several processes (`jax.distributed`) the processes of a
-            ``mesh`` that spans them use one entry together: process 0 decides whether it
-            exists, all restore it into their shards, or all convert and then write it in one
-            Orbax save (each its own shards, a shared folder); per-process judges (no mesh, or a
-            mesh of this process's devices) each convert from the source. A local source's file
-            hashes are memoised either way.
+            write nothing). The processes of a ``mesh`` spanning several (`jax.distributed`) use
+            one entry together: process 0 decides whether it exists, all restore it into their
+            shards, or all convert and write it in one Orbax save (a folder they share). Judges
+            of a process's own (no mesh, or its own devices) share a bucket's entries, one
+            process converting while the others wait (`_lookup`); under several processes with
+            a local cache folder each converts from the source.
         mesh: optional ``jax.sharding.Mesh`` (``data`` and ``model`` axes); parameters are then
             placed by the project's logical-axis rules, restored directly into their shardings.
         verbose: print where the judge came from and how long it took.
@@ -103,17 +106,21 @@ def load(
     where = ident.path or ident.source
     _check_sha256(where, ident.sha256, expected_sha256)
     key = _cache.cache_key(ident.digest, dname)
-    hit = (_cache.load_converted(root, key, mesh=mesh, together=spmd)
-           if use_cache and not (verify and ident.sha256 is None) else None)
+    hit, claim = (_lookup(root, key, mesh, spmd) if use_cache and not (verify and ident.sha256 is None)
+                  else (None, None))
     if hit is not None:
         _say(verbose, f"{ident.source} restored from cache {root / key}", start)
         return _restored(hit, ident, where, expected_sha256, mesh)
-    with _source.local_copy(ident) as path:
-        sha = ident.sha256 or _cache.source_sha256(path)  # a remote source's bytes, as fetched
-        _check_sha256(where, sha, expected_sha256)
-        judge, hf_config, tokenizer, template = _convert(path, dname, mesh, source=str(where), sha256=sha)
-    if use_cache:
-        _save(root, key, judge, hf_config, tokenizer, template, identity=ident.fields, together=spmd)
+    try:
+        with _source.local_copy(ident) as path:
+            sha = ident.sha256 or _cache.source_sha256(path)  # a remote source's bytes, as fetched
+            _check_sha256(where, sha, expected_sha256)
+            judge, hf_config, tokenizer, template = _convert(path, dname, mesh, source=str(where), sha256=sha)
+        if use_cache:
+            _save(root, key, judge, hf_config, tokenizer, template, identity=ident.fields, together=spmd)
+    finally:
+        if claim is not None:
+            claim.release()
     _say(verbose, f"{ident.source} converted" + (f", cached at {root / key}," if use_cache else ""), start)
     return judge
 
@@ -147,12 +154,40 @@ def _say(verbose: bool, what: str, start: float) -> None:
         print(f"jaxjudge: {what} in {time.perf_counter() - start:.2f}s")
 
 
+CLAIM_POLL_S = 1.0
+"""How often a process waiting for another's conversion of a cache entry looks again."""
+
+
+def _lookup(root: Any, key: str, mesh: Any, spmd: bool) -> tuple[_cache.CachedJudge | None, Any]:
+    """The cache entry ``key``, or None and this process's claim to convert it.
+
+    In a bucket, for a judge of this process's own (no mesh spanning processes), one process
+    converts a missing entry and the others read it: each looks for the entry, else claims its
+    conversion (``<root>/.<key>.claim``, `jaxjudge.store.files.claim_file`), else waits for the
+    holder (`CLAIM_POLL_S`); a holder silent for `CLAIM_STALE_S` is taken over. Elsewhere, a
+    plain look (every process of a spanning mesh looks together).
+    """
+    if spmd or not isinstance(root, BucketPath):
+        return _cache.load_converted(root, key, mesh=mesh, together=spmd), None
+    while True:
+        hit = _cache.load_converted(root, key, mesh=mesh)
+        if hit is not None:
+            return hit, None
+        claim = claim_file(root / f".{key}.claim", (root / key / "meta.json").is_file, stale_after=CLAIM_STALE_S)
+        if claim is not None:
+            return None, claim
+        time.sleep(CLAIM_POLL_S)
+
+
 def _cache_shared(root: Any, spmd: bool) -> bool:
     """Whether the cache serves a load under several processes (a collective when ``spmd``).
 
     Orbax saves and restores as one job across processes: only the processes of one mesh, and
-    only in a folder they all see. Otherwise each process converts the model from its source.
+    only in a folder they all see. Per-process judges share a bucket's entries (`_lookup`: one
+    converts, the others wait and read). Otherwise each process converts the model from its source.
     """
+    if not spmd and isinstance(root, BucketPath):
+        return True
     why = ("per-process judges (a mesh over every process's devices shares one entry)" if not spmd else
            None if _cache.shared_by_all(root) else
            f"the cache folder {root} is not one folder every process sees (set $JAXJUDGE_CACHE to one)")

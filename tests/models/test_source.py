@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import threading
 import urllib.parse
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,6 +26,7 @@ import pytest
 from jaxjudge import models as jm
 from jaxjudge.models import cache as jc
 from jaxjudge.models import hf
+from jaxjudge.models import loading
 from jaxjudge.models import source as js
 from jaxjudge.store.location import location
 
@@ -114,6 +116,38 @@ def test_a_bucket_cached_model_is_found_without_reading_or_hashing_its_checkpoin
     assert again.sha256 == sha
     entries = [p for p in location(cache).iterdir() if (p / "meta.json").is_file()]
     assert len(entries) == 2
+
+
+def test_a_cold_bucket_entry_is_converted_by_one_worker_and_read_by_the_others(
+        gcs_bucket, proxied, tiny_gguf, monkeypatch):
+    src = location(gcs_bucket) / "shared.gguf"
+    src.write_bytes(Path(tiny_gguf).read_bytes())
+    cache = f"{gcs_bucket}/converted"
+    monkeypatch.setattr(loading, "CLAIM_POLL_S", 0.05)
+    conversions = []
+    real_convert = loading._convert
+    monkeypatch.setattr(loading, "_convert", lambda *a, **k: conversions.append(1) or real_convert(*a, **k))
+    proxied.sent.clear()
+    judges, errors = {}, []
+
+    def worker(i):
+        try:
+            judges[i] = jm.load(str(src), cache_dir=cache)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(conversions) == 1 and _read(proxied, "shared.gguf") == Path(tiny_gguf).stat().st_size
+    key = jc.cache_key(js.bucket_identity(str(src)).digest, "float32")
+    assert [p.name for p in location(cache).iterdir() if (p / "meta.json").is_file()] == [key]
+    assert not (location(cache) / f".{key}.claim").exists()  # released
+    for i in (1, 2):
+        np.testing.assert_array_equal(_logits(judges[i]), _logits(judges[0]))
 
 
 def test_verify_fetches_and_hashes_a_bucket_source_again(gcs_bucket, proxied, counted, tiny_gguf):
