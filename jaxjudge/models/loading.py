@@ -130,7 +130,7 @@ def _restored(hit: _cache.CachedJudge, ident: _source.SourceIdentity, where: Any
     """The judge a cache entry holds, its source's content hash checked: a local source's own; a
     remote source's the one recorded when the entry was converted from what keys it."""
     sha = ident.sha256 or hit.meta.get("sha256")
-    _check_sha256(where, sha, expected)
+    _check_sha256(where, sha or "not recorded in the cache entry", expected)
     judge = Judge(hit.config, hit.model, hit.tokenizer, hit.chat_template, source=str(where),
                   sha256=sha, special_tokens=hit.special_tokens or None)
     judge.mesh = mesh

@@ -107,6 +107,9 @@ def test_a_bucket_cached_model_is_found_without_reading_or_hashing_its_checkpoin
     with pytest.raises(jm.ModelHashMismatch, match="expected 1111"):
         jm.load(str(src), cache_dir=cache, expected_sha256="1" * 64)
     assert (_read(proxied, "models/tiny.gguf"), counted.calls) == (0, 0)
+    (entry / "meta.json").write_text(json.dumps({**meta, "sha256": None}))  # an entry without its digest
+    with pytest.raises(jm.ModelHashMismatch, match="not recorded"):
+        jm.load(str(src), cache_dir=cache, expected_sha256=sha)
 
     # The same bytes written again: a new generation, so a new identity, converted again.
     src.write_bytes(Path(tiny_gguf).read_bytes())
