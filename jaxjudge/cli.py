@@ -290,6 +290,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     add_aot = None
     if argv[:1] == ["aot"]:
+        # Compile for the TPU, run nothing on it: set before jax is first imported (the import
+        # below), since jax reads both when it loads, not when a backend starts.
+        os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
         from jaxjudge.aot import command as aot_command  # imports jax: only for `aot`
 
         add_aot = aot_command.add_parser

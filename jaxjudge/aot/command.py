@@ -144,9 +144,9 @@ def run(args: argparse.Namespace) -> int:
     """The command; exit status 0, or 2 with one line on stderr for an anticipated problem."""
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")  # compile for the TPU, run nothing on it
-    # Imported here, after JAX_PLATFORMS is set: jax reads it when first imported, and this
-    # module is what `jaxjudge` imports to parse an ``aot`` command line. (Not in effect today:
-    # jaxjudge/aot/__init__.py imports jaxjudge.aot.compile, hence jax, before this module runs.)
+    # (`jaxjudge.cli.main` sets both before its first import of jax, which is what makes them
+    # count there; here they cover a caller of `run` that imported nothing of jax yet.)
+    # local: jaxjudge.aot.compile imports jax and libtpu's helpers, only for a compile
     from jaxjudge.aot.compile import (DoesNotFitError, LibtpuMissingError, Workload, aot_compile,
                                       describe_host_for_libtpu, tpu_devices)
 

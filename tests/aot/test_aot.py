@@ -479,3 +479,15 @@ def test_the_multislice_grid_is_the_hybrid_mesh_in_the_order_it_replaced():
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(seen) == 6 and all(same for _, _, same in seen), seen
+
+
+def test_the_aot_command_keeps_jax_on_the_cpu():
+    # `jaxjudge aot` compiles for a TPU and runs nothing on one: JAX_PLATFORMS=cpu must be set
+    # before jax is first imported (jax reads it then), i.e. before the command's own imports.
+    code = ("import jaxjudge.cli as c\n"
+            "try:\n    c.main(['aot', '--help'])\nexcept SystemExit:\n    pass\n"
+            "import jax, sys\nsys.stderr.write(str(jax.config.jax_platforms))\n")
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.strip().endswith("cpu"), out.stderr[-300:]
