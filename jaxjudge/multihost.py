@@ -6,6 +6,7 @@ models, the engine and the experiment share one copy:
 - `is_leader`: process 0 (or the only process), the one that writes what is written once;
 - `agree`: process 0's integer on every process (a collective);
 - `any_process`: whether any process's flag is set (a collective);
+- `process_max`: every process's table of integers, combined by maximum (a collective);
 - `barrier`: waits until every process reaches the named point;
 - `spans_processes`: whether a mesh holds devices of other processes (one SPMD program);
 - `to_host`: a device array's whole value on this process, gathered from the others if split
@@ -27,8 +28,8 @@ from jax.experimental import multihost_utils
 
 from jaxjudge.peers import HEARTBEAT_TIMEOUT_S, LOST_AFTER_S, settle, watch_peers
 
-__all__ = ["HEARTBEAT_TIMEOUT_S", "LOST_AFTER_S", "is_leader", "agree", "any_process", "barrier", "settle",
-           "spans_processes", "to_host", "watch_peers"]
+__all__ = ["HEARTBEAT_TIMEOUT_S", "LOST_AFTER_S", "is_leader", "agree", "any_process", "barrier", "process_max",
+           "settle", "spans_processes", "to_host", "watch_peers"]
 
 
 def is_leader() -> bool:
@@ -46,6 +47,15 @@ def any_process(flag: bool) -> bool:
     that an error one process finds in its own rows stops every process before the next
     collective, instead of leaving the others waiting in it."""
     return bool(np.asarray(multihost_utils.process_allgather(np.int32(bool(flag)))).max())
+
+
+def process_max(table: np.ndarray) -> np.ndarray:
+    """Every process's ``table`` of ints (each below 2**31, the same shape everywhere), combined
+    element by element by maximum, as int64: one gather (a collective). One process: ``table``
+    itself, with no collective."""
+    if jax.process_count() == 1:
+        return np.asarray(table, np.int64)
+    return np.asarray(multihost_utils.process_allgather(np.asarray(table, np.int32))).max(axis=0).astype(np.int64)
 
 
 def barrier(name: str) -> None:

@@ -46,9 +46,10 @@ from jaxjudge.engine.score import ChunkReader
 from jaxjudge.engine.tokens import Tokenised, _group_keys, tokenise
 from jaxjudge.models.kvcache import pad_batch
 from jaxjudge.models.sharding import DataBlocks
+from jaxjudge.multihost import process_max
 from jaxjudge.prompts import RenderedPrompt
 
-__all__ = ["FeedPlan", "FedReader", "Lockstep", "feed_plan", "generate_fed", "split_chunk"]
+__all__ = ["FeedPlan", "FedReader", "Lockstep", "block_rows", "feed_plan", "generate_fed", "split_chunk"]
 
 # Columns of the exchanged per-row integers.
 _TOKENS, _PREFIX, _CUT, _TRUNCATED = range(4)
@@ -97,9 +98,27 @@ class FeedPlan:
         return np.flatnonzero(np.isin(self.block_of, self.blocks.mine))
 
 
-def _exchange(table: np.ndarray) -> np.ndarray:
-    """Every process's ``[n, k]`` table of non-negative ints, combined by maximum (one gather)."""
-    return np.asarray(multihost_utils.process_allgather(table.astype(np.int32))).max(axis=0)
+def _cut_blocks(prompts: Sequence[RenderedPrompt], chunk_size: int, n_blocks: int
+                ) -> tuple[np.ndarray, list[Chunk], list[list[list[np.ndarray]]], np.ndarray]:
+    """``(group_of, chunks, parts, block_of)``: the prompts' prefix groups, their chunks, each
+    chunk cut into ``n_blocks`` runs (`split_chunk`) and the block that feeds each prompt; from
+    the prompts' texts alone (no tokens)."""
+    group_of = _group_keys(prompts)
+    chunks = plan_chunks(group_of, chunk_size)
+    parts = [split_chunk(ch, n_blocks) for ch in chunks]
+    block_of = np.zeros(len(prompts), np.int64)
+    for per_block in parts:
+        for b, rows in enumerate(per_block):
+            for part in rows:
+                block_of[part] = b
+    return group_of, chunks, parts, block_of
+
+
+def block_rows(prompts: Sequence[RenderedPrompt], chunk_size: int, n_blocks: int, block: int) -> np.ndarray:
+    """The input indices of the prompts that block ``block`` of ``n_blocks`` feeds (`feed_plan`'s
+    cut, made without tokens), in order: where a mesh's ``data`` blocks lie one run per process,
+    the rows process ``block`` of ``n_blocks`` tokenises."""
+    return np.flatnonzero(_cut_blocks(prompts, chunk_size, n_blocks)[3] == block)
 
 
 def feed_plan(tokenizer: Any, prompts: Sequence[RenderedPrompt], mesh: Any, *, chunk_size: int, limit: int,
@@ -126,14 +145,7 @@ def feed_plan(tokenizer: Any, prompts: Sequence[RenderedPrompt], mesh: Any, *, c
             the process that holds it raises its own error, naming the example.
     """
     blocks = DataBlocks(mesh)
-    group_of = _group_keys(prompts)
-    chunks = plan_chunks(group_of, chunk_size)
-    parts = [split_chunk(ch, blocks.n) for ch in chunks]
-    block_of = np.zeros(len(prompts), np.int64)
-    for per_block in parts:
-        for b, rows in enumerate(per_block):
-            for part in rows:
-                block_of[part] = b
+    group_of, chunks, parts, block_of = _cut_blocks(prompts, chunk_size, blocks.n)
     plan = FeedPlan(blocks, chunks, parts, block_of, np.zeros((len(prompts), 4), np.int64))
     mine = plan.fed_here()
     local = np.zeros((len(prompts) + 1, 4), np.int64)
@@ -159,7 +171,7 @@ def feed_plan(tokenizer: Any, prompts: Sequence[RenderedPrompt], mesh: Any, *, c
                         p = 0
                     local[part, _PREFIX] = p
     local[len(prompts), 0] = 1 if error else 0
-    table = _exchange(local)
+    table = process_max(local)
     if table[len(prompts), 0]:
         if error is not None:
             raise error

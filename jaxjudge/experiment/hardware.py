@@ -12,6 +12,7 @@ import jax
 import numpy as np
 
 from jaxjudge.engine import EngineOptions
+from jaxjudge.engine.feed import block_rows
 from jaxjudge.engine.primitives import bucket_length, slot_bucket
 from jaxjudge.experiment.specs import resolve_model_path
 from jaxjudge.experiment.typed import ConfigError, choose
@@ -21,10 +22,12 @@ from jaxjudge.models.hf import read_config, resolve_source
 from jaxjudge.models.machine import SPARE, ChipMemory, chip_memory, fits, model_axis, parameter_bytes
 from jaxjudge.models.mesh_plan import CallShape, MeshPlan, MeshPlanError, plan_mesh
 from jaxjudge.models.sharding import make_mesh
+from jaxjudge.multihost import process_max
 from jaxjudge.prompts import as_tokenizer
 
 __all__ = ["MESH_AXES", "check_mesh", "mesh_for", "mesh_and_plan", "auto_plan", "step_for", "model_shapes",
-           "prompt_lengths", "CHAT_MARGIN", "model_header", "parameter_bytes_per_device", "check_fits"]
+           "prompt_lengths", "exchanged_lengths", "CHAT_MARGIN", "model_header", "parameter_bytes_per_device",
+           "check_fits"]
 
 MESH_AXES = ("data", "model")
 
@@ -82,13 +85,23 @@ prompt), and for a row's answer separator and score candidate, when prompt lengt
 from the prompts rendered without the template."""
 
 
-def prompt_lengths(cfg: Any, jobs: Sequence[Any], tokenizer: Any, data: Mapping[str, Any]) -> tuple[int, int]:
+def prompt_lengths(cfg: Any, jobs: Sequence[Any], tokenizer: Any, data: Mapping[str, Any],
+                   share: tuple[int, int] = (1, 0)) -> tuple[int, int]:
     """The longest shared prefix and the longest row (suffix) of ``jobs``' prompts in tokens of
-    ``tokenizer``, each plus `CHAT_MARGIN` (prompts rendered without a chat template)."""
+    ``tokenizer``, each plus `CHAT_MARGIN` (prompts rendered without a chat template).
+
+    ``share`` ``(n, i)``: only the rows share i of n feeds (`jaxjudge.engine.feed.block_rows`
+    with the config's chunk size: the rows process i feeds where each process holds one run of
+    every chunk); the n shares of a job cover its rows once, so the largest of their bounds is
+    the bound of every row (`exchanged_lengths`).
+    """
     tok = as_tokenizer(tokenizer)
+    chunk_size = EngineOptions(**cfg.engine).chunk_size
     prefix = row = 0
     for job in jobs:
         prompts = job.prompts(data[job.task].examples if job.task else ())
+        if share[0] > 1:
+            prompts = [prompts[r] for r in block_rows(prompts, chunk_size, *share)]
         if not prompts:
             continue
         heads = list(dict.fromkeys(p.prefix for p in prompts))
@@ -96,6 +109,20 @@ def prompt_lengths(cfg: Any, jobs: Sequence[Any], tokenizer: Any, data: Mapping[
         prefix = max(prefix, max(len(e.ids) for e in tok.encode_batch(heads, add_special_tokens=False)))
         row = max(row, max(len(e.ids) for e in tok.encode_batch(tails, add_special_tokens=False)))
     return prefix + CHAT_MARGIN, row + CHAT_MARGIN
+
+
+def exchanged_lengths(cfg: Any, jobs: Mapping[str, Sequence[Any]], tokenizers: Mapping[str, Any],
+                      data: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+    """`prompt_lengths` of each judge's ``jobs`` over every process's rows, each process
+    tokenising only its own share of them; the processes then exchange their bounds, the
+    largest of each (one gather of two ints per judge; a collective: every process calls it
+    with the same judges). One process: `prompt_lengths` of every row, no exchange."""
+    share = (jax.process_count(), jax.process_index())
+    names = list(jobs)
+    mine = np.asarray([prompt_lengths(cfg, jobs[n], tokenizers[n], data, share) for n in names],
+                      np.int64).reshape(len(names), 2)
+    every = process_max(mine)
+    return {n: (int(every[k, 0]), int(every[k, 1])) for k, n in enumerate(names)}
 
 
 def step_for(cfg: Any, shapes: Sequence[Any], generates: bool = True,
@@ -125,7 +152,7 @@ def auto_plan(cfg: Any, resident: Sequence[Sequence[tuple[str, str | Path]]], de
     """The planner's mesh for ``cfg`` over ``devices``: None on CPU devices (one device per
     process, as without a mesh), else `jaxjudge.models.mesh_plan.plan_mesh` for the largest of
     ``resident`` (the judges held together: a judge and the assistant its jobs load beside it),
-    its calls sized by ``lengths`` (judge -> `prompt_lengths`, where counted).
+    its calls sized by ``lengths`` (judge -> `exchanged_lengths`, where counted).
 
     Raises:
         ConfigError: no ``model`` axis fits (naming the judges, the bytes per chip and the memory).

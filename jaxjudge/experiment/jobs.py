@@ -28,7 +28,7 @@ from jaxjudge import models as M
 from jaxjudge.data.tasks import load_task_data
 from jaxjudge.experiment.checks import check_tokenizer, validate_config
 from jaxjudge.experiment.distributed import is_leader, plan_line
-from jaxjudge.experiment.hardware import check_fits, mesh_and_plan, prompt_lengths
+from jaxjudge.experiment.hardware import check_fits, exchanged_lengths, mesh_and_plan
 from jaxjudge.experiment.plan import RunPlan, extraction_plan, plan_run
 from jaxjudge.experiment.schema import ConfigError, ExperimentConfig, engine_options, resolve_model_path
 from jaxjudge.engine import EngineOptions
@@ -157,9 +157,10 @@ def _configured_mesh(cfg: ExperimentConfig, log: Callable[[str], None]) -> tuple
 
 def _planned_mesh(rp: RunPlan, tokenizers: dict[str, Any], data: dict[str, Any], log: Callable[[str], None]) -> Any:
     """The planner's mesh (``mesh="auto"`` on an accelerator) for the judges each process holds
-    together, its calls sized by their prompts; its plan line logged."""
+    together, its calls sized by their prompts (each process tokenising its own rows, the
+    processes exchanging their longest: `exchanged_lengths`); its plan line logged."""
     cfg = rp.cfg
-    lengths = {n: prompt_lengths(cfg, rp.jobs_of(n), tokenizers[n], data) for n in rp.judges}
+    lengths = exchanged_lengths(cfg, {n: rp.jobs_of(n) for n in rp.judges}, tokenizers, data)
     mesh, mesh_plan = mesh_and_plan(cfg, resident=[[(m, rp.paths[m]) for m in (n, *cs)]
                                                    for n, cs in rp.companions.items()],
                                     lengths=lengths, generates=rp.decodes)

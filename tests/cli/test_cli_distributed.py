@@ -52,31 +52,61 @@ PAIRS = [("A man is playing a guitar.", "A man plays the guitar.", 4.6),
          ("Someone is cooking pasta.", "A person makes spaghetti.", 3.9),
          ("The sun sets over the sea.", "Sunset at the beach.", 3.5),
          ("A boy kicks a ball.", "A girl sings a song.", 0.8)]
+# A tokenizer wrapper that keeps every text it encodes, and `counting(module, seen)`, which wraps
+# the tokenizer ``module`` encodes with (its ``as_tokenizer``) so that its texts go to ``seen``.
+COUNTING = """
+import atexit, importlib, json, sys
+from jaxjudge.engine.tokens import TOKENISED
+render = importlib.import_module("jaxjudge.prompts.render")
+as_tokenizer = render.as_tokenizer
+
+class Counting:
+    def __init__(self, tok, seen):
+        self.tok, self.seen, self.normalizer, self.post_processor = tok, seen, tok.normalizer, tok.post_processor
+    def encode_batch(self, texts, **kw):
+        self.seen.extend(texts)
+        return self.tok.encode_batch(texts, **kw)
+    def encode(self, text, **kw):
+        self.seen.append(text)
+        return self.tok.encode(text, **kw)
+
+def counting(module, seen):
+    module.as_tokenizer = lambda t: t if isinstance(t, Counting) else Counting(as_tokenizer(t), seen)
+"""
 # Runs the command line with the engine's record of the prompts it tokenises kept, and a count of
 # the texts the renderer's context check tokenises, written as JSON to argv[1] at exit
 # ({"engine": one list of example ids per tokenisation, in call order; "render": a count}).
-COUNTED = """
-import atexit, importlib, json, sys
-from jaxjudge.engine.tokens import TOKENISED
+COUNTED = COUNTING + """
 from jaxjudge.cli import main
-render = importlib.import_module("jaxjudge.prompts.render")
-TOKENISED.log, rendered, as_tokenizer = [], [0], render.as_tokenizer
-
-class Counting:
-    def __init__(self, tok):
-        self.tok, self.normalizer, self.post_processor = tok, tok.normalizer, tok.post_processor
-    def encode_batch(self, texts, **kw):
-        rendered[0] += len(texts)
-        return self.tok.encode_batch(texts, **kw)
-    def encode(self, text, **kw):
-        rendered[0] += 1
-        return self.tok.encode(text, **kw)
-
-render.as_tokenizer = lambda t: t if isinstance(t, Counting) else Counting(as_tokenizer(t))
-atexit.register(lambda: open(sys.argv[1], "w").write(json.dumps({"engine": TOKENISED.log, "render": rendered[0]})))
+TOKENISED.log, rendered = [], []
+counting(render, rendered)
+atexit.register(lambda: open(sys.argv[1], "w").write(json.dumps({"engine": TOKENISED.log, "render": len(rendered)})))
 sys.exit(main(sys.argv[2:]))
 """
-
+# The `mesh="auto"` planner's prompt lengths (`exchanged_lengths`, as `run_extractions` sizes the
+# planner) for the config at argv[2], joined to the processes argv[3:] name (none: one process),
+# the texts it tokenised kept; then the planner's plan for every device of the job at 16 GiB a
+# chip (on CPU devices "auto" plans nothing). JSON to argv[1]: {"texts", "lengths", "plan"}.
+PLANNED = COUNTING + """
+import jax
+from jaxjudge.data.tasks import load_task_data
+from jaxjudge.experiment import load_config, load_tokenizer, plan_run
+from jaxjudge.experiment.distributed import cluster_from_flags, start
+from jaxjudge.models.machine import ChipMemory
+hardware = importlib.import_module("jaxjudge.experiment.hardware")
+launch = sys.argv[3:]
+start(cluster_from_flags(launch[0], int(launch[1]), int(launch[2])) if launch else None)
+cfg = load_config(sys.argv[2])
+rp = plan_run(cfg)
+texts = []
+counting(hardware, texts)
+tokenizers = {n: load_tokenizer(rp.paths[n])[0] for n in rp.judges}
+data = {t.task: load_task_data(t) for t in cfg.tasks}
+lengths = hardware.exchanged_lengths(cfg, {n: rp.jobs_of(n) for n in rp.judges}, tokenizers, data)
+plan = hardware.auto_plan(cfg, [[(n, rp.paths[n])] for n in rp.judges], jax.devices(),
+                          memory=ChipMemory("test", 16 << 30, "set by the test"), lengths=lengths)
+open(sys.argv[1], "w").write(json.dumps({"texts": texts, "lengths": lengths, "plan": plan.line()}))
+"""
 
 def _stsb_files() -> dict[str, str]:
     def rows(sel):
@@ -235,3 +265,42 @@ def test_two_processes_on_a_bucket_equal_one_on_disk(tmp_path, coordinator, tiny
     assert [d for part in COMPARED for d in compare(ra.get(part), rb.get(part), REPORT_ATOL, part)] == []
     print(f"largest difference: stores {worst:.2e}, results.json "
           f"{max(_worst(ra.get(part), rb.get(part)) for part in COMPARED):.2e}")
+
+
+def test_auto_mesh_planner_tokenises_each_process_rows_only(tmp_path, coordinator, tiny_gguf):
+    """Under ``mesh="auto"`` the planner's prompt lengths come from each process's own rows and
+    one exchange of the longest: each of two processes tokenises a share of the texts one
+    process tokenises (none twice in it), together every one, and both plan what one process
+    plans, with the same lengths."""
+    from collections import Counter
+
+    config = _experiment(tmp_path, tiny_gguf, "auto", "auto")
+    (tmp_path / "planned.py").write_text(PLANNED)
+
+    def launch(tag: str, devices: int, *flags: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, str(tmp_path / "planned.py"), str(tmp_path / f"{tag}.json"),
+                                 str(config), *flags], cwd=tmp_path, env=_env(tmp_path, tag, devices),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    procs = [launch("one", 6), *(launch(f"p{i}", 3, coordinator, "2", str(i)) for i in range(2))]
+    try:
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    one, *each = (json.loads((tmp_path / f"{tag}.json").read_text()) for tag in ("one", "p0", "p1"))
+    assert each[0]["lengths"] == each[1]["lengths"] == one["lengths"] and one["lengths"]
+    assert each[0]["plan"] == each[1]["plan"] == one["plan"], (one["plan"], each[0]["plan"])
+    every, mine = Counter(one["texts"]), [Counter(run["texts"]) for run in each]
+    # Each process tokenised only texts of its own rows: fewer than one process, none that one
+    # process does not tokenise, and together all of them (a prefix two processes' rows share is
+    # tokenised by each).
+    for got in mine:
+        assert 0 < got.total() < every.total() and not got - every, (got, every)
+    assert not every - (mine[0] + mine[1])
+    print(f"texts tokenised for the planner: one process {every.total()}, "
+          f"two processes {mine[0].total()} and {mine[1].total()}")
