@@ -244,13 +244,14 @@ def _todo(store: Store, spmd: bool) -> list[int]:
     return list(range(store.n_chunks)) if spmd else store.missing_chunks()
 
 
-def one_chunk(root: Path, key: dict[str, Any], make: Callable[[], dict[str, np.ndarray]],
+def one_chunk(root: Path, key: dict[str, Any], n_rows: int, make: Callable[[], dict[str, np.ndarray]],
               lease: float = CLAIM_STALE_S, *, spmd: bool = False) -> tuple[bool, int]:
-    """A job small enough to be one chunk: compute it unless the store already has it (or
-    another worker does: see `jaxjudge.store.work.claimed_chunks`, also for ``spmd``)."""
+    """A job of ``n_rows`` rows small enough to be one chunk: compute it unless the store already
+    has it (or another worker does: see `jaxjudge.store.work.claimed_chunks`, also for
+    ``spmd``). The chunk is not read back: the report reads it."""
     store = Store.open(root, key, n_chunks=1)
     done = claimed_chunks(store, _todo(store, spmd), lambda i: make(), lease, spmd=spmd)
-    return bool(done), len(next(iter(store.load().values())))
+    return bool(done), n_rows
 
 
 def row_chunks(root: Path, key: dict[str, Any], n_rows: int,
@@ -260,7 +261,8 @@ def row_chunks(root: Path, key: dict[str, Any], n_rows: int,
     written as soon as it is computed (under a claim, shared with other workers: see
     `jaxjudge.store.work.claimed_chunks`, also for ``spmd``), and chunks already written are
     kept. A new store gets ceil(n_rows / `GENERATE_CHUNK_ROWS`) chunks; an existing one keeps its
-    own count."""
+    own count. No chunk is read back (its key holds the prompts' digest, so its rows are these
+    ``n_rows``): the report reads them."""
     try:
         store = Store.open(root, key, create=False)
     except FileNotFoundError:
@@ -268,7 +270,7 @@ def row_chunks(root: Path, key: dict[str, Any], n_rows: int,
     size = -(-n_rows // store.n_chunks)
     done = claimed_chunks(store, _todo(store, spmd),
                           lambda i: make(i * size, min(n_rows, (i + 1) * size)), lease, spmd=spmd)
-    return bool(done), len(next(iter(store.load().values())))
+    return bool(done), n_rows
 
 
 def complete(root: Path, key: dict[str, Any]) -> bool:

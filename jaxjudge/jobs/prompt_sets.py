@@ -38,7 +38,7 @@ class _OneChunk(ExtractionJob):
 
     def run(self, rc: RunContext) -> tuple[bool, int]:
         prompts = self.prompts(rc.examples(self), chat=rc.chat)
-        return one_chunk(self.folder(rc.root), {**rc.key(self), "model_sha256": rc.judge.sha256},
+        return one_chunk(self.folder(rc.root), {**rc.key(self), "model_sha256": rc.judge.sha256}, len(prompts),
                          lambda: self.extract(rc, prompts), rc.claim_lease, spmd=rc.spmd)
 
     def extract(self, rc: RunContext, prompts: list) -> dict[str, np.ndarray]:

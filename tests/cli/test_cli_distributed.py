@@ -5,7 +5,8 @@ batch's rows, the judge split three ways on its own devices), the data, stores a
 Cloud Storage bucket (the emulator), and no folder shared between the processes (each its own
 working directory, home, model copy and converted-weights cache). Each prints its plan line;
 each tokenises only the rows of its own block (counted: the two processes' rows of every
-extraction are disjoint and together the one process's rows); and the stores (2e-5) and the
+extraction are disjoint and together the one process's rows); no store chunk is read back during
+extraction (counted: process 1 reads none, process 0 only the report's); and the stores (2e-5) and the
 report (1e-4) equal one process's on local disk with the same mesh over six devices. Score,
 greedy generation, random-number and content-free jobs.
 
@@ -20,6 +21,9 @@ twelve query and six KV heads, so the three-way model axis splits it): what is c
 program over two processes, not the judge's numbers.
 
 Slow: three fresh interpreters each load the judge and compile their programs.
+
+A second test runs the ``mesh="auto"`` planner's prompt lengths over two processes (no judge
+loaded): each tokenises the texts of its own rows only, and both plan what one process plans.
 """
 
 from __future__ import annotations
@@ -73,14 +77,23 @@ class Counting:
 def counting(module, seen):
     module.as_tokenizer = lambda t: t if isinstance(t, Counting) else Counting(as_tokenizer(t), seen)
 """
-# Runs the command line with the engine's record of the prompts it tokenises kept, and a count of
-# the texts the renderer's context check tokenises, written as JSON to argv[1] at exit
-# ({"engine": one list of example ids per tokenisation, in call order; "render": a count}).
+# Runs the command line with the engine's record of the prompts it tokenises kept, a count of
+# the texts the renderer's context check tokenises, and every store chunk read, written as JSON to
+# argv[1] at exit ({"engine": one list of example ids per tokenisation, in call order; "render": a
+# count; "reads": [store folder below the store root, chunk] per read, in order}).
 COUNTED = COUNTING + """
 from jaxjudge.cli import main
-TOKENISED.log, rendered = [], []
+from jaxjudge.store import Store
+TOKENISED.log, rendered, reads, read_chunk = [], [], [], Store.read_chunk
+
+def counted_read(store, i):
+    reads.append([str(store.root).split("/stores/", 1)[1], i])
+    return read_chunk(store, i)
+
+Store.read_chunk = counted_read
 counting(render, rendered)
-atexit.register(lambda: open(sys.argv[1], "w").write(json.dumps({"engine": TOKENISED.log, "render": len(rendered)})))
+atexit.register(lambda: open(sys.argv[1], "w").write(json.dumps({"engine": TOKENISED.log, "render": len(rendered),
+                                                                  "reads": reads})))
 sys.exit(main(sys.argv[2:]))
 """
 # The `mesh="auto"` planner's prompt lengths (`exchanged_lengths`, as `run_extractions` sizes the
@@ -244,6 +257,11 @@ def test_two_processes_on_a_bucket_equal_one_on_disk(tmp_path, coordinator, tiny
         assert not set(first) & set(second), (first, second)
         assert sorted(first + second) == sorted(every), (every, first, second)
     assert sum(map(len, fed[0])) > 0 and sum(map(len, fed[1])) > 0
+    # No process read back a chunk it had computed: process 1 read none, process 0 only the
+    # report's, the same reads as the one process.
+    alone, first, second = (c["reads"] for c in counts)
+    print(f"chunks read: one process {len(alone)}, two processes {len(first)} and {len(second)}")
+    assert second == [] and sorted(first) == sorted(alone) and alone, (alone, first)
 
     # 6 test rows in chunks of 2: three chunks in the score store.
     a, b = _arrays(one / "stores"), _arrays(stores)
