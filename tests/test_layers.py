@@ -284,9 +284,7 @@ def import_cycles(graph: dict[str, set[str]]) -> list[tuple[str, ...]]:
 
 
 # Import circles still there -> why. Shrinking: a circle that is gone fails the test until removed.
-KNOWN_CYCLES: dict[tuple[str, ...], str] = {
-    ("jaxjudge.store.bucket", "jaxjudge.store.bucket_claims"): "owned by issue 57 change in progress",
-}
+KNOWN_CYCLES: dict[tuple[str, ...], str] = {}
 
 
 def test_no_import_cycle():

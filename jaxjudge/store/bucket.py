@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from pathlib import PurePosixPath
 from typing import Any
 
-__all__ = ["BucketClaim", "BucketPath", "claim_object", "clear_dead_object_claim", "transient_errors"]
+__all__ = ["BucketPath", "transient_errors"]
 
 _FS: Any = None
 _CLIENT: Any = None
@@ -381,6 +381,3 @@ class BucketPath:
             if not missing_ok:
                 raise
 
-
-# Re-exported: the claims live in their own module (it imports this one).
-from jaxjudge.store.bucket_claims import BucketClaim, claim_object, clear_dead_object_claim  # noqa: E402

@@ -22,7 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jaxjudge.store.bucket import BucketPath, claim_object, clear_dead_object_claim
+from jaxjudge.store.bucket import BucketPath
+from jaxjudge.store.bucket_claims import claim_object, clear_dead_object_claim
 
 __all__ = ["CLAIM_STALE_S", "ChunkClaim", "claim_file", "clear_dead_claim", "fsync_dir", "publish", "tmp_name",
            "write_atomic"]
@@ -112,7 +113,7 @@ class ChunkClaim:
 def claim_file(path: Path, written: Callable[[], bool], *, stale_after: float = CLAIM_STALE_S) -> ChunkClaim | None:
     """Claim the chunk whose claim file is ``path``, or None when a live process holds it or
     ``written()`` says the chunk is done (checked again once the claim is held). In a bucket
-    see `jaxjudge.store.bucket.claim_object`."""
+    see `jaxjudge.store.bucket_claims.claim_object`."""
     if isinstance(path, BucketPath):
         return claim_object(path, written, stale_after=stale_after)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -38,7 +38,7 @@ def test_the_server_refuses_a_second_create_and_a_stale_generation(gcs_bucket):
     assert p.rewrite(b"stale", g1) is None  # ifGenerationMatch=<old generation>: 412
     assert p.read_bytes() == b"renewed"
     # (fake-gcs-server does not check ifGenerationMatch on a delete, so that refusal is not
-    # tested here; a release does not rely on it: see jaxjudge.store.bucket.BucketClaim.release.)
+    # tested here; a release does not rely on it: see jaxjudge.store.bucket_claims.BucketClaim.release.)
     assert p.delete_if(g2) is True and not p.exists()
     assert p.rewrite(b"gone", g2) is None  # no object: refused too, nothing written
     assert not p.exists()
