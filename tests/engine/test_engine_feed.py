@@ -8,9 +8,10 @@ import jax
 import numpy as np
 import pytest
 
-from jaxjudge.engine.feed import split_chunk
+from jaxjudge.engine.feed import block_rows, feed_plan, split_chunk
 from jaxjudge.engine.plan import plan_chunks
 from jaxjudge.models.sharding import DataBlocks, make_mesh
+from test_engine import byte_tokenizer, make_prompts
 
 
 @pytest.mark.parametrize("sizes, chunk_size, n_blocks", [
@@ -26,6 +27,22 @@ def test_a_chunk_is_cut_into_near_equal_runs_of_its_work_order(sizes, chunk_size
         assert max(map(len, runs)) - min(map(len, runs)) <= 1
         for parts in blocks:  # each part is (a piece of) one prefix group
             assert all(len(set(group_of[p].tolist())) == 1 and len(p) for p in parts)
+
+
+@pytest.mark.parametrize("chunk_size", [4, 7, 40])
+def test_block_rows_are_the_rows_the_feed_gives_each_block(chunk_size):
+    """`block_rows` (what the ``mesh="auto"`` planner tokenises, before any mesh exists) is the
+    feed's own cut: on a mesh of four data blocks, block b's rows; and where two processes hold
+    two consecutive blocks each, the rows of a cut into two runs."""
+    prompts = make_prompts(n_groups=3, per_group=5)
+    _, plan = feed_plan(byte_tokenizer(), prompts, make_mesh(4, 1), chunk_size=chunk_size, limit=512,
+                        overflow="raise", prefix_cache=True, min_prefix_tokens=4, whole=False)
+    for b in range(4):
+        np.testing.assert_array_equal(block_rows(prompts, chunk_size, 4, b), np.flatnonzero(plan.block_of == b))
+    for p in range(2):
+        np.testing.assert_array_equal(block_rows(prompts, chunk_size, 2, p),
+                                      np.flatnonzero(plan.block_of // 2 == p))
+    assert sorted(np.concatenate([block_rows(prompts, chunk_size, 3, b) for b in range(3)])) == list(range(16))
 
 
 def test_a_batch_placed_from_its_blocks_equals_the_whole_batch_placed():
