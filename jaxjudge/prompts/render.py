@@ -191,72 +191,87 @@ def render_all(
         raise ValueError(f"max_tokens ({max_tokens}) must exceed reserve_tokens ({reserve_tokens})")
     tok = as_tokenizer(tokenizer)
     limit = max_tokens - reserve_tokens
-
-    def lengths(ps: Sequence[RenderedPrompt]) -> list[int]:
-        # Chat text carries its own special tokens; raw prompts get the tokenizer's (BOS).
-        return [len(e.ids) for e in tok.encode_batch([p.text for p in ps], add_special_tokens=ps[0].add_special_tokens)]
-
+    counts = _TokenCounts(tok, prompts)
     # Only prompts that might not fit are tokenised (`token_bound`); the rest fit for certain.
     bounds = token_bound(tok, [p.text for p in prompts], add_special_tokens=prompts[0].add_special_tokens)
-    n_tokens: dict[int, int] = {}
-
-    def measure(idx: Sequence[int]) -> None:
-        todo = [i for i in idx if i not in n_tokens]
-        if todo:
-            n_tokens.update(zip(todo, lengths([prompts[i] for i in todo]), strict=True))
-
-    measure([i for i, b in enumerate(bounds) if b > limit])
-    over = sorted(i for i, n in n_tokens.items() if n > limit)
+    counts.measure([i for i, b in enumerate(bounds) if b > limit])
+    over = sorted(i for i, n in counts.n.items() if n > limit)
     if not over:
         return RenderResult(prompts, 0)
 
-    def overflow_error(i: int, n: int, why: str) -> ContextOverflowError:
+    def overflow_error(i: int, why: str) -> ContextOverflowError:
         return ContextOverflowError(
-            f"example {examples[i].id!r}: prompt is {n} tokens but the context allows {max_tokens} "
+            f"example {examples[i].id!r}: prompt is {counts.n[i]} tokens but the context allows {max_tokens} "
             f"({reserve_tokens} reserved for the answer, so at most {limit}){why}"
         )
 
     if overflow == "raise":
-        i = over[0]
-        raise overflow_error(i, n_tokens[i], "; pass overflow='truncate' to cut the source text")
-    field = template.truncate_field
-    if field is None:
-        i = over[0]
-        raise overflow_error(i, n_tokens[i], f"; template {template.name!r} has no truncatable field")
+        raise overflow_error(over[0], "; pass overflow='truncate' to cut the source text")
+    if template.truncate_field is None:
+        raise overflow_error(over[0], f"; template {template.name!r} has no truncatable field")
+    clusters = _source_clusters(examples, over, template.truncate_field, overflow_error)
+    counts.measure([i for members in clusters.values() for i in members])
+    n_truncated = 0
+    for (_, source), members in clusters.items():
+        trial, removed = _cut_to_fit(template, examples, members, source, scale, chat, counts, limit, overflow_error)
+        for i, p in zip(members, trial, strict=True):
+            prompts[i] = replace(p, truncated_tokens=removed)
+        n_truncated += len(members)
+    return RenderResult(prompts, n_truncated)
 
-    # Examples that share a source are cut together, so they keep sharing the prefix.
+
+class _TokenCounts:
+    """Prompts' token counts, measured on demand and kept (``n``: prompt index -> tokens)."""
+
+    def __init__(self, tok: Any, prompts: Sequence[RenderedPrompt]):
+        self.tok, self.prompts, self.n = tok, prompts, {}
+
+    def lengths(self, ps: Sequence[RenderedPrompt]) -> list[int]:
+        # Chat text carries its own special tokens; raw prompts get the tokenizer's (BOS).
+        enc = self.tok.encode_batch([p.text for p in ps], add_special_tokens=ps[0].add_special_tokens)
+        return [len(e.ids) for e in enc]
+
+    def measure(self, idx: Sequence[int]) -> None:
+        todo = [i for i in idx if i not in self.n]
+        if todo:
+            self.n.update(zip(todo, self.lengths([self.prompts[i] for i in todo]), strict=True))
+
+
+def _source_clusters(examples: Sequence[Example], over: Sequence[int], field: str,
+                     overflow_error: Any) -> dict[tuple[str, str], list[int]]:
+    """(group, source text) -> every example sharing it, for each source an overflowing prompt
+    holds: examples that share a source are cut together, so they keep sharing the prefix."""
     clusters: dict[tuple[str, str], list[int]] = {}
     for i in over:
         ex = examples[i]
         if field not in ex.fields:
-            raise overflow_error(i, n_tokens[i], f"; it has no field {field!r} to truncate")
+            raise overflow_error(i, f"; it has no field {field!r} to truncate")
         clusters.setdefault((ex.group, ex.fields[field]), [])
     for i, ex in enumerate(examples):
         key = (ex.group, ex.fields.get(field))
         if key in clusters:
             clusters[key].append(i)
+    return clusters
 
-    measure([i for members in clusters.values() for i in members])
-    n_truncated = 0
-    for (_, source), members in clusters.items():
-        source_len = len(tok.encode(source, add_special_tokens=False).ids)
-        excess = max(n_tokens[i] for i in members) - limit
-        keep = source_len - excess
-        while True:
-            if keep <= 0:
-                worst = max(members, key=lambda i: n_tokens[i])
-                raise overflow_error(worst, n_tokens[worst], f"; it does not fit even with {field!r} removed")
-            cut = truncate_text(tok, source, keep, template.truncate_side)
-            trial = [
-                _render_fields(template, examples[i].id, examples[i].group, {**examples[i].fields, field: cut}, scale, chat)
-                for i in members
-            ]
-            excess = max(lengths(trial)) - limit
-            if excess <= 0:
-                break
-            keep -= excess
-        removed = source_len - len(tok.encode(cut, add_special_tokens=False).ids)
-        for i, p in zip(members, trial, strict=True):
-            prompts[i] = replace(p, truncated_tokens=removed)
-        n_truncated += len(members)
-    return RenderResult(prompts, n_truncated)
+
+def _cut_to_fit(template: Template, examples: Sequence[Example], members: Sequence[int], source: str,
+                scale: ScoreScale, chat: ChatFormat | None, counts: _TokenCounts, limit: int,
+                overflow_error: Any) -> tuple[list[RenderedPrompt], int]:
+    """The members' prompts with ``source`` cut (on the template's side) until the longest fits,
+    and the tokens removed from it."""
+    field, tok = template.truncate_field, counts.tok
+    source_len = len(tok.encode(source, add_special_tokens=False).ids)
+    keep = source_len - (max(counts.n[i] for i in members) - limit)
+    while True:
+        if keep <= 0:
+            worst = max(members, key=lambda i: counts.n[i])
+            raise overflow_error(worst, f"; it does not fit even with {field!r} removed")
+        cut = truncate_text(tok, source, keep, template.truncate_side)
+        trial = [
+            _render_fields(template, examples[i].id, examples[i].group, {**examples[i].fields, field: cut}, scale, chat)
+            for i in members
+        ]
+        excess = max(counts.lengths(trial)) - limit
+        if excess <= 0:
+            return trial, source_len - len(tok.encode(cut, add_special_tokens=False).ids)
+        keep -= excess
