@@ -164,7 +164,6 @@ MAX_FUNCTION_LINES = 80
 # Code still over those limits, ``module`` or ``module:function`` -> why. Shrinking: an entry
 # whose code is back under the limits fails the test until it is removed.
 KNOWN_LONG_CODE: dict[str, str] = {
-    "jaxjudge.engine.extract:extract": "owned by issue 57 change in progress",
 }
 
 

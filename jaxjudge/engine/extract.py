@@ -95,20 +95,12 @@ def extract(
         candidates: the `ScoreCandidates`, or a `ScoreScale` or a label set (e.g. ``("A",
             "B")``) to tokenise after the prompts; either way they are checked against how
             every prompt ends.
-        options: the engine's options (`EngineOptions`: batch size, chunk size, top-k, overflow
-            policy, prefix cache, context length, batch token cap, mesh); keyword ``**engine``
-            entries of the same names override it. Under ``mesh`` (default: the judge's own,
-            ``judge.shard``) the batch is split over its ``data`` axis and the parameters placed
-            by the models package's rules, on a copy of the judge. Under several processes a
-            mesh of this process's devices splits the chunks between the processes; a mesh
-            over every process's devices runs one SPMD program in which all of them compute
-            every chunk together (see the module docstring). ``overflow`` is as in
-            `jaxjudge.engine.plan.tokenise`.
-        store: a folder (opened or created with `extraction_key`) or an open
-            `jaxjudge.store.Store`; finished chunks are written as they finish and skipped
-            when the call is repeated. Each chunk is claimed before it is computed
-            (`jaxjudge.store.Store.claim_chunk`), so several processes started on one store
-            share its chunks. None keeps everything in memory.
+        options: the engine's options (`EngineOptions`), overridden by ``**engine`` entries of
+            the same names. Under ``mesh`` (default: the judge's own) the batch is split over
+            its ``data`` axis, on a copy of the judge; several processes: the module docstring.
+        store: a folder (opened or created with `extraction_key`) or an open `Store`; chunks
+            are written as they finish, each claimed first (workers on one store share its
+            chunks), and skipped when the call is repeated. None keeps everything in memory.
         progress: show a progress bar (examples/s, tokens/s).
         key: extra store-key entries (see `extraction_key`).
         on_chunk: called with the chunk index after each chunk this call computes.
@@ -123,8 +115,7 @@ def extract(
             read right after the prompt (no ``prompt_extension``) and room for G tokens after
             every prompt. The replies are returned, not stored: the store key and arrays are
             those of a plain extraction.
-        claim_lease: seconds without a heartbeat after which another worker's claim on a chunk
-            is taken over (a claim of a dead process on this host is taken over at once).
+        claim_lease: seconds without a heartbeat before another worker's claim is taken over.
         local: this process computes every chunk itself, whatever the number of processes (no
             split, no wait for the others): for a call made inside a piece of work this process
             alone has claimed (a prompt-set job's one chunk).
@@ -141,23 +132,42 @@ def extract(
     """
     prompts = check_prompts(prompts)
     o = EngineOptions.of(options, **engine)
-    chunk_size, topk, overflow, mesh = o.chunk_size, o.topk, o.overflow, o.mesh
-    if topk > judge.config.vocab_size:
-        raise ValueError(f"topk={topk} exceeds the vocabulary ({judge.config.vocab_size})")
-    ctx = judge.config.max_position_embeddings if o.context_length is None else o.context_length
-
     cands = resolve_candidates(judge.tokenizer, prompts, candidates)
     cplan = candidate_plan(cands)
-    limit = ctx - cplan.n_reads
-    if limit < 1:
-        raise ValueError(f"context_length={ctx} leaves no room for a prompt before the {cplan.n_reads} answer tokens")
+    ctx, limit = _context(judge, o, cplan)
     generate_tokens = 0 if not generate_tokens else positive_int("generate_tokens", generate_tokens)
     if generate_tokens and prompt_nll:
         raise ValueError("prompt_nll and generate_tokens cannot be combined in one extract call")
-    if mesh is None:
-        mesh = judge.mesh
-    # A mesh over several processes: they compute every chunk together (one SPMD program), each
-    # process tokenising and placing only the rows of its own devices (jaxjudge.engine.feed).
+    mesh, spmd = _checked_mesh(judge, o)
+    tk, feed, chunks = _tokenised(judge, prompts, mesh, spmd, o, limit, prompt_nll)
+    if generate_tokens:
+        check_generation_room(tk, cplan, generate_tokens, ctx)
+    st, todo = _store_and_todo(judge, prompts, cands, o, ctx, store, key, prompt_nll, len(chunks), spmd, local)
+    if mesh is not None and judge.mesh is not mesh:
+        judge = copy.copy(judge).shard(mesh)
+    run = _chunk_runner(judge, o, cplan, tk, feed, prompt_nll, generate_tokens)
+    in_memory, replies, computed = _compute_chunks(run, chunks, todo, st, progress=progress, claim_lease=claim_lease,
+                                                   spmd=spmd, on_chunk=on_chunk, generate=bool(generate_tokens))
+    ext = _assemble(chunks, tk, st, in_memory, cands, computed)
+    return _with_replies(ext, judge, tk, chunks, replies, generate_tokens) if generate_tokens else ext
+
+
+def _context(judge: Judge, o: EngineOptions, cplan: CandidatePlan) -> tuple[int, int]:
+    """The context length, and the tokens a prompt may have before the answer's reads."""
+    if o.topk > judge.config.vocab_size:
+        raise ValueError(f"topk={o.topk} exceeds the vocabulary ({judge.config.vocab_size})")
+    ctx = judge.config.max_position_embeddings if o.context_length is None else o.context_length
+    limit = ctx - cplan.n_reads
+    if limit < 1:
+        raise ValueError(f"context_length={ctx} leaves no room for a prompt before the {cplan.n_reads} answer tokens")
+    return ctx, limit
+
+
+def _checked_mesh(judge: Judge, o: EngineOptions) -> tuple[Any, bool]:
+    """The mesh the call runs under (the options', else the judge's own), and whether it spans
+    processes: then they compute every chunk together (one SPMD program), each process tokenising
+    and placing only the rows of its own devices (`jaxjudge.engine.feed`)."""
+    mesh = judge.mesh if o.mesh is None else o.mesh
     spmd = spans_processes(mesh)
     if mesh is not None:
         if "data" not in mesh.shape:
@@ -165,41 +175,50 @@ def extract(
         if spmd and mesh.devices.size != jax.device_count():
             raise ValueError(f"a mesh over several processes must hold all {jax.device_count()} devices of the "
                              f"job, this one holds {mesh.devices.size}")
-    feed = None
+    return mesh, spmd
+
+
+def _tokenised(judge: Judge, prompts: Sequence[RenderedPrompt], mesh: Any, spmd: bool, o: EngineOptions, limit: int,
+               prompt_nll: bool) -> tuple[Tokenised, Any, list[Chunk]]:
+    """The prompts tokenised (under SPMD: this process's rows only, with the feed plan) and their chunks."""
     if spmd:
-        tk, feed = feed_plan(judge.tokenizer, prompts, mesh, chunk_size=chunk_size, limit=limit, overflow=overflow,
+        tk, feed = feed_plan(judge.tokenizer, prompts, mesh, chunk_size=o.chunk_size, limit=limit, overflow=o.overflow,
                              prefix_cache=o.prefix_cache, min_prefix_tokens=o.min_prefix_tokens, whole=prompt_nll)
-        chunks = feed.chunks
-    else:
-        tk = tokenise(judge.tokenizer, prompts, limit=limit, overflow=overflow)
-        chunks = plan_chunks(tk.group_of, chunk_size)
-    if generate_tokens:
-        check_generation_room(tk, cplan, generate_tokens, ctx)
+        return tk, feed, feed.chunks
+    tk = tokenise(judge.tokenizer, prompts, limit=limit, overflow=o.overflow)
+    return tk, None, plan_chunks(tk.group_of, o.chunk_size)
+
+
+def _store_and_todo(judge: Judge, prompts: Sequence[RenderedPrompt], cands: ScoreCandidates, o: EngineOptions,
+                    ctx: int, store: Any, key: Mapping[str, Any] | None, prompt_nll: bool, n_chunks: int, spmd: bool,
+                    local: bool) -> tuple[Store | None, list[int]]:
+    """The opened store (None: in memory) and the chunks this process goes for, in order."""
     n_proc, proc = (1, 0) if local or spmd else (jax.process_count(), jax.process_index())
     st = None
     if store is not None:
         extra = dict(key or {})
         if prompt_nll:
             extra["prompt_nll"] = True
-        ekey = extraction_key(judge, prompts, cands, chunk_size=chunk_size, topk=topk, overflow=overflow,
+        ekey = extraction_key(judge, prompts, cands, chunk_size=o.chunk_size, topk=o.topk, overflow=o.overflow,
                               context_length=ctx, extra=extra)
-        st = open_store(store, ekey, len(chunks))
+        st = open_store(store, ekey, n_chunks)
     elif n_proc > 1:
         raise ValueError(
             f"running under {n_proc} processes: pass a store (a folder every process can write, or one per "
             "process merged with jaxjudge.store.merge_stores) so the processes' chunks can be combined"
         )
     if spmd:
-        todo = list(range(len(chunks)))
-    else:
-        # Every chunk is claimed, not striped: each process starts with its own stripe, then
-        # takes the others' chunks nobody holds, so a dead or slow process's chunks are done.
-        mine = assign_chunks(range(len(chunks)), proc, n_proc)
-        order = mine + [c for c in range(len(chunks)) if c not in set(mine)]
-        todo = [c for c in order if st is None or not st.has_chunk(c)]
+        return st, list(range(n_chunks))
+    # Every chunk is claimed, not striped: each process starts with its own stripe, then
+    # takes the others' chunks nobody holds, so a dead or slow process's chunks are done.
+    mine = assign_chunks(range(n_chunks), proc, n_proc)
+    order = mine + [c for c in range(n_chunks) if c not in set(mine)]
+    return st, [c for c in order if st is None or not st.has_chunk(c)]
 
-    if mesh is not None and judge.mesh is not mesh:
-        judge = copy.copy(judge).shard(mesh)
+
+def _chunk_runner(judge: Judge, o: EngineOptions, cplan: CandidatePlan, tk: Tokenised, feed: Any, prompt_nll: bool,
+                  generate_tokens: int) -> Callable[[Chunk, Any], dict[str, np.ndarray]]:
+    """``run(chunk, bar) -> arrays``: the chunk read by the judge (fed per process under SPMD)."""
     spans = None
     if prompt_nll:
         fed = None if feed is None else set(feed.fed_here().tolist())
@@ -210,11 +229,19 @@ def extract(
     if per_call % data and data % per_call:
         raise ValueError(f"engine option groups_per_call={per_call} must divide the mesh's data axis ({data}) or be a "
                          f"multiple of it: each data shard reads whole groups, or a share of one group")
-    reader = ChunkReader(judge, cplan, batch_size=o.batch_size, max_batch_tokens=o.max_batch_tokens, topk=topk,
+    reader = ChunkReader(judge, cplan, batch_size=o.batch_size, max_batch_tokens=o.max_batch_tokens, topk=o.topk,
                          prefix_cache=o.prefix_cache, min_prefix_tokens=o.min_prefix_tokens, nll_spans=spans,
                          generate_tokens=generate_tokens, groups_per_call=per_call)
-    fed_reader = None if feed is None else FedReader(reader, tk, feed)
+    if feed is not None:
+        return FedReader(reader, tk, feed).run_chunk
+    return lambda chunk, bar: reader.run_chunk(chunk, tk, bar)
 
+
+def _compute_chunks(run: Callable[[Chunk, Any], dict[str, np.ndarray]], chunks: list[Chunk], todo: list[int],
+                    st: Store | None, *, progress: bool, claim_lease: float, spmd: bool,
+                    on_chunk: Callable[[int], None] | None, generate: bool) -> tuple[dict, dict, list[int]]:
+    """Computes the chunks of ``todo`` (claimed one by one in a store): their arrays kept in
+    memory, the generated replies per chunk, and the chunks this call computed, in order."""
     in_memory: dict[int, dict[str, np.ndarray]] = {}
     replies: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     computed: list[int] = []
@@ -225,11 +252,8 @@ def extract(
     with Progress(sum(len(chunks[c]) for c in todo), enabled=progress) as bar:
 
         def compute(c: int) -> dict[str, np.ndarray]:
-            if fed_reader is not None:
-                arrays = fed_reader.run_chunk(chunks[c], bar)
-            else:
-                arrays = reader.run_chunk(chunks[c], tk, bar)
-            if generate_tokens:
+            arrays = run(chunks[c], bar)
+            if generate:
                 replies[c] = (arrays.pop("generated_ids"), arrays.pop("generated_lengths"))
             if legacy:
                 arrays.pop("truncated_tokens")
@@ -247,18 +271,21 @@ def extract(
             # share its chunks; the ones other workers hold are waited for at the end (and taken
             # over if their worker died).
             claimed_chunks(st, todo, compute, claim_lease, spmd=spmd, on_written=on_chunk)
-    ext = _assemble(chunks, tk, st, in_memory, cands, computed)
-    if generate_tokens:
-        ids = np.full((len(tk.prompts), generate_tokens), judge.pad_id, np.int32)
-        lengths = np.full(len(tk.prompts), -1, np.int32)
-        for c, (g, n) in replies.items():
-            ids[chunks[c].members], lengths[chunks[c].members] = g, n
-        if len(ext) != len(tk.prompts):  # some chunks missing (other processes' folders)
-            row = {p.example_id: i for i, p in enumerate(tk.prompts)}
-            keep = np.asarray([row[e] for e in ext.example_ids], np.int64)
-            ids, lengths = ids[keep], lengths[keep]
-        ext = dataclasses.replace(ext, generated_ids=ids, generated_lengths=lengths)
-    return ext
+    return in_memory, replies, computed
+
+
+def _with_replies(ext: Extraction, judge: Judge, tk: Tokenised, chunks: list[Chunk],
+                  replies: dict[int, tuple[np.ndarray, np.ndarray]], generate_tokens: int) -> Extraction:
+    """``ext`` with the greedy replies of the chunks this call computed (-1 lengths elsewhere)."""
+    ids = np.full((len(tk.prompts), generate_tokens), judge.pad_id, np.int32)
+    lengths = np.full(len(tk.prompts), -1, np.int32)
+    for c, (g, n) in replies.items():
+        ids[chunks[c].members], lengths[chunks[c].members] = g, n
+    if len(ext) != len(tk.prompts):  # some chunks missing (other processes' folders)
+        row = {p.example_id: i for i, p in enumerate(tk.prompts)}
+        keep = np.asarray([row[e] for e in ext.example_ids], np.int64)
+        ids, lengths = ids[keep], lengths[keep]
+    return dataclasses.replace(ext, generated_ids=ids, generated_lengths=lengths)
 
 
 class GenerationRoomError(ValueError):
