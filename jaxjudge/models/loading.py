@@ -113,7 +113,7 @@ def load(
         return _restored(hit, ident, where, expected_sha256, mesh)
     try:
         with _source.local_copy(ident) as path:
-            sha = ident.sha256 or _cache.source_sha256(path)  # a remote source's bytes, as fetched
+            sha = ident.sha256 or _source.fetched_sha256(path)  # a remote source's bytes, as fetched
             _check_sha256(where, sha, expected_sha256)
             judge, hf_config, tokenizer, template = _convert(path, dname, mesh, source=str(where), sha256=sha)
         if use_cache:

@@ -21,6 +21,12 @@ A remote identity is the sha256 of those fields (JSON): 64 hex digits like a con
 the same key format. The content hash of a remote source is not known from its metadata: it is
 computed from the local copy made to convert it (`local_copy`) and recorded in the cache
 entry's ``meta.json``, where a warm load finds it (`jaxjudge.models.loading.load`).
+
+What a run checks before it loads the weights (config, tokenizer, chat template, content hash:
+`source_header`, `content_sha256`) comes for a remote source from the same entry (its
+``meta.json`` and ``tokenizer.json``), so a run over a cached ``gs://`` or Hub model reads and
+hashes none of it; a cold one is fetched once for the checks and the load together
+(`keeping_copies`).
 """
 
 from __future__ import annotations
@@ -35,12 +41,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tokenizers import Tokenizer
+
 from jaxjudge.models import cache as _cache
+from jaxjudge.models import gguf as _gguf
 from jaxjudge.models import hf as _hf
+from jaxjudge.models.tokenizer import tokenizer_from_gguf_metadata
 from jaxjudge.store.bucket import BucketPath
 from jaxjudge.store.location import is_bucket, location
 
-__all__ = ["SourceIdentity", "bucket_identity", "hub_identity", "local_copy", "source_identity"]
+__all__ = ["SourceHeader", "SourceIdentity", "bucket_identity", "content_sha256", "fetched_sha256", "hub_identity",
+           "is_remote", "keeping_copies", "local_copy", "source_header", "source_identity"]
 
 
 @dataclass(frozen=True)
@@ -140,11 +151,125 @@ def hub_identity(repo: str) -> SourceIdentity | None:
     return SourceIdentity(repo, "hub", _digest(fields), fields=fields)
 
 
+def is_remote(source: Any) -> bool:
+    """Whether a model source is a ``gs://`` object or prefix, or a Hub repo id: a string naming
+    no local path (a `pathlib.Path` is local)."""
+    if isinstance(source, BucketPath) or is_bucket(source):
+        return True
+    if isinstance(source, Path):
+        return False
+    text = os.fspath(source)
+    return _hf.is_repo_id(text) and not Path(text).expanduser().exists()
+
+
+@dataclass(frozen=True)
+class SourceHeader:
+    """What a run checks of a model before it loads the weights (`source_header`).
+
+    Attributes:
+        hf_config: the Hugging Face config dict (a GGUF file's, as converted).
+        tokenizer: the ``tokenizers.Tokenizer``.
+        chat_template: the Jinja template, or None.
+        sha256: the source's content hash; None for a cache entry that recorded none.
+    """
+
+    hf_config: dict[str, Any]
+    tokenizer: Any
+    chat_template: str | None
+    sha256: str | None
+
+
+_HEADERS: dict[str, SourceHeader] = {}
+"""Headers read in this process, by identity digest."""
+
+
+def source_header(source: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None, *,
+                  verify: bool = False) -> SourceHeader:
+    """A model's config, tokenizer, chat template and content hash, no tensor converted.
+
+    A remote source with a converted entry in the cache (``cache_dir``, default
+    `jaxjudge.models.cache.cache_root`; either dtype) is answered from the entry's ``meta.json``
+    and ``tokenizer.json``, keyed by its identity: none of its bytes read or hashed. Otherwise
+    (and under ``verify``) the source is read: a local one's files (its hash memoised), a remote
+    one fetched (`local_copy`; kept by `keeping_copies` for the load that follows) and hashed.
+    """
+    root = _cache.cache_root(cache_dir)
+    ident = source_identity(source, memo_dir=root, verify=verify)
+    if not verify and ident.digest in _HEADERS:
+        return _HEADERS[ident.digest]
+    header = None if verify or ident.kind == "local" else _cached_header(root, ident.digest)
+    if header is None:
+        with local_copy(ident) as path:
+            header = SourceHeader(*_read_header(path), ident.sha256 or fetched_sha256(path))
+    _HEADERS[ident.digest] = header
+    return header
+
+
+def content_sha256(source: str | os.PathLike[str], memo_dir: str | os.PathLike[str] | None = None, *,
+                   verify: bool = False) -> str | None:
+    """A model source's content hash: a local one's (memoised in ``memo_dir`` unless ``verify``,
+    `jaxjudge.models.cache.source_sha256`), a remote one's from `source_header`."""
+    if is_remote(source):
+        return source_header(source, verify=verify).sha256
+    return _cache.source_sha256(source, memo_dir, verify=verify)
+
+
+def _cached_header(root: Any, digest: str) -> SourceHeader | None:
+    """The header a converted entry of the identity ``digest`` records, or None."""
+    for dtype in ("float32", "bfloat16"):
+        entry = root / _cache.cache_key(digest, dtype)
+        if not (entry / "meta.json").is_file():
+            continue
+        meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
+        if meta.get("format_version") == _cache.FORMAT_VERSION and (entry / "tokenizer.json").is_file():
+            tokenizer = Tokenizer.from_str((entry / "tokenizer.json").read_text(encoding="utf-8"))
+            return SourceHeader(meta["hf_config"], tokenizer, meta.get("chat_template"), meta.get("sha256"))
+    return None
+
+
+def _read_header(path: Path) -> tuple[dict[str, Any], Any, str | None]:
+    """A local GGUF file's or Hugging Face folder's config, tokenizer and chat template."""
+    if path.is_file():
+        meta = _gguf.gguf_metadata(path)
+        template = meta.get("tokenizer.chat_template")
+        return (_gguf.gguf_shape_config(path), tokenizer_from_gguf_metadata(meta, source=str(path)),
+                template if isinstance(template, str) else None)
+    tokenizer, template, _ = _hf.read_tokenizer(path)
+    return _hf.read_config(path), tokenizer, template
+
+
+_KEPT: list[Path] = []
+"""The folder of `keeping_copies`, while one is open."""
+
+
+@contextlib.contextmanager
+def keeping_copies() -> Iterator[None]:
+    """While open, a remote source `local_copy` fetches is kept (in a temporary folder, deleted on
+    the outermost exit) and its content hash memoised there (`fetched_sha256`): a run's
+    pre-flight (`source_header`) and its load of a cold source fetch and hash it once."""
+    if _KEPT:
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="jaxjudge-sources-") as tmp:
+        _KEPT.append(Path(tmp))
+        try:
+            yield
+        finally:
+            _KEPT.clear()
+
+
+def fetched_sha256(path: Path) -> str:
+    """The content hash of a fetched copy: memoised beside the kept copies (`keeping_copies`),
+    else hashed each time."""
+    return _cache.source_sha256(path, _KEPT[0] if _KEPT else None)
+
+
 @contextlib.contextmanager
 def local_copy(identity: SourceIdentity) -> Iterator[Path]:
     """The source as a local file or folder, to convert: a local source's own path; a Hub repo's
     snapshot at the identified commit (the Hub cache keeps it); a bucket's objects downloaded at
-    their identified generations into a temporary folder (``$TMPDIR``), deleted on exit.
+    their identified generations into a temporary folder (``$TMPDIR``), deleted on exit unless
+    `keeping_copies` keeps it (one copy per identity).
 
     Raises:
         google.api_core.exceptions.NotFound: an object was replaced since it was identified.
@@ -153,15 +278,31 @@ def local_copy(identity: SourceIdentity) -> Iterator[Path]:
         yield identity.path
     elif identity.kind == "hub":
         yield _hf.resolve_source(identity.fields["repo"], revision=identity.fields["revision"])
+    elif _KEPT:
+        folder = _KEPT[0] / identity.digest
+        if not folder.is_dir():
+            tmp = Path(tempfile.mkdtemp(dir=_KEPT[0]))
+            _download(identity, tmp)
+            tmp.rename(folder)  # complete copies only under the identity's name
+        yield _copy_in(identity, folder)
     else:
         with tempfile.TemporaryDirectory(prefix="jaxjudge-source-") as tmp:
-            where = BucketPath(identity.source)
-            objects = identity.fields["objects"]
-            one = len(objects) == 1 and objects[0][0] == identity.source  # a file, not a prefix
-            dest = Path(tmp) / (where.name or "model")
-            if not one:
-                dest.mkdir()
-            for url, generation, _ in objects:
-                obj = BucketPath(url)
-                obj.download(dest if one else dest / obj.name, generation)
-            yield dest
+            _download(identity, Path(tmp))
+            yield _copy_in(identity, Path(tmp))
+
+
+def _copy_in(identity: SourceIdentity, folder: Path) -> Path:
+    """Where `_download` puts a bucket source in ``folder``: the file, or the folder of a prefix."""
+    return folder / (BucketPath(identity.source).name or "model")
+
+
+def _download(identity: SourceIdentity, folder: Path) -> None:
+    """A bucket source's objects, at their identified generations, into ``folder``."""
+    objects = identity.fields["objects"]
+    one = len(objects) == 1 and objects[0][0] == identity.source  # a file, not a prefix
+    dest = _copy_in(identity, folder)
+    if not one:
+        dest.mkdir()
+    for url, generation, _ in objects:
+        obj = BucketPath(url)
+        obj.download(dest if one else dest / obj.name, generation)
