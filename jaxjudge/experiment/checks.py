@@ -15,8 +15,8 @@ from jaxjudge.data.example import DataError
 from jaxjudge.data.table import table_columns
 from jaxjudge.data.tasks import resolve_data_dir
 from jaxjudge.experiment.schema import ConfigError, ExperimentConfig, ModelSpec, TaskSpec, resolve_model_path
+from jaxjudge.models.source import content_sha256, is_remote
 from jaxjudge.prompts import CandidateTokenizationError, ScoreScale, score_candidates
-from jaxjudge.store import file_sha256
 from jaxjudge.store.location import LocationError, is_bucket
 
 __all__ = ["validate_config", "check_tokenizer"]
@@ -32,8 +32,8 @@ def _model_problems(model: ModelSpec, check_sha: bool) -> list[str]:
         if model.path.startswith("gguf:"):
             hint = " (fetch the Qwen judges with ../shared/models/get_models.sh, or set $JAXJUDGE_GGUF_DIR)"
         return [f"model {model.name!r}: file not found: {path}{hint}"]
-    if check_sha and model.sha256 is not None and path.is_file():
-        actual = file_sha256(path)
+    if check_sha and model.sha256 is not None and (is_remote(path) or path.is_file()):
+        actual = content_sha256(path)
         if actual != model.sha256:
             return [f"model {model.name!r}: {path} has sha256 {actual}, config expects {model.sha256}"]
     return []

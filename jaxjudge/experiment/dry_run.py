@@ -25,6 +25,7 @@ from jaxjudge.experiment.plan import RunPlan, plan_run
 from jaxjudge.experiment.schema import ConfigError, ExperimentConfig
 from jaxjudge.models.machine import GIB, ChipMemory, chip_memory, usable_memory
 from jaxjudge.models.mesh_plan import MeshPlanError, plan_mesh
+from jaxjudge.models.source import is_remote
 from jaxjudge.models.tokenizer import tokenizer_from_gguf_metadata
 from jaxjudge.store import Store
 
@@ -154,7 +155,7 @@ def _judges(rp: RunPlan, out: list[str]) -> tuple[dict[str, Any], dict[str, Any]
             out.append(f"data {t.task}: not readable ({str(e).splitlines()[0]})")
 
     def tokenizer(path: Path) -> Any:  # a GGUF's from the header already read for its shapes
-        if path.suffix == ".gguf":
+        if path.suffix == ".gguf" and not is_remote(path):
             return tokenizer_from_gguf_metadata(model_header(path)[1], source=str(path))
         return load_tokenizer(path)[0]
 

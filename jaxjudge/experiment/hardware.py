@@ -22,6 +22,7 @@ from jaxjudge.models.hf import read_config, resolve_source
 from jaxjudge.models.machine import SPARE, ChipMemory, chip_memory, fits, model_axis, parameter_bytes
 from jaxjudge.models.mesh_plan import CallShape, MeshPlan, MeshPlanError, plan_mesh
 from jaxjudge.models.sharding import make_mesh
+from jaxjudge.models.source import is_remote, source_header
 from jaxjudge.multihost import process_max
 from jaxjudge.prompts import as_tokenizer
 
@@ -58,8 +59,11 @@ def _mesh_devices(cfg: Any, devices: Sequence[Any] | None) -> tuple[list[Any], s
     return chosen, where, several and not per_process
 
 
-def model_shapes(path: str | Path) -> Any:
-    """A judge's `DecoderConfig` from its model file's config alone (no weights read)."""
+def model_shapes(path: Any) -> Any:
+    """A judge's `DecoderConfig` from its model file's config alone (no weights read); a remote
+    source's from its converted entry when cached (`jaxjudge.models.source.source_header`)."""
+    if is_remote(path):
+        return config_from_hf(source_header(path).hf_config)
     path = Path(path)
     return config_from_hf(model_header(path)[0] if path.is_file() else read_config(resolve_source(path)))
 

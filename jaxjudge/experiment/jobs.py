@@ -33,9 +33,10 @@ from jaxjudge.experiment.plan import RunPlan, extraction_plan, plan_run
 from jaxjudge.experiment.schema import ConfigError, ExperimentConfig, engine_options, resolve_model_path
 from jaxjudge.engine import EngineOptions
 from jaxjudge.jobs import CONTENT_FREE, GENERATE_CHUNK_ROWS, ExtractionJob, RunContext
-from jaxjudge.models.cache import cache_root, source_sha256
+from jaxjudge.models.cache import cache_root
 from jaxjudge.models.gguf import gguf_metadata
 from jaxjudge.models.hf import read_config, read_tokenizer, resolve_source
+from jaxjudge.models.source import content_sha256, is_remote, keeping_copies, source_header
 from jaxjudge.models.splash import require_tpu
 from jaxjudge.models.tokenizer import tokenizer_from_gguf_metadata
 from jaxjudge.prompts import as_tokenizer, chat_format
@@ -58,7 +59,11 @@ class JobResult:
 
 
 def load_tokenizer(path: str | os.PathLike) -> tuple[Any, str | None]:
-    """Load only a model's tokenizer and chat template (no weights): GGUF file or HF folder."""
+    """Load only a model's tokenizer and chat template (no weights): GGUF file or HF folder; a
+    remote source's from its converted entry when cached (`jaxjudge.models.source.source_header`)."""
+    if is_remote(path):
+        header = source_header(path)
+        return header.tokenizer, header.chat_template
     path = Path(path)
     if path.suffix == ".gguf":
         meta = gguf_metadata(path)
@@ -102,45 +107,46 @@ def run_extractions(
         tokenizer cannot express, a chat template missing, the splash kernel off a TPU; all
         before the first forward pass (and before any weights are read).
     """
-    rp = plan_run(cfg, store_root=store_root, models=models)
-    mesh, planned = _configured_mesh(cfg, log)
-    root, paths = rp.root, rp.paths
-    tokenizers = _check_models(cfg, paths, rp.companions, verify)
-    data = {t.task: load_task_data(t) for t in cfg.tasks}
-    if planned:
-        mesh = _planned_mesh(rp, tokenizers, data, log)
-    for n, path in paths.items():  # parameters that fit the mesh's devices, before any weights load
-        check_fits(n, path, cfg.dtype, mesh)
-    _register(cfg, root, log)
+    with keeping_copies():  # a cold remote model fetched once, for the checks and the load
+        rp = plan_run(cfg, store_root=store_root, models=models)
+        mesh, planned = _configured_mesh(cfg, log)
+        root, paths = rp.root, rp.paths
+        tokenizers = _check_models(cfg, paths, rp.companions, verify)
+        data = {t.task: load_task_data(t) for t in cfg.tasks}
+        if planned:
+            mesh = _planned_mesh(rp, tokenizers, data, log)
+        for n, path in paths.items():  # parameters that fit the mesh's devices, before any weights load
+            check_fits(n, path, cfg.dtype, mesh)
+        _register(cfg, root, log)
 
-    engine = EngineOptions(**cfg.engine, mesh=None)
-    results: list[JobResult] = []
-    for n in rp.judges:
-        judge, chat = _load_judge(cfg, n, paths[n], mesh)
-        loaded: dict[str, Any] = {}  # assistants, loaded at the first job that runs one
+        engine = EngineOptions(**cfg.engine, mesh=None)
+        results: list[JobResult] = []
+        for n in rp.judges:
+            judge, chat = _load_judge(cfg, n, paths[n], mesh)
+            loaded: dict[str, Any] = {}  # assistants, loaded at the first job that runs one
 
-        def load_assistant(name: str) -> Any:
-            if name not in loaded:
-                loaded[name] = M.load(paths[name], dtype=cfg.dtype, mesh=mesh).use_attention(cfg.attention)
-            return loaded[name]
+            def load_assistant(name: str) -> Any:
+                if name not in loaded:
+                    loaded[name] = M.load(paths[name], dtype=cfg.dtype, mesh=mesh).use_attention(cfg.attention)
+                return loaded[name]
 
-        rc = RunContext(
-            cfg=cfg, root=root, data=data, judge=judge, chat=chat,
-            context=int(engine.context_length or judge.config.max_position_embeddings), engine=engine,
-            max_new_tokens=cfg.generation_max_new_tokens, progress=progress,
-            jobs=rp.jobs_of(n), load_assistant=load_assistant,
-            # The hash `models.load` gives a model, without loading it for a finished job.
-            assistant_sha256=lambda name: source_sha256(paths[name], memo_dir=cache_root()),
-            claim_lease=cfg.claim_lease,
-        )
-        for job in rc.jobs:
-            computed, n_rows = job.run(rc)
-            where = job.folder(root)
-            log(f"{'computed' if computed else 'cached  '} {where.relative_to(root)} ({n_rows} rows)")
-            results.append(JobResult(job, where, computed, n_rows))
-        loaded.clear()  # the models go before the next judge loads
-        del judge, rc
-    return results
+            rc = RunContext(
+                cfg=cfg, root=root, data=data, judge=judge, chat=chat,
+                context=int(engine.context_length or judge.config.max_position_embeddings), engine=engine,
+                max_new_tokens=cfg.generation_max_new_tokens, progress=progress,
+                jobs=rp.jobs_of(n), load_assistant=load_assistant,
+                # The hash `models.load` gives a model, without loading it for a finished job.
+                assistant_sha256=lambda name: content_sha256(paths[name], memo_dir=cache_root()),
+                claim_lease=cfg.claim_lease,
+            )
+            for job in rc.jobs:
+                computed, n_rows = job.run(rc)
+                where = job.folder(root)
+                log(f"{'computed' if computed else 'cached  '} {where.relative_to(root)} ({n_rows} rows)")
+                results.append(JobResult(job, where, computed, n_rows))
+            loaded.clear()  # the models go before the next judge loads
+            del judge, rc
+        return results
 
 
 def _configured_mesh(cfg: ExperimentConfig, log: Callable[[str], None]) -> tuple[Any, bool]:
@@ -208,7 +214,7 @@ def _check_models(cfg: ExperimentConfig, paths: dict[str, Path], companions: dic
     for n in paths:
         expected = cfg.model(n).sha256
         if expected is not None:
-            actual = source_sha256(paths[n], memo_dir=cache_root(), verify=verify)
+            actual = content_sha256(paths[n], memo_dir=cache_root(), verify=verify)
             if actual != expected:
                 raise ConfigError(f"model {n!r}: {paths[n]} has sha256 {actual}, the config expects {expected} "
                                     "(the file changed or is damaged; fetch it again, or fix ModelSpec.sha256)")

@@ -33,6 +33,7 @@ from jaxjudge.experiment.schema import (
     config_to_dict,
     resolve_model_path,
 )
+from jaxjudge.models.source import content_sha256, is_remote
 from jaxjudge.store import file_sha256
 from jaxjudge.store.location import is_bucket, location
 
@@ -114,10 +115,11 @@ def _model_entry(model: ModelSpec, hash_files: bool) -> dict[str, Any]:
         entry["error"] = str(e)
         return entry
     entry["file"] = path.name
-    if path.is_file():
-        entry["bytes"] = path.stat().st_size
-        if hash_files:
-            entry["sha256"] = file_sha256(path)
+    if is_remote(path) or path.is_file():
+        if not is_remote(path):
+            entry["bytes"] = path.stat().st_size
+        if hash_files:  # a remote source's from its converted entry when cached (no byte read)
+            entry["sha256"] = content_sha256(path)
             if model.sha256 is not None and model.sha256 != entry["sha256"]:
                 entry["sha256_expected"] = model.sha256
     elif path.is_dir():

@@ -11,8 +11,10 @@ Symbolic paths keep configs portable (no machine-specific paths in committed fil
   default_model_path`), ``"gguf:<file>"`` a file in ``$JAXJUDGE_GGUF_DIR`` (default
   ``~/.cache/jaxjudge/gguf``, filled by ``../shared/models/get_models.sh``), ``"org/name"`` a
   Hugging Face Hub repo id (fetched with ``huggingface_hub.snapshot_download`` into the Hub
-  cache; offline, the snapshot already there), anything else a path (``~`` expanded): a GGUF
-  file or a Hugging Face model folder.
+  cache; offline, the snapshot already there), ``gs://bucket/...`` a GGUF object or a prefix
+  holding a Hugging Face folder (`jaxjudge.models.source`: known by its objects' generations,
+  fetched only when its converted entry is not cached), anything else a path (``~`` expanded):
+  a GGUF file or a Hugging Face model folder.
 * task ``data``: ``"embedded"``, ``"shared"`` or a folder (`jaxjudge.data.tasks`); a user's task
   names its table with ``file`` instead.
 """
@@ -35,7 +37,7 @@ from jaxjudge.models.gguf import default_model_path, gguf_dir
 from jaxjudge.models.hf import is_repo_id, resolve_source
 from jaxjudge.prompts import Template, TemplateError, get_template
 from jaxjudge.prompts.library import template_from_config
-from jaxjudge.store.location import LocationError, check_location, is_bucket
+from jaxjudge.store.location import LocationError, check_location, is_bucket, location
 
 __all__ = ["ModelSpec", "SubsetSpec", "TaskSpec", "engine_options", "resolve_model_path"]
 
@@ -78,14 +80,15 @@ def _hub_snapshot(repo_id: str) -> Path:
     return resolve_source(repo_id)
 
 
-def resolve_model_path(model: ModelSpec) -> Path:
-    """Where a model's file (or folder) is expected; does not check that it exists, except that a
-    Hub id is fetched (`jaxjudge.models.hf.resolve_source`: a snapshot in the Hub cache, used as
-    it is when offline) since its folder is only known then.
+def resolve_model_path(model: ModelSpec) -> Any:
+    """Where a model's file (or folder) is expected, a `pathlib.Path`, or a ``gs://`` source's
+    `jaxjudge.store.bucket.BucketPath` (nothing of it read); does not check that it exists,
+    except that a Hub id is fetched (`jaxjudge.models.hf.resolve_source`: a snapshot in the Hub
+    cache, used as it is when offline) since its folder is only known then.
 
     Raises:
       ConfigError: no embedded judge for ``"default"``; a Hub id that cannot be fetched (one line
-        naming the id).
+        naming the id); a ``gs://`` URL no installed library serves.
     """
     if model.path.startswith("gguf:"):
         return gguf_dir() / model.path[len("gguf:"):]
@@ -94,6 +97,11 @@ def resolve_model_path(model: ModelSpec) -> Path:
             return default_model_path()
         except FileNotFoundError as e:
             raise ConfigError(f"model {model.name!r} (path 'default'): {e}") from None
+    if is_bucket(model.path):
+        try:
+            return location(model.path, f"{model.where()}.path")
+        except LocationError as e:
+            raise ConfigError(str(e)) from None
     if is_hub_id(model.path):
         try:
             return _hub_snapshot(model.path)
@@ -123,8 +131,9 @@ class ModelSpec(Typed):
     def where(self) -> str:
         return f"ModelSpec[{self.name}]" if isinstance(self.name, str) else "ModelSpec"
 
-    def resolved_path(self) -> Path:
-        """Where the model's file (or folder) is expected; does not check that it exists."""
+    def resolved_path(self) -> Any:
+        """Where the model's file (or folder) is expected (`resolve_model_path`); does not check
+        that it exists."""
         return resolve_model_path(self)
 
     def check(self) -> None:

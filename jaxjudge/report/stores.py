@@ -37,10 +37,11 @@ from jaxjudge.jobs import (
     content_free_examples,
     contrastive_generate_match,
 )
+from jaxjudge.models.source import content_sha256, is_remote
 from jaxjudge.prompts import ScoreScale
 from jaxjudge.report.cell_inputs import CellArrays
 from jaxjudge.report.methods import cell_needs
-from jaxjudge.store import Store, file_sha256
+from jaxjudge.store import Store
 from jaxjudge.store.location import location
 
 __all__ = [
@@ -195,7 +196,9 @@ def check_store_model(key: Mapping[str, Any], model: Any, where: Any = "store") 
     """Raise `StoreModelMismatch` if a store's ``model_sha256`` is not the configured model's.
 
     The configured sha256 is ``ModelSpec.sha256`` or, if absent, the hash of the model file
-    when it is present; with neither there is nothing to compare and the check passes.
+    when it is present (a remote source's from its converted entry when cached: no byte read,
+    `jaxjudge.models.source.content_sha256`); with neither there is nothing to compare and the
+    check passes.
     """
     stored = key.get("model_sha256")
     if stored is None:
@@ -206,9 +209,9 @@ def check_store_model(key: Mapping[str, Any], model: Any, where: Any = "store") 
             path = model.resolved_path()
         except ValueError:  # the configured model cannot be located (a `ConfigError`): nothing to compare
             return
-        if not path.is_file():
+        if not (is_remote(path) or path.is_file()):
             return
-        expected = file_sha256(path)
+        expected = content_sha256(path)
     if stored != expected:
         raise StoreModelMismatch(
             f"{where} was written by a model with sha256 {stored}, but model {model.name!r} "
