@@ -11,7 +11,8 @@ Symbolic paths keep configs portable (no machine-specific paths in committed fil
   default_model_path`), ``"gguf:<file>"`` a file in ``$JAXJUDGE_GGUF_DIR`` (default
   ``~/.cache/jaxjudge/gguf``, filled by ``../shared/models/get_models.sh``), ``"org/name"`` a
   Hugging Face Hub repo id (fetched with ``huggingface_hub.snapshot_download`` into the Hub
-  cache; offline, the snapshot already there), ``gs://bucket/...`` a GGUF object or a prefix
+  cache; offline, the snapshot already there; online, only when its converted entry, keyed by
+  the commit, is not cached), ``gs://bucket/...`` a GGUF object or a prefix
   holding a Hugging Face folder (`jaxjudge.models.source`: known by its objects' generations,
   fetched only when its converted entry is not cached), anything else a path (``~`` expanded):
   a GGUF file or a Hugging Face model folder.
@@ -35,6 +36,7 @@ from jaxjudge.engine import EngineOptions
 from jaxjudge.experiment.typed import ConfigError, Typed, choose, coerce, opt
 from jaxjudge.models.gguf import default_model_path, gguf_dir
 from jaxjudge.models.hf import is_repo_id, resolve_source
+from jaxjudge.models.source import hub_identity
 from jaxjudge.prompts import Template, TemplateError, get_template
 from jaxjudge.prompts.library import template_from_config
 from jaxjudge.store.location import LocationError, check_location, is_bucket, location
@@ -80,11 +82,40 @@ def _hub_snapshot(repo_id: str) -> Path:
     return resolve_source(repo_id)
 
 
+class HubRepo(str):
+    """A Hub repo id as a resolved model path, where the Hub answers for it: the model is known
+    by its commit and file hashes (`jaxjudge.models.source.hub_identity`) and fetched only when
+    its converted entry is not cached. Answers the few questions the checks ask of a path."""
+
+    @property
+    def name(self) -> str:
+        return self.partition("@")[0].rpartition("/")[2]
+
+    suffix = ""
+
+    def exists(self) -> bool:
+        return True  # the Hub named its commit
+
+    def is_file(self) -> bool:
+        return False
+
+    def is_dir(self) -> bool:
+        return False
+
+
+@functools.lru_cache(maxsize=None)
+def _hub_answers(repo_id: str) -> bool:
+    # One question per id and process: every check and job resolves the same path.
+    return hub_identity(repo_id) is not None
+
+
 def resolve_model_path(model: ModelSpec) -> Any:
     """Where a model's file (or folder) is expected, a `pathlib.Path`, or a ``gs://`` source's
-    `jaxjudge.store.bucket.BucketPath` (nothing of it read); does not check that it exists,
-    except that a Hub id is fetched (`jaxjudge.models.hf.resolve_source`: a snapshot in the Hub
-    cache, used as it is when offline) since its folder is only known then.
+    `jaxjudge.store.bucket.BucketPath` (nothing of it read); does not check that it exists. A
+    Hub id the Hub answers for is a `HubRepo` (its metadata asked, nothing fetched: a converted
+    entry keyed by its commit serves the run); offline or unanswered, its snapshot in the Hub
+    cache (`jaxjudge.models.hf.resolve_source`, fetched where it can be), since its folder is
+    only known then.
 
     Raises:
       ConfigError: no embedded judge for ``"default"``; a Hub id that cannot be fetched (one line
@@ -103,6 +134,8 @@ def resolve_model_path(model: ModelSpec) -> Any:
         except LocationError as e:
             raise ConfigError(str(e)) from None
     if is_hub_id(model.path):
+        if _hub_answers(model.path):
+            return HubRepo(model.path)
         try:
             return _hub_snapshot(model.path)
         except (FileNotFoundError, ValueError) as e:

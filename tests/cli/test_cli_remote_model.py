@@ -1,4 +1,4 @@
-"""A config whose model is a ``gs://`` GGUF object, run twice by ``jaxjudge sweep`` (fresh
+"""A config whose model is remote, run twice. A ``gs://`` GGUF object, by ``jaxjudge sweep`` (fresh
 processes): the first run fetches, hashes and converts the checkpoint once; the second, its
 identity (generation, size) unchanged, reads no byte of it and hashes no file, its tokenizer,
 config and content hash answered by the converted entry in the bucket cache
@@ -11,6 +11,9 @@ checkpoint object. Files hashed are counted in each run's process: every call of
 `jaxjudge.store.file_sha256` (the one file hash that the cache, the pre-flight, the metadata
 and the report's store check reach) on a checkpoint file; the run metadata's hashes of the
 data files are not counted.
+
+A Hub repo id (the Hub's answers from a stand-in, the snapshot from a Hub cache folder; no
+network here): the second run fetches no snapshot and hashes no file.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,14 +29,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxjudge.experiment import ExperimentConfig, ModelSpec, TaskSpec
+from jaxjudge.experiment import ExperimentConfig, ModelSpec, TaskSpec, run_extractions
+from jaxjudge.experiment import specs
+from jaxjudge.models import cache as jc
+from jaxjudge.models import hf
 from jaxjudge.models import source as js
 from jaxjudge.report.stores import StoreModelMismatch, check_store_model
 from jaxjudge.store import Store
 from jaxjudge.store.location import location
 
 from tests.cli.test_cli_e2e import REPO, _experiment, _stsb_folder
-from tests.models.test_source import _read
+from tests.models.test_source import COMMIT, StandInHub, _read, counted  # noqa: F401 - counted: a fixture
+from tests.models.test_source import REPO as REPO_ID
 from tests.test_config_walk import PAIRS
 from tests.tiny_judge import sha256 as file_sha256
 from tests.xla_flags import xla_flags
@@ -73,10 +81,29 @@ def _sweep(tmp_path: Path, spec: Path, cache: str, stores: str) -> list[str]:
     return [h for h in hashed if Path(h).name == "tiny.gguf"]
 
 
-def _arrays(root: Path) -> dict[str, dict[str, np.ndarray]]:
-    """Every store's arrays under ``root``, by store folder."""
-    return {str(m.parent.relative_to(root)): Store.open(m.parent).load()
-            for m in sorted(root.rglob("manifest.json"))}
+def _config(tmp_path: Path, model: ModelSpec) -> ExperimentConfig:
+    """The tiny judge ``model`` on six STS-B pairs (two dev, four test), one scale, vanilla only."""
+    rows = ["".join(json.dumps({"genre": "g", "filename": "f", "year": "2012", "sid": str(i), "score": score,
+                                "sentence1": a, "sentence2": b}) + "\n" for i, (a, b, score) in enumerate(part))
+            for part in (PAIRS[:2], PAIRS[2:])]
+    folder = _stsb_folder(tmp_path, rows[1])
+    (folder / "stsb_dev.jsonl").write_text(rows[0])  # two dev pairs: the bootstrap resamples groups
+    return ExperimentConfig(
+        name="remote", models=(model,),
+        tasks=(TaskSpec("stsb", ("similarity",), data=str(folder), split="original"),), scales=("1-5",),
+        methods=("vanilla",), temperatures=(0.2,), lambdas_extended=None, prompt_style="raw", n_boot=10,
+        metrics=("spearman",), store_root=str(tmp_path / "stores"), results_root=str(tmp_path / "results"))
+
+
+def _assert_same_stores(one: Path, other: Path) -> None:
+    """The same stores under both roots, holding the same arrays."""
+    arrays = [{str(m.parent.relative_to(root)): Store.open(m.parent).load() for m in sorted(root.rglob("manifest.json"))}
+              for root in (one, other)]
+    assert arrays[0] and list(arrays[0]) == list(arrays[1])
+    for name, got in arrays[0].items():
+        assert got.keys() == arrays[1][name].keys()
+        for k in got:
+            np.testing.assert_array_equal(got[k], arrays[1][name][k])
 
 
 def test_a_bucket_model_of_a_config_is_read_and_hashed_once_across_runs(
@@ -84,17 +111,7 @@ def test_a_bucket_model_of_a_config_is_read_and_hashed_once_across_runs(
     src = location(gcs_bucket) / "models" / "tiny.gguf"
     src.write_bytes(Path(tiny_gguf).read_bytes())
     size, sha = Path(tiny_gguf).stat().st_size, file_sha256(tiny_gguf)
-    rows = ["".join(json.dumps({"genre": "g", "filename": "f", "year": "2012", "sid": str(i), "score": score,
-                                "sentence1": a, "sentence2": b}) + "\n" for i, (a, b, score) in enumerate(part))
-            for part in (PAIRS[:2], PAIRS[2:])]
-    folder = _stsb_folder(tmp_path, rows[1])
-    (folder / "stsb_dev.jsonl").write_text(rows[0])  # two dev pairs: the bootstrap resamples groups
-    cfg = ExperimentConfig(
-        name="bucket", models=(ModelSpec("tiny", str(src), sha),),
-        tasks=(TaskSpec("stsb", ("similarity",), data=str(folder), split="original"),), scales=("1-5",),
-        methods=("vanilla",), temperatures=(0.2,), lambdas_extended=None, prompt_style="raw", n_boot=10,
-        metrics=("spearman",), store_root=str(tmp_path / "stores"), results_root=str(tmp_path / "results"))
-    spec = _experiment(tmp_path, cfg, "bucket")
+    spec = _experiment(tmp_path, _config(tmp_path, ModelSpec("tiny", str(src), sha)), "bucket")
     cache = f"{gcs_bucket}/converted"
 
     proxied.sent.clear()
@@ -107,12 +124,7 @@ def test_a_bucket_model_of_a_config_is_read_and_hashed_once_across_runs(
           f"warm: {warm_read} read, {len(warm_hashed)} hashed (checkpoint {size} bytes)")
     assert cold_read == size and len(cold_hashed) == 1  # fetched once, hashed once, for checks and load
     assert warm_read == 0 and warm_hashed == []
-    cold, warm = _arrays(tmp_path / "cold"), _arrays(tmp_path / "warm")
-    assert cold and list(cold) == list(warm)
-    for name, arrays in cold.items():
-        assert arrays.keys() == warm[name].keys()
-        for k in arrays:
-            np.testing.assert_array_equal(arrays[k], warm[name][k])
+    _assert_same_stores(tmp_path / "cold", tmp_path / "warm")
     key = Store.open(next((tmp_path / "warm").rglob("manifest.json")).parent).key
     assert key["model_sha256"] == sha  # the content hash the entry recorded, as a local file's store has
 
@@ -125,3 +137,32 @@ def test_a_bucket_model_of_a_config_is_read_and_hashed_once_across_runs(
     assert _read(proxied, "models/tiny.gguf") == size
     with pytest.raises(StoreModelMismatch, match="another model file"):
         check_store_model(key, ModelSpec("tiny", str(src)), "store")
+
+
+def test_a_hub_model_of_a_config_is_fetched_only_while_its_entry_is_cold(tiny_hf, tmp_path, monkeypatch, counted):
+    """The Hub's stand-in API (tests/models/test_source.py) answers for the repo, so the config's
+    Hub id resolves to a `HubRepo` (nothing fetched); each run is `run_extractions` in this
+    process, its per-process memos cleared first, as a fresh process has them."""
+    constants = pytest.importorskip("huggingface_hub.constants")
+    snapshot = tmp_path / "hub" / ("models--" + REPO_ID.replace("/", "--")) / "snapshots" / COMMIT
+    shutil.copytree(tiny_hf, snapshot)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    hub = StandInHub(Path(tiny_hf), COMMIT)
+    monkeypatch.setattr(js, "_hub_api", lambda: hub)
+    monkeypatch.setenv("JAXJUDGE_CACHE", str(tmp_path / "cache"))
+    fetched, real_resolve = [], hf.resolve_source
+    monkeypatch.setattr(hf, "resolve_source", lambda *a, **k: fetched.append(a) or real_resolve(*a, **k))
+    cfg = _config(tmp_path, ModelSpec("hub", REPO_ID, jc.source_sha256(tiny_hf)))
+
+    def run(stores: str) -> tuple[int, int]:
+        js._HEADERS.clear()
+        specs._hub_answers.cache_clear()
+        counted.calls, fetched[:] = 0, []
+        run_extractions(cfg, store_root=tmp_path / stores, progress=False, log=lambda _: None)
+        return counted.calls, len(fetched)
+
+    cold, warm = run("cold"), run("warm")
+    print(f"Hub model: cold {cold[0]} files hashed, {cold[1]} snapshot fetches; warm {warm[0]} and {warm[1]}")
+    assert cold[0] == len(list(Path(tiny_hf).iterdir())) and cold[1] >= 1  # each file hashed once
+    assert warm == (0, 0)
+    _assert_same_stores(tmp_path / "cold", tmp_path / "warm")
