@@ -100,18 +100,12 @@ def _extract(cfg, args) -> None:
 
 def _report(cfg, args, config_file: str | None) -> Path:
     # The report imports jax and matplotlib (~3 s together): only when a report is written.
-    from jaxjudge.experiment import collect_metadata, portable_path, run_dir
-    from jaxjudge.report import report_from_store, write_run  # local: imports jax and matplotlib
+    from jaxjudge.experiment.reporting import report_run  # local: imports jax and matplotlib
     from jaxjudge.report.terminal import terminal_report  # local: imports jax and matplotlib
 
     t0 = time.perf_counter()
-    read: dict = {}
-    results = report_from_store(args.stores or cfg.store_root, cfg, stores_read=read)
-    out = run_dir(cfg, args.run, root=args.results)
-    stores = [{"store": portable_path(k), **v} for k, v in sorted(read.items())]
-    meta = collect_metadata(cfg, config_file=config_file,
-                            extra={"store_root": str(args.stores or cfg.store_root), "stores": stores})
-    write_run(results, out, meta)
+    results, out = report_run(cfg, store_root=args.stores, run=args.run, results_root=args.results,
+                              config_file=config_file)
     # The primary endpoint's reading (else the papers' T = 0.2, else every reading); every number
     # of every reading is in the run folder's results.md.
     primary = getattr(cfg, "primary", None)

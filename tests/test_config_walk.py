@@ -230,11 +230,6 @@ def walk(tmp_path_factory, tiny_gguf) -> Walk:
     return hook
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "measured 2026-12-07 (issue #58 not done): 7 climbs (report -> the config's own methods in "
-    "experiment.schema: judge_names, task x2, model, family_options, assistant_of, control_of); stage entries "
-    "experiment 10, jobs 4, report 3, store 2. Without the config's own methods: 0 climbs, experiment 3, jobs 4, "
-    "report 3, store 2"))
 def test_the_config_walk_keeps_to_issue_58s_bounds(walk):
     edges = walk.edges()
     assert edges and edges[0].caller == ("jaxjudge.cli", "_run"), edges[:1]  # followed from the command line

@@ -11,7 +11,9 @@ Entry points (the ``jaxjudge`` command calls them):
   `RunPlan` of one run (its jobs, models and store root; ``--dry-run`` prints it);
   `run_extractions(cfg)` carries it out into resumable stores, `upgrade_stores(cfg)` migrates stores written before keys held
   their setup;
-* `collect_metadata(cfg)`, `run_dir(cfg)`: a run's metadata and folder (the report writes it).
+* `resolve_spec(cfg)` -> the `RunSpec` the report and the jobs read (the config resolved once);
+* `collect_metadata(cfg)`, `run_dir(cfg)`: a run's metadata and folder (the report writes it);
+  `report_run(cfg)` reports a run's stores into that folder.
 """
 
 from jaxjudge.experiment.checks import check_tokenizer, validate_config
@@ -19,7 +21,8 @@ from jaxjudge.experiment.few_labels import FewLabelsConfig
 from jaxjudge.experiment.jobs import JobResult, job_store_path, load_tokenizer, run_extractions, upgrade_stores
 from jaxjudge.experiment.loader import load_config, pick_variant
 from jaxjudge.experiment.metadata import collect_metadata, command_line, portable_path, run_dir
-from jaxjudge.experiment.plan import RunPlan, extraction_plan, plan_run
+from jaxjudge.experiment.plan import RunPlan, extraction_plan, plan_run, resolve_spec
+from jaxjudge.experiment.reporting import report_run
 from jaxjudge.experiment.schema import (
     ConfigError,
     Endpoint,
@@ -66,7 +69,9 @@ __all__ = [
     "pick_variant",
     "plan_run",
     "portable_path",
+    "report_run",
     "resolve_model_path",
+    "resolve_spec",
     "run_dir",
     "run_extractions",
     "upgrade_stores",

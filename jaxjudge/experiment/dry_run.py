@@ -116,7 +116,7 @@ def describe_run(cfg: ExperimentConfig, launch: Launch, *, store_root: str | os.
     out = [f"dry run of {title}: nothing loaded, no device used beyond counting them",
            f"launch: process {me} of {n}; {launch.local_devices} {launch.platform} device(s) ({launch.kind}) "
            f"per process{f', {launch.devices} in all (each process taken to have as many)' if n > 1 else ''}"]
-    shapes, data, lengths = _judges(rp, out)
+    shapes, data, lengths = _judges(cfg, rp, out)
     resident = [g for g in ([(m, shapes[m]) for m in (j, *companions[j]) if m in shapes] for j in names) if g]
     spans = _mesh_lines(cfg, launch, resident, rp.decodes, lengths, out)
     if n == 1:
@@ -134,10 +134,11 @@ def describe_run(cfg: ExperimentConfig, launch: Launch, *, store_root: str | os.
     return out
 
 
-def _judges(rp: RunPlan, out: list[str]) -> tuple[dict[str, Any], dict[str, Any], dict[str, tuple[int, int]]]:
+def _judges(cfg: ExperimentConfig, rp: RunPlan,
+            out: list[str]) -> tuple[dict[str, Any], dict[str, Any], dict[str, tuple[int, int]]]:
     """Each judge's shapes (its file's header), the tasks' data and the judges' longest prompts
     in tokens; a line per judge (and per absent file or unreadable data) added to ``out``."""
-    cfg, paths = rp.cfg, rp.paths
+    paths = rp.paths
     shapes: dict[str, Any] = {}
     for m, path in paths.items():
         if not path.exists():

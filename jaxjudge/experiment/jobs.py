@@ -29,7 +29,7 @@ from jaxjudge.data.tasks import load_task_data
 from jaxjudge.experiment.checks import check_tokenizer, validate_config
 from jaxjudge.experiment.distributed import is_leader, plan_line
 from jaxjudge.experiment.hardware import check_fits, exchanged_lengths, mesh_and_plan
-from jaxjudge.experiment.plan import RunPlan, extraction_plan, plan_run
+from jaxjudge.experiment.plan import RunPlan, extraction_plan, plan_run, resolve_spec
 from jaxjudge.experiment.schema import ConfigError, ExperimentConfig, engine_options, resolve_model_path
 from jaxjudge.engine import EngineOptions
 from jaxjudge.jobs import CONTENT_FREE, GENERATE_CHUNK_ROWS, ExtractionJob, RunContext
@@ -114,7 +114,7 @@ def run_extractions(
         tokenizers = _check_models(cfg, paths, rp.companions, verify)
         data = {t.task: load_task_data(t) for t in cfg.tasks}
         if planned:
-            mesh = _planned_mesh(rp, tokenizers, data, log)
+            mesh = _planned_mesh(cfg, rp, tokenizers, data, log)
         for n, path in paths.items():  # parameters that fit the mesh's devices, before any weights load
             check_fits(n, path, cfg.dtype, mesh)
         _register(cfg, root, log)
@@ -131,7 +131,7 @@ def run_extractions(
                 return loaded[name]
 
             rc = RunContext(
-                cfg=cfg, root=root, data=data, judge=judge, chat=chat,
+                cfg=rp.spec, root=root, data=data, judge=judge, chat=chat,
                 context=int(engine.context_length or judge.config.max_position_embeddings), engine=engine,
                 max_new_tokens=cfg.generation_max_new_tokens, progress=progress,
                 jobs=rp.jobs_of(n), load_assistant=load_assistant,
@@ -161,11 +161,11 @@ def _configured_mesh(cfg: ExperimentConfig, log: Callable[[str], None]) -> tuple
     return mesh, False
 
 
-def _planned_mesh(rp: RunPlan, tokenizers: dict[str, Any], data: dict[str, Any], log: Callable[[str], None]) -> Any:
+def _planned_mesh(cfg: ExperimentConfig, rp: RunPlan, tokenizers: dict[str, Any], data: dict[str, Any],
+                  log: Callable[[str], None]) -> Any:
     """The planner's mesh (``mesh="auto"`` on an accelerator) for the judges each process holds
     together, its calls sized by their prompts (each process tokenising its own rows, the
     processes exchanging their longest: `exchanged_lengths`); its plan line logged."""
-    cfg = rp.cfg
     lengths = exchanged_lengths(cfg, {n: rp.jobs_of(n) for n in rp.judges}, tokenizers, data)
     mesh, mesh_plan = mesh_and_plan(cfg, resident=[[(m, rp.paths[m]) for m in (n, *cs)]
                                                    for n, cs in rp.companions.items()],
@@ -275,14 +275,15 @@ def upgrade_stores(
     counts = {"upgraded": 0, "current": 0, "absent": 0}
     contexts: dict[str, int | None] = {}
     todo = []
+    spec = resolve_spec(cfg)  # what the jobs read of the config
     for job in extraction_plan(cfg):
         where = job.folder(root)
         if not (where / "manifest.json").is_file():
             counts["absent"] += 1
             continue
         store = Store.open(where)
-        setup = job.setup(cfg, data[job.task].examples if job.task else ())
-        want = {**job.store_match(), **job.key_extra(cfg)}
+        setup = job.setup(spec, data[job.task].examples if job.task else ())
+        want = {**job.store_match(), **job.key_extra(spec)}
         if "setup" in store.key:
             diff = key_mismatches(store.key, {**want, "setup": setup})
             if diff:

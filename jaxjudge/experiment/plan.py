@@ -1,5 +1,6 @@
-"""Planning an experiment: the extraction jobs its methods need, in a stable order, and the plan
-of one run (`plan_run`), which ``jaxjudge extract|sweep`` carries out and ``--dry-run`` prints."""
+"""Planning an experiment: the config resolved once into plain data for the report and the jobs
+(`resolve_spec`), the extraction jobs its methods need, in a stable order, and the plan of one run
+(`plan_run`), which ``jaxjudge extract|sweep`` carries out and ``--dry-run`` prints."""
 
 from __future__ import annotations
 
@@ -11,12 +12,22 @@ from typing import Any
 
 from jaxjudge.experiment.checks import validate_config
 from jaxjudge.experiment.schema import ConfigError, ExperimentConfig, resolve_model_path
-from jaxjudge.jobs import ExtractionJob
+from jaxjudge.jobs import ExtractionJob, RunSpec
+from jaxjudge.jobs.spec import SPEC_FIELDS
 from jaxjudge.report.methods import cell_needs
 from jaxjudge.report.stores import cells
 from jaxjudge.store.location import location
+from jaxjudge.store.registration import analysis_plan
 
-__all__ = ["RunPlan", "extraction_plan", "plan_run"]
+__all__ = ["RunPlan", "extraction_plan", "plan_run", "resolve_spec"]
+
+
+def resolve_spec(cfg: ExperimentConfig) -> RunSpec:
+    """The config resolved once into the plain data the report and the jobs read (`RunSpec`):
+    its fields, its judges, its families' options (ConfigError for bad ``method_options``) and
+    its analysis plan."""
+    return RunSpec(**{f: getattr(cfg, f) for f in SPEC_FIELDS}, judge_names=tuple(cfg.judge_names),
+                   options=cfg.family_options(), analysis=analysis_plan(cfg), config_type=type(cfg))
 
 
 def extraction_plan(cfg: ExperimentConfig) -> list[ExtractionJob]:
@@ -28,16 +39,21 @@ def extraction_plan(cfg: ExperimentConfig) -> list[ExtractionJob]:
     (judges, then assistants, then other-family assistants), then by scale, task and aspect (a task-free job first), then by
     job kind (``order``).
     """
-    needs = cell_needs(cfg.methods)
+    return _planned_jobs(resolve_spec(cfg))
+
+
+def _planned_jobs(spec: RunSpec) -> list[ExtractionJob]:
+    """`extraction_plan` of a config resolved (`resolve_spec`)."""
+    needs = cell_needs(spec.methods)
     jobs = {}
-    for cell in cells(cfg):
+    for cell in cells(spec):
         for need in needs:
-            job = need.job(cfg, cell.judge, cell.task, cell.aspect, cell.scale)
+            job = need.job(spec, cell.judge, cell.task, cell.aspect, cell.scale)
             if job is not None:
                 jobs[job] = None
-    models = list(dict.fromkeys([*cfg.judge_names, *(a for _, a in (*cfg.pairs, *cfg.control_pairs))]))
-    scales = list(cfg.scales)
-    places = {(t.task, a): (i, j) for i, t in enumerate(cfg.tasks) for j, a in enumerate(t.aspects)}
+    models = list(dict.fromkeys([*spec.judge_names, *(a for _, a in (*spec.pairs, *spec.control_pairs))]))
+    scales = list(spec.scales)
+    places = {(t.task, a): (i, j) for i, t in enumerate(spec.tasks) for j, a in enumerate(t.aspects)}
 
     def place(job: ExtractionJob) -> tuple:
         where = places[(job.task, job.aspect)] if job.per_task else (-1, -1)
@@ -53,7 +69,7 @@ class RunPlan:
     and ``--dry-run`` (`jaxjudge.experiment.dry_run`) describes.
 
     Attributes:
-      cfg: the validated config.
+      spec: the validated config resolved (`resolve_spec`): what the jobs read of it.
       root: the store root (a local path or a bucket location).
       jobs: the extraction jobs of the judges below, in plan order.
       judges: the models whose jobs run, in plan order (``models`` of `plan_run`, or all).
@@ -62,7 +78,7 @@ class RunPlan:
       paths: every model file the run reads, judges and companions, by name.
     """
 
-    cfg: ExperimentConfig
+    spec: RunSpec
     root: Any
     jobs: tuple[ExtractionJob, ...]
     judges: tuple[str, ...]
@@ -91,7 +107,8 @@ def plan_run(cfg: ExperimentConfig, *, store_root: str | os.PathLike | None = No
     """
     validate_config(cfg)
     root = location(store_root or cfg.store_root, "store root")
-    jobs = extraction_plan(cfg)
+    spec = resolve_spec(cfg)
+    jobs = _planned_jobs(spec)
     names = list(dict.fromkeys(j.model for j in jobs))
     if models is not None:
         unknown = sorted(set(models) - set(names))
@@ -99,8 +116,8 @@ def plan_run(cfg: ExperimentConfig, *, store_root: str | os.PathLike | None = No
             raise ConfigError(f"config {cfg.name!r}: no jobs for models {unknown} (jobs exist for {names})")
         names = [n for n in names if n in models]
     chosen = tuple(j for j in jobs if j.model in names)
-    companions = {n: tuple(dict.fromkeys(c for j in chosen if j.model == n for c in j.companions(cfg)))
+    companions = {n: tuple(dict.fromkeys(c for j in chosen if j.model == n for c in j.companions(spec)))
                   for n in names}
     paths = {n: resolve_model_path(cfg.model(n))
              for n in dict.fromkeys([*names, *(c for cs in companions.values() for c in cs)])}
-    return RunPlan(cfg, root, chosen, tuple(names), companions, paths)
+    return RunPlan(spec, root, chosen, tuple(names), companions, paths)

@@ -18,6 +18,7 @@ from jaxjudge.jobs.prompt_sets import (
     content_free_examples,
 )
 from jaxjudge.jobs.score import ScoreJob
+from jaxjudge.jobs.spec import RunSpec
 
 KINDS: tuple[type[ExtractionJob], ...] = (ScoreJob, GenerateJob, ContrastiveGenerateJob, RandomRJob, RandomTJob,
                                           ContentFreeJob)
@@ -36,6 +37,7 @@ __all__ = [
     "RandomRJob",
     "RandomTJob",
     "RunContext",
+    "RunSpec",
     "ScoreJob",
     "StoreLookupError",
     "content_free_examples",

@@ -57,7 +57,7 @@ class RunContext:
     """What a job needs to run on one loaded judge (built by `jaxjudge.experiment.run_extractions`).
 
     Attributes:
-      cfg: the experiment config.
+      cfg: the run's config resolved (`jaxjudge.jobs.RunSpec`), read by its fields.
       root: the store root.
       data: task name -> `jaxjudge.data.tasks.TaskData`.
       judge: the loaded model the jobs belong to.

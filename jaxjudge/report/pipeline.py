@@ -9,7 +9,9 @@ Two entry points:
   configured model files, loads the human scores and groups from the task's data, aligns
   everything on example ids and calls `report_from_arrays`.
 
-``cfg`` is an `jaxjudge.experiment.ExperimentConfig`, read by its fields.
+``cfg`` is an `jaxjudge.experiment.ExperimentConfig` or the run's config resolved once
+(`jaxjudge.jobs.RunSpec`, which ``jaxjudge report`` passes: `jaxjudge.experiment.report_run`),
+read by its fields and lookups (``task``, ``model``, ``assistant_of``, ...).
 """
 
 from __future__ import annotations

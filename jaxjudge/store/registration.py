@@ -115,10 +115,19 @@ def _field_types(cls: type | None) -> dict[str, type | None]:
     return out
 
 
+def _analysis_of(cfg: Any) -> tuple[dict[str, Any], type]:
+    """``cfg``'s analysis plan and the config class it comes from: a config dataclass's own, or
+    those a run's resolved spec (`jaxjudge.jobs.RunSpec`: ``analysis``, ``config_type``) holds."""
+    resolved = getattr(cfg, "analysis", None)
+    if isinstance(resolved, Mapping) and resolved:
+        return dict(resolved), cfg.config_type
+    return analysis_plan(cfg), type(cfg)
+
+
 def plans_agree(recorded: Mapping[str, Any], cfg: Any) -> bool:
     """Whether ``cfg``'s analysis plan is the recorded one (fields added to the config classes
     since the record was written count as agreeing while they hold their defaults)."""
-    return _agree(dict(recorded), analysis_plan(cfg), type(cfg))
+    return _agree(dict(recorded), *_analysis_of(cfg))
 
 
 def plan_sha256(plan: Mapping[str, Any]) -> str:
@@ -184,7 +193,7 @@ def registration_status(cfg: Any, records: Iterable[Mapping[str, Any]],
     is the record the status rests on (None for ``"not registered"``). A record whose plan holds a
     power analysis (`jaxjudge.experiment.Confirmation.power`) adds it as ``"power"``: the one
     registered, as the report prints it beside each verdict."""
-    digest = plan_sha256(analysis_plan(cfg))
+    digest = plan_sha256(_analysis_of(cfg)[0])
     created = sorted(store_created, key=_time)
     first = created[0] if created else None
     before = [r for r in records if first is None or _time(r["registered_utc"]) <= _time(first)]

@@ -1,0 +1,105 @@
+"""A run's config resolved once into plain data (`RunSpec`): what the report and the jobs read.
+
+`jaxjudge.experiment.plan.resolve_spec` builds it from an `ExperimentConfig` (the experiment
+layer's own work: the grid's judges, the family options checked and built, the model entries);
+the extraction jobs and the report (`jaxjudge.report.pipeline.report_from_store`,
+`jaxjudge.report.stores.load_cells`, `jaxjudge.report.methods.Need.job`) then read its fields and
+lookups instead of calling back up into the config. It lives in the jobs layer, the lowest one
+both import. A config itself still serves wherever a `RunSpec` is read (a notebook's
+`report_from_arrays(arrays, cfg)`): the two answer the same fields and lookups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["RunSpec", "SPEC_FIELDS"]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What the report and the extraction jobs read of a run's config, as plain values.
+
+    Attributes:
+      name, tasks, scales, methods, ... ``nested_rows``: the config's fields of the same names
+        (`SPEC_FIELDS`), as they are.
+      judge_names: the grid's judges (``ExperimentConfig.judge_names``), in config order.
+      family_options: the options of every configured family that declares them
+        (``ExperimentConfig.family_options()``).
+      analysis: the config's analysis plan (`jaxjudge.store.registration.analysis_plan`) and
+        ``config_type`` the config class it comes from, for the report's registration status.
+    """
+
+    name: str
+    models: tuple[Any, ...]
+    tasks: tuple[Any, ...]
+    scales: tuple[str, ...]
+    methods: tuple[str, ...]
+    pairs: tuple[tuple[str, str], ...]
+    control_pairs: tuple[tuple[str, str], ...]
+    temperatures: tuple[float, ...]
+    greedy: bool
+    deb_tp: tuple[int, ...]
+    lambdas: tuple[float, ...]
+    lambdas_extended: tuple[float, ...] | None
+    contrastive_lams: tuple[float, ...]
+    contrastive_temps: tuple[float, ...]
+    contrastive_fine: bool
+    contrastive_temperature: str
+    contrastive_generate_lam: float
+    contrastive_generate_t_main: float
+    contrastive_generate_t_asst: float
+    contrastive_generate_alpha: float
+    select_metric: str
+    select_per_group: bool
+    metrics: tuple[str, ...]
+    ci_metrics: tuple[str, ...] | None
+    n_boot: int
+    alpha: float
+    min_ci_groups: int
+    ci_method: str
+    seed: int
+    prompt_style: str
+    dtype: str
+    engine: Mapping[str, Any]
+    changes: tuple[str, ...]
+    primary: Any
+    comparisons: tuple[Any, ...]
+    nested_rows: tuple[str, ...]
+    judge_names: tuple[str, ...]
+    options: Mapping[str, Any] = field(default_factory=dict)
+    analysis: Mapping[str, Any] = field(default_factory=dict)
+    config_type: type | None = None
+
+    def family_options(self) -> dict[str, Any]:
+        """The configured families' options, as ``ExperimentConfig.family_options()`` gave them."""
+        return dict(self.options)
+
+    def model(self, name: str) -> Any:
+        """The model entry (`ModelSpec`) named ``name``."""
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise KeyError(f"config {self.name!r}: no model named {name!r} (models: {[m.name for m in self.models]})")
+
+    def task(self, name: str) -> Any:
+        """The task entry (`TaskSpec`) named ``name``."""
+        for t in self.tasks:
+            if t.task == name:
+                return t
+        raise KeyError(f"config {self.name!r}: no task {name!r}")
+
+    def assistant_of(self, judge: str) -> str | None:
+        """The judge's assistant in ``pairs`` (None if it has none)."""
+        return next((a for m, a in self.pairs if m == judge), None)
+
+    def control_of(self, judge: str) -> str | None:
+        """The judge's other-family assistant in ``control_pairs`` (None if it has none)."""
+        return next((a for m, a in self.control_pairs if m == judge), None)
+
+
+SPEC_FIELDS: tuple[str, ...] = tuple(
+    f for f in RunSpec.__dataclass_fields__ if f not in ("judge_names", "options", "analysis", "config_type"))
+"""The `RunSpec` fields copied from the config's fields of the same names."""
