@@ -60,7 +60,7 @@ from jaxjudge.engine.options import EngineOptions
 from jaxjudge.engine.plan import CandidatePlan, Chunk, candidate_plan, plan_chunks, resolve_candidates
 from jaxjudge.engine.runner import Progress
 from jaxjudge.engine.score import ChunkReader
-from jaxjudge.engine.tokens import Tokenised, check_prompts, nll_token_span, positive_int, tokenise
+from jaxjudge.engine.tokens import RowsOnDemand, Tokenised, check_prompts, nll_token_span, positive_int, tokenise
 from jaxjudge.models.judge import Judge
 from jaxjudge.prompts import RenderedPrompt, ScoreCandidates, ScoreScale
 from jaxjudge.models.sharding import spans_processes
@@ -84,6 +84,7 @@ def extract(
     generate_tokens: int = 0,
     claim_lease: float = CLAIM_STALE_S,
     local: bool = False,
+    read_back: bool = True,
     **engine: Any,
 ) -> Extraction:
     """Extracts the judge's score log-probabilities for rendered prompts.
@@ -119,9 +120,13 @@ def extract(
         local: this process computes every chunk itself, whatever the number of processes (no
             split, no wait for the others): for a call made inside a piece of work this process
             alone has claimed (a prompt-set job's one chunk).
+        read_back: False returns only the rows of the chunks this call computed (none, when
+            the store held them all), reading no chunk back: for a worker whose result is the
+            store (the experiment's jobs; another process's chunks are never read).
 
     Returns:
-        `Extraction` in the order of ``prompts``.
+        `Extraction` in the order of ``prompts`` (with ``read_back=False``: the rows of
+        ``computed_chunks`` only, in that order too).
 
     Raises:
         ValueError / TypeError: empty or malformed prompts, bad parameters.
@@ -134,33 +139,33 @@ def extract(
     o = EngineOptions.of(options, **engine)
     cands = resolve_candidates(judge.tokenizer, prompts, candidates)
     cplan = candidate_plan(cands)
-    ctx, limit = _context(judge, o, cplan)
-    generate_tokens = 0 if not generate_tokens else positive_int("generate_tokens", generate_tokens)
-    if generate_tokens and prompt_nll:
-        raise ValueError("prompt_nll and generate_tokens cannot be combined in one extract call")
+    ctx, limit, generate_tokens = _context(judge, o, cplan, generate_tokens, prompt_nll)
     mesh, spmd = _checked_mesh(judge, o)
-    tk, feed, chunks = _tokenised(judge, prompts, mesh, spmd, o, limit, prompt_nll)
+    tk, feed, chunks, rows = _tokenised(judge, prompts, mesh, spmd, o, limit, prompt_nll, local)
     if generate_tokens:
         check_generation_room(tk, cplan, generate_tokens, ctx)
     st, todo = _store_and_todo(judge, prompts, cands, o, ctx, store, key, prompt_nll, len(chunks), spmd, local)
-    if mesh is not None and judge.mesh is not mesh:
-        judge = copy.copy(judge).shard(mesh)
-    run = _chunk_runner(judge, o, cplan, tk, feed, prompt_nll, generate_tokens)
+    run = _chunk_runner(judge, mesh, o, cplan, tk, feed, prompt_nll, generate_tokens, rows, ctx)
     in_memory, replies, computed = _compute_chunks(run, chunks, todo, st, progress=progress, claim_lease=claim_lease,
                                                    spmd=spmd, on_chunk=on_chunk, generate=bool(generate_tokens))
-    ext = _assemble(chunks, tk, st, in_memory, cands, computed)
+    ext = _assemble(chunks, tk, st, in_memory, cands, computed, rows, read_back, o.topk)
     return _with_replies(ext, judge, tk, chunks, replies, generate_tokens) if generate_tokens else ext
 
 
-def _context(judge: Judge, o: EngineOptions, cplan: CandidatePlan) -> tuple[int, int]:
-    """The context length, and the tokens a prompt may have before the answer's reads."""
+def _context(judge: Judge, o: EngineOptions, cplan: CandidatePlan, generate_tokens: int,
+             prompt_nll: bool) -> tuple[int, int, int]:
+    """The context length, the tokens a prompt may have before the answer's reads, and the
+    tokens to generate (checked)."""
+    generate_tokens = 0 if not generate_tokens else positive_int("generate_tokens", generate_tokens)
+    if generate_tokens and prompt_nll:
+        raise ValueError("prompt_nll and generate_tokens cannot be combined in one extract call")
     if o.topk > judge.config.vocab_size:
         raise ValueError(f"topk={o.topk} exceeds the vocabulary ({judge.config.vocab_size})")
     ctx = judge.config.max_position_embeddings if o.context_length is None else o.context_length
     limit = ctx - cplan.n_reads
     if limit < 1:
         raise ValueError(f"context_length={ctx} leaves no room for a prompt before the {cplan.n_reads} answer tokens")
-    return ctx, limit
+    return ctx, limit, generate_tokens
 
 
 def _checked_mesh(judge: Judge, o: EngineOptions) -> tuple[Any, bool]:
@@ -179,14 +184,20 @@ def _checked_mesh(judge: Judge, o: EngineOptions) -> tuple[Any, bool]:
 
 
 def _tokenised(judge: Judge, prompts: Sequence[RenderedPrompt], mesh: Any, spmd: bool, o: EngineOptions, limit: int,
-               prompt_nll: bool) -> tuple[Tokenised, Any, list[Chunk]]:
-    """The prompts tokenised (under SPMD: this process's rows only, with the feed plan) and their chunks."""
+               prompt_nll: bool, local: bool) -> tuple[Tokenised, Any, list[Chunk], RowsOnDemand | None]:
+    """The prompts tokenised (under SPMD: this process's rows only, with the feed plan), their
+    chunks, and where several processes claim the chunks, the `RowsOnDemand` that tokenises a
+    chunk's rows when this process takes it (so a prompt the overflow policy refuses fails
+    there; the chunks written before it stay)."""
+    if not (local or spmd or prompt_nll) and jax.process_count() > 1:
+        rows = RowsOnDemand(judge.tokenizer, prompts, limit=limit, overflow=o.overflow)
+        return rows.tk, None, plan_chunks(rows.tk.group_of, o.chunk_size), rows  # chunks from texts, as `feed_plan`
     if spmd:
         tk, feed = feed_plan(judge.tokenizer, prompts, mesh, chunk_size=o.chunk_size, limit=limit, overflow=o.overflow,
                              prefix_cache=o.prefix_cache, min_prefix_tokens=o.min_prefix_tokens, whole=prompt_nll)
-        return tk, feed, feed.chunks
+        return tk, feed, feed.chunks, None
     tk = tokenise(judge.tokenizer, prompts, limit=limit, overflow=o.overflow)
-    return tk, None, plan_chunks(tk.group_of, o.chunk_size)
+    return tk, None, plan_chunks(tk.group_of, o.chunk_size), None
 
 
 def _store_and_todo(judge: Judge, prompts: Sequence[RenderedPrompt], cands: ScoreCandidates, o: EngineOptions,
@@ -216,9 +227,14 @@ def _store_and_todo(judge: Judge, prompts: Sequence[RenderedPrompt], cands: Scor
     return st, [c for c in order if st is None or not st.has_chunk(c)]
 
 
-def _chunk_runner(judge: Judge, o: EngineOptions, cplan: CandidatePlan, tk: Tokenised, feed: Any, prompt_nll: bool,
-                  generate_tokens: int) -> Callable[[Chunk, Any], dict[str, np.ndarray]]:
-    """``run(chunk, bar) -> arrays``: the chunk read by the judge (fed per process under SPMD)."""
+def _chunk_runner(judge: Judge, mesh: Any, o: EngineOptions, cplan: CandidatePlan, tk: Tokenised, feed: Any,
+                  prompt_nll: bool, generate_tokens: int, rows: RowsOnDemand | None,
+                  ctx: int) -> Callable[[Chunk, Any], dict[str, np.ndarray]]:
+    """``run(chunk, bar) -> arrays``: the chunk read by the judge (on a copy placed on ``mesh``
+    unless it is the judge's own; fed per process under SPMD; with ``rows``, its rows tokenised
+    first)."""
+    if mesh is not None and judge.mesh is not mesh:
+        judge = copy.copy(judge).shard(mesh)
     spans = None
     if prompt_nll:
         fed = None if feed is None else set(feed.fed_here().tolist())
@@ -234,7 +250,16 @@ def _chunk_runner(judge: Judge, o: EngineOptions, cplan: CandidatePlan, tk: Toke
                          generate_tokens=generate_tokens, groups_per_call=per_call)
     if feed is not None:
         return FedReader(reader, tk, feed).run_chunk
-    return lambda chunk, bar: reader.run_chunk(chunk, tk, bar)
+    if rows is None:
+        return lambda chunk, bar: reader.run_chunk(chunk, tk, bar)
+
+    def run(chunk: Chunk, bar: Any) -> dict[str, np.ndarray]:
+        rows.fill(chunk.members)
+        if generate_tokens:
+            check_generation_room(tk, cplan, generate_tokens, ctx, chunk.members)
+        return reader.run_chunk(chunk, tk, bar)
+
+    return run
 
 
 def _compute_chunks(run: Callable[[Chunk, Any], dict[str, np.ndarray]], chunks: list[Chunk], todo: list[int],
@@ -246,16 +271,19 @@ def _compute_chunks(run: Callable[[Chunk, Any], dict[str, np.ndarray]], chunks: 
     replies: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     computed: list[int] = []
     # A store keeps the array names of its first chunks: one written before chunks carried
-    # ``truncated_tokens`` is resumed without it (its load would refuse mixed chunks).
+    # ``truncated_tokens`` is resumed without it (its load would refuse mixed chunks). Told by the
+    # names in one finished chunk's directory (no array read), when this call computes a chunk.
     done = [] if st is None else st.completed_chunks()
-    legacy = bool(done) and "truncated_tokens" not in st.read_chunk(done[0])
+    legacy: list[bool] = []
     with Progress(sum(len(chunks[c]) for c in todo), enabled=progress) as bar:
 
         def compute(c: int) -> dict[str, np.ndarray]:
             arrays = run(chunks[c], bar)
             if generate:
                 replies[c] = (arrays.pop("generated_ids"), arrays.pop("generated_lengths"))
-            if legacy:
+            if not legacy:
+                legacy.append(bool(done) and "truncated_tokens" not in st.chunk_names(done[0]))
+            if legacy[0]:
                 arrays.pop("truncated_tokens")
             computed.append(c)
             in_memory[c] = arrays  # kept: the result is assembled without reading it back
@@ -292,27 +320,32 @@ class GenerationRoomError(ValueError):
     """Scoring and generation cannot share one prefill for these prompts and candidates."""
 
 
-def check_generation_room(tk: Tokenised, cplan: CandidatePlan, generate_tokens: int, context_length: int) -> None:
+def check_generation_room(tk: Tokenised, cplan: CandidatePlan, generate_tokens: int, context_length: int,
+                          rows: Sequence[int] | np.ndarray | None = None) -> None:
     """Raises `GenerationRoomError` unless scoring and a G-token reply can share one prefill.
 
     That needs single-token candidates read right after the prompt, and room for G tokens
-    after every (tokenised, possibly truncated) prompt within the context.
+    after every (tokenised, possibly truncated) prompt within the context: of ``rows`` (default
+    all), those tokenised so far (`RowsOnDemand` tokenises a chunk's when it is computed).
     """
     if cplan.n_reads != 1:
         raise GenerationRoomError("generate_tokens needs single-token score candidates and no prompt_extension "
                          f"(these candidates need {cplan.n_reads} reads); generate with generate_scores instead")
-    for i, ids in enumerate(tk.ids):
-        if len(ids) + generate_tokens > context_length:
+    for i in range(len(tk.ids)) if rows is None else (int(r) for r in rows):
+        ids = tk.ids[i]
+        if ids is not None and len(ids) + generate_tokens > context_length:
             raise GenerationRoomError(f"prompt {i} ({tk.prompts[i].example_id!r}) has {len(ids)} tokens: no room for "
                              f"{generate_tokens} generated tokens within the context of {context_length}")
 
 
 def _assemble(chunks: list[Chunk], tk: Tokenised, st: Store | None, in_memory: dict[int, dict[str, np.ndarray]],
-              cands: ScoreCandidates, computed: list[int]) -> Extraction:
+              cands: ScoreCandidates, computed: list[int], rows: RowsOnDemand | None, read_back: bool,
+              topk: int) -> Extraction:
+    """The extraction of the chunks computed here and (``read_back``) of those read from the store."""
     n = len(tk.prompts)
     parts: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []
     missing = []
-    read = _read_chunks(st, [ch.index for ch in chunks if ch.index not in in_memory])
+    read = _read_chunks(st, [ch.index for ch in chunks if ch.index not in in_memory] if read_back else [])
     for ch in chunks:
         arrays = in_memory.get(ch.index, read.get(ch.index))
         if arrays is None:
@@ -324,10 +357,12 @@ def _assemble(chunks: list[Chunk], tk: Tokenised, st: Store | None, in_memory: d
             raise StoreError(f"store {st.root if st else ''}: chunk {ch.index} holds examples {got[:3]}..., "
                              f"expected {want[:3]}...; the store does not match these prompts")
         parts.append((ch.members, arrays))
+    if not parts and not read_back:
+        return _no_rows(cands, topk)
     if not parts:
         raise StoreError(f"store {st.root if st else ''}: none of the {len(chunks)} chunks is available")
-    rows = np.concatenate([m for m, _ in parts])
-    if missing:
+    rows_of = np.concatenate([m for m, _ in parts])
+    if missing and read_back:
         warnings.warn(f"{len(missing)} of {len(chunks)} chunks are not in the store (written by other processes "
                       "to other folders?); returning the examples of the chunks present. Merge the stores with "
                       "jaxjudge.store.merge_stores to get all.", stacklevel=3)
@@ -336,14 +371,38 @@ def _assemble(chunks: list[Chunk], tk: Tokenised, st: Store | None, in_memory: d
     for name in names:
         stacked = np.concatenate([a[name] for _, a in parts], axis=0)
         full = np.zeros((n, *stacked.shape[1:]), stacked.dtype)
-        full[rows] = stacked
+        full[rows_of] = stacked
         out[name] = full
-    keep = np.sort(rows) if missing else np.arange(n)
+    keep = np.sort(rows_of) if missing else np.arange(n)
+    if rows is not None:
+        _cuts_read(rows, [(m, a) for m, a in parts if rows.missing(m)])
     # The tokenised prompts know every row's cut, whether its chunk was computed or read.
     cut = np.asarray([p.truncated_tokens for p in tk.prompts], np.int32)
     ext = Extraction(example_ids=[p.example_id for p in tk.prompts], **out, candidates=cands,
                      computed_chunks=tuple(computed), truncated_tokens=cut)
     return ext.take(keep) if missing else ext
+
+
+def _cuts_read(rows: RowsOnDemand, parts: list[tuple[np.ndarray, dict[str, np.ndarray]]]) -> None:
+    """The cut of each row read from the store and not tokenised here: the one its chunk recorded
+    (a chunk written before chunks recorded it: the rows tokenised)."""
+    for members, arrays in parts:
+        if "truncated_tokens" not in arrays:
+            rows.fill(members)
+            continue
+        for i, c in zip(members.tolist(), arrays["truncated_tokens"].tolist()):
+            if rows.tk.ids[i] is None:
+                rows.tk.prompts[i] = dataclasses.replace(rows.tk.prompts[i], truncated_tokens=int(c))
+
+
+def _no_rows(cands: ScoreCandidates, topk: int) -> Extraction:
+    """An extraction of no rows (a call with ``read_back=False`` that computed no chunk)."""
+    f32, i32 = np.zeros(0, np.float32), np.zeros(0, np.int32)
+    k = len(cands.token_ids)
+    return Extraction(example_ids=[], cand_logprobs=np.zeros((0, k), np.float32), log_normaliser=f32, greedy_ids=i32,
+                      valid=np.zeros(0, bool), topk_ids=np.zeros((0, topk), np.int32),
+                      topk_logprobs=np.zeros((0, topk), np.float32), n_prompt_tokens=i32, truncated=np.zeros(0, bool),
+                      extension_logprob=f32, candidates=cands, truncated_tokens=i32)
 
 
 def _read_chunks(st: Store | None, wanted: list[int]) -> dict[int, dict[str, np.ndarray]]:

@@ -43,7 +43,7 @@ from jaxjudge.engine.decode import generate_tokens
 from jaxjudge.engine.plan import Chunk, bucket_length, plan_chunks, shared_prefix_length
 from jaxjudge.engine.runner import Group, Progress, pad_rows, plan_group
 from jaxjudge.engine.score import ChunkReader
-from jaxjudge.engine.tokens import Tokenised, _group_keys, tokenise
+from jaxjudge.engine.tokens import Tokenised, group_keys, tokenise
 from jaxjudge.models.kvcache import pad_batch
 from jaxjudge.models.sharding import DataBlocks
 from jaxjudge.multihost import process_max
@@ -103,7 +103,7 @@ def _cut_blocks(prompts: Sequence[RenderedPrompt], chunk_size: int, n_blocks: in
     """``(group_of, chunks, parts, block_of)``: the prompts' prefix groups, their chunks, each
     chunk cut into ``n_blocks`` runs (`split_chunk`) and the block that feeds each prompt; from
     the prompts' texts alone (no tokens)."""
-    group_of = _group_keys(prompts)
+    group_of = group_keys(prompts)
     chunks = plan_chunks(group_of, chunk_size)
     parts = [split_chunk(ch, n_blocks) for ch in chunks]
     block_of = np.zeros(len(prompts), np.int64)

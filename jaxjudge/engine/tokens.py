@@ -13,7 +13,8 @@ import numpy as np
 
 from jaxjudge.prompts import ContextOverflowError, RenderedPrompt, as_tokenizer, truncate_text
 
-__all__ = ["TOKENISED", "TokeniseCount", "Tokenised", "check_prompts", "nll_token_span", "positive_int", "tokenise"]
+__all__ = ["TOKENISED", "RowsOnDemand", "TokeniseCount", "Tokenised", "check_prompts", "group_keys", "nll_token_span",
+           "positive_int", "tokenise"]
 
 
 class TokeniseCount:
@@ -92,7 +93,9 @@ def _encode_all(tok: Any, prompts: Sequence[RenderedPrompt]) -> list[list[int]]:
     return out  # type: ignore[return-value]
 
 
-def _group_keys(prompts: Sequence[RenderedPrompt]) -> np.ndarray:
+def group_keys(prompts: Sequence[RenderedPrompt]) -> np.ndarray:
+    """``[N]`` prefix-group index of each prompt (its prefix text and special-token flag), numbered
+    by first appearance: from the texts alone, no tokens."""
     index: dict[tuple[str, bool], int] = {}
     return np.asarray([index.setdefault((p.prefix, p.add_special_tokens), len(index)) for p in prompts], np.int64)
 
@@ -145,12 +148,47 @@ def tokenise(
             "overflow='truncate' to cut the source text"
         )
     if over:
-        groups = _group_keys(prompts)
+        groups = group_keys(prompts)
         for g in sorted({int(groups[i]) for i in over}):
             members = [i for i in range(len(prompts)) if groups[i] == g]
             _truncate_group(tok, prompts, ids, members, limit)
             truncated[members] = True
-    return Tokenised(prompts, ids, truncated, _group_keys(prompts))
+    return Tokenised(prompts, ids, truncated, group_keys(prompts))
+
+
+class RowsOnDemand:
+    """A `Tokenised` of every prompt whose rows are tokenised when asked for: where chunks are
+    claimed (several processes, each with its own work), a process tokenises the chunks it
+    computes and nothing else. Rows go in whole prefix groups, each group tokenised alone, so
+    a group the overflow policy cuts gets the one cut `tokenise` over every prompt gives it.
+
+    Attributes:
+        tk: the prompts (the cut ones once tokenised), with ``ids[i]`` None until row ``i`` is.
+    """
+
+    def __init__(self, tokenizer: Any, prompts: Sequence[RenderedPrompt], *, limit: int, overflow: str):
+        self.tokenizer, self.limit, self.overflow = tokenizer, limit, overflow
+        self.given = list(prompts)
+        group_of = group_keys(self.given)
+        self.members: dict[int, list[int]] = {}
+        for i, g in enumerate(group_of.tolist()):
+            self.members.setdefault(g, []).append(i)
+        self.tk = Tokenised(list(self.given), [None] * len(self.given),  # type: ignore[list-item]
+                            np.asarray([p.truncated_tokens > 0 for p in self.given], bool), group_of)
+
+    def missing(self, rows: Sequence[int] | np.ndarray) -> list[int]:
+        """The rows of ``rows`` not tokenised yet."""
+        return [int(i) for i in rows if self.tk.ids[int(i)] is None]
+
+    def fill(self, rows: Sequence[int] | np.ndarray) -> None:
+        """Tokenises the prefix groups of ``rows`` not tokenised yet (raising as `tokenise` does)."""
+        groups = sorted({int(self.tk.group_of[i]) for i in self.missing(rows)})
+        todo = [i for g in groups for i in self.members[g]]
+        if not todo:
+            return
+        got = tokenise(self.tokenizer, [self.given[i] for i in todo], limit=self.limit, overflow=self.overflow)
+        for j, i in enumerate(todo):
+            self.tk.prompts[i], self.tk.ids[i], self.tk.truncated[i] = got.prompts[j], got.ids[j], got.truncated[j]
 
 
 def _truncate_group(tok: Any, prompts: list[RenderedPrompt], ids: list[list[int]], members: list[int],

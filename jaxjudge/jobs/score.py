@@ -62,10 +62,12 @@ class ScoreJob(ExtractionJob):
             if not complete(gen_where, gen.full_key(rc)) and gen.rendered(rc) == list(rendered.prompts):
                 try:
                     out = extract(rc.judge, rendered.prompts, scale, rc.engine, store=where, key=key,
-                                  progress=rc.progress, generate_tokens=rc.max_new_tokens, claim_lease=rc.claim_lease)
+                                  progress=rc.progress, generate_tokens=rc.max_new_tokens, claim_lease=rc.claim_lease,
+                                  read_back=False)
                 except GenerationRoomError:
                     out = None
-                if out is not None and bool(np.all(out.generated_lengths >= 0)):
+                # The replies serve only when this pass computed every row (none came from the store).
+                if out is not None and len(out) == len(rendered.prompts) and bool(np.all(out.generated_lengths >= 0)):
                     texts, parsed, _ = parse_replies(
                         rc.judge, [r[:k] for r, k in zip(out.generated_ids, out.generated_lengths)], scale)
                     rc.replies[gen_where] = {"example_ids": np.asarray(out.example_ids),
@@ -73,5 +75,6 @@ class ScoreJob(ExtractionJob):
                                              "texts": np.asarray(texts)}
         if out is None:
             out = extract(rc.judge, rendered.prompts, scale, rc.engine, store=where, key=key, progress=rc.progress,
-                          claim_lease=rc.claim_lease)
-        return bool(out.computed_chunks), len(out)
+                          claim_lease=rc.claim_lease, read_back=False)
+        # The store is the result: no chunk is read back here (the report reads what it needs).
+        return bool(out.computed_chunks), len(rendered.prompts)

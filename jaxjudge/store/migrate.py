@@ -1,5 +1,6 @@
 """One-time migrations of a store's chunks, kept apart from `jaxjudge.store.chunked`'s reading and
-writing: sealing chunks written before chunks carried seals, and extending a store's key.
+writing: sealing chunks written before chunks carried seals, extending a store's key, and telling
+a store begun before an array existed from its chunks' names.
 
 `Migrations` is a base of `jaxjudge.store.chunked.Store`: its methods use the store's chunk
 readers and writers (``_read_raw``, ``_check_seal``, ``_write_sealed``), and this module imports
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,6 +25,16 @@ __all__ = ["Migrations"]
 
 class Migrations:
     """The one-time migrations of a store (a base of `jaxjudge.store.chunked.Store`)."""
+
+    def chunk_names(self, i: int) -> list[str]:
+        """The array names chunk ``i`` holds, from its archive's directory alone (no array read,
+        no seal checked): whether a store was begun before chunks carried an array."""
+        path = self.chunk_path(i)
+        try:
+            with path.open("rb") as f, zipfile.ZipFile(f) as z:
+                return [n.removesuffix(".npy") for n in z.namelist()]
+        except (OSError, zipfile.BadZipFile) as e:
+            raise StoreError(f"{path}: unreadable chunk {i} ({e}); {recompute_hint(self.root)}") from None
 
     def seal(self) -> dict[str, int]:
         """Seal this store's unsealed chunks (`jaxjudge.store.chunked.seal_store`): every chunk

@@ -68,6 +68,7 @@ def test_a_store_in_a_bucket_round_trips_and_publishes_each_chunk_once(gcs_bucke
         store.write_chunk(i, _chunk(i))
     assert store.completed_chunks() == [0, 2] and store.missing_chunks() == [1]
     assert store.has_chunk(0) and not store.has_chunk(1)
+    assert sorted(store.chunk_names(2)) == sorted([*_chunk(2), "@seal"])  # the archive's directory only
     with pytest.raises(StoreError, match=r"cannot load, 1 of 3 chunks missing"):
         store.load()
     # A second publication of chunk 0 (another worker's) leaves the first copy in place.

@@ -422,6 +422,24 @@ def test_empty_or_foreign_chunk_file_names_the_path(tmp_path):
         store.read_chunk(0)
 
 
+def test_chunk_names_read_the_archive_directory_only(tmp_path):
+    """`Store.chunk_names`: the arrays a chunk holds (its seal too), without reading or checking
+    them: a chunk whose arrays were altered still lists its names; an unreadable file names it."""
+    store = Store.open(tmp_path, KEY, n_chunks=N_CHUNKS)
+    store.write_chunk(0, chunk_arrays(0))
+    assert sorted(store.chunk_names(0)) == sorted([*chunk_arrays(0), "@seal"])
+    with np.load(store.chunk_path(0)) as z:
+        altered = {k: z[k] for k in z.files}
+    altered["logprobs"] = altered["logprobs"] + 1.0
+    np.savez(store.chunk_path(0), **altered)
+    assert sorted(store.chunk_names(0)) == sorted([*chunk_arrays(0), "@seal"])
+    with pytest.raises(StoreError, match="content does not match"):
+        store.read_chunk(0)
+    store.chunk_path(1).write_bytes(b"not a zip")
+    with pytest.raises(StoreError, match=r"000001\.npz: unreadable chunk 1"):
+        store.chunk_names(1)
+
+
 def _legacy_store(root: Path) -> Store:
     """A store as the code before seals wrote it: plain np.savez chunks."""
     store = Store.open(root, {**KEY, "n_examples": 23}, n_chunks=N_CHUNKS)
