@@ -18,7 +18,7 @@ __all__ = ["CACHE_VARIABLES", "keep_caches_in"]
 
 CACHE_VARIABLES = {
     "JAXJUDGE_XLA_CACHE": "xla",  # compiled XLA programs (`jaxjudge.cli.enable_compile_cache`)
-    "JAXJUDGE_CACHE": "converted",  # converted weights and the model-file digest memo (`jaxjudge.models.cache`)
+    "JAXJUDGE_CACHE": "converted",  # converted weights and the model-file digest memo (`jaxjudge.models.weights_cache`)
     "HF_HUB_CACHE": "huggingface",  # Hub downloads of a judge named by its id
     "MPLCONFIGDIR": "matplotlib",  # matplotlib's font list, written on its first use
 }

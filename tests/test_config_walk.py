@@ -276,13 +276,13 @@ def test_the_walk_can_fail():
     got = [(e.callee[1], how, n) for (e, how), n in hook.calls.items()]
     assert got == [("_Config.own", "own", 1), ("_Holder.__init__", "arg", 1), ("_Holder.use", "arg", 1),
                    ("_Holder.use", "self.cfg", 1)], got
-    top, down = ("jaxjudge.experiment.jobs", "f"), ("jaxjudge.engine.extract", "g")
+    top, down = ("jaxjudge.experiment.extractions", "f"), ("jaxjudge.engine.extract", "g")
     edges = [Edge(("jaxjudge.cli", "_run"), top), Edge(top, down), Edge(down, ("jaxjudge.experiment.plan", "h")),
              Edge(down, ("jaxjudge.experiment.plan", "i")), Edge(("jaxjudge.experiment.plan", "h"), top)]
     up, into, lines = measure(edges)
     assert [e.text() for e in up] == ["jaxjudge.engine.extract:g -> jaxjudge.experiment.plan:h",
                                       "jaxjudge.engine.extract:g -> jaxjudge.experiment.plan:i"]
     assert into == Counter({"experiment": 3, "engine": 1})
-    assert "via jaxjudge.cli:_run -> jaxjudge.experiment.jobs:f -> jaxjudge.engine.extract:g -> " \
+    assert "via jaxjudge.cli:_run -> jaxjudge.experiment.extractions:f -> jaxjudge.engine.extract:g -> " \
            "jaxjudge.experiment.plan:h" in lines[1]
     assert any(line.startswith("entry 3/3 into experiment") for line in lines)

@@ -337,7 +337,7 @@ def test_one_model_of_the_machine():
 MODELS_BY_JOB: dict[str, set[str]] = {
     "network": {"attention", "config", "config_reader", "decoder", "decoder_config", "kvcache", "layers",
                 "machine", "mesh_plan", "sharding", "splash"},
-    "checkpoints": {"cache", "convert", "gguf", "gguf_config", "gguf_file", "hf", "loading", "slices", "source",
+    "checkpoints": {"convert", "gguf", "gguf_config", "gguf_file", "hf", "loading", "slices", "source", "weights_cache",
                     "vision_language"},
     "text": {"tokenizer"},
     "front": {"__init__", "judge"},

@@ -24,7 +24,7 @@ random-number paraphrases. All of them walk their prompts with one loop
 
 from jaxjudge.engine import plan, runner, step, tokens
 from jaxjudge.engine.extract import GenerationRoomError, extract
-from jaxjudge.engine.extraction import Extraction
+from jaxjudge.engine.result import Extraction
 from jaxjudge.engine.generate import (
     contrastive_generate,
     contrastive_generate_scores,
@@ -32,7 +32,7 @@ from jaxjudge.engine.generate import (
     parse_replies,
     parse_score,
 )
-from jaxjudge.engine.keys import extraction_key
+from jaxjudge.engine.store_key import extraction_key
 from jaxjudge.engine.options import EngineOptions
 from jaxjudge.engine.nll import sequence_nll
 

@@ -53,9 +53,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxjudge.engine.extraction import ARRAY_FIELDS, Extraction
+from jaxjudge.engine.result import ARRAY_FIELDS, Extraction
 from jaxjudge.engine.feed import FedReader, feed_plan
-from jaxjudge.engine.keys import extraction_key, open_store
+from jaxjudge.engine.store_key import extraction_key, open_store
 from jaxjudge.engine.options import EngineOptions
 from jaxjudge.engine.plan import CandidatePlan, Chunk, candidate_plan, plan_chunks, resolve_candidates
 from jaxjudge.engine.runner import Progress

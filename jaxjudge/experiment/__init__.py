@@ -18,7 +18,7 @@ Entry points (the ``jaxjudge`` command calls them):
 
 from jaxjudge.experiment.checks import check_tokenizer, validate_config
 from jaxjudge.experiment.few_labels import FewLabelsConfig
-from jaxjudge.experiment.jobs import JobResult, job_store_path, load_tokenizer, run_extractions, upgrade_stores
+from jaxjudge.experiment.extractions import JobResult, job_store_path, load_tokenizer, run_extractions, upgrade_stores
 from jaxjudge.experiment.loader import load_config, pick_variant
 from jaxjudge.experiment.metadata import collect_metadata, command_line, portable_path, run_dir
 from jaxjudge.experiment.plan import RunPlan, extraction_plan, plan_run, resolve_spec

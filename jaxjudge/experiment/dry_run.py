@@ -19,7 +19,7 @@ import jax
 
 from jaxjudge.data.tasks import load_task_data
 from jaxjudge.experiment.hardware import model_header, model_shapes, prompt_lengths, step_for
-from jaxjudge.experiment.jobs import load_tokenizer
+from jaxjudge.experiment.extractions import load_tokenizer
 from jaxjudge.experiment.metadata import portable_path
 from jaxjudge.experiment.plan import RunPlan, plan_run
 from jaxjudge.experiment.schema import ConfigError, ExperimentConfig

@@ -9,7 +9,7 @@ The entry point is :func:`~jaxjudge.models.loading.load`::
 
 A source is a ``.gguf`` file, a Hugging Face folder (``config.json`` + safetensors +
 ``tokenizer.json``) or a Hub repo id (fetched only when online). The first load converts the
-weights and stores them in the Orbax cache (:mod:`jaxjudge.models.cache`); later loads of the
+weights and stores them in the Orbax cache (:mod:`jaxjudge.models.weights_cache`); later loads of the
 same content and dtype restore from there.
 
 The other public names are re-exported lazily from their modules, so importing one submodule
@@ -31,7 +31,7 @@ _EXPORTS = {
                "Phi3Config", "GemmaConfig", "Gemma2Config", "Gemma3TextConfig",
                "UnsupportedConfigError", "config_from_hf"),
     "sharding": ("make_mesh",),
-    "cache": ("clear_cache", "cache_root"),
+    "weights_cache": ("clear_cache", "cache_root"),
 }
 # name -> module it lives in.
 _LAZY = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -186,7 +186,7 @@ def source_sha256(source: str | os.PathLike, chunk: int = 1 << 20,
     """Content hash of a model source: a file's sha256, or for a folder the sha256 over
     (relative name, file sha256) of its config, tokenizer and safetensors files, sorted.
 
-    ``file_hash``: how one file is hashed (default: read it whole; `jaxjudge.models.cache`
+    ``file_hash``: how one file is hashed (default: read it whole; `jaxjudge.models.weights_cache`
     passes its memoised hash, so that a folder's shards are read once per version)."""
     path = Path(source)
 

@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import ml_dtypes
 
-from jaxjudge.models import cache as _cache
+from jaxjudge.models import weights_cache as _weights_cache
 from jaxjudge.models import gguf as _gguf
 from jaxjudge.models import hf as _hf
 from jaxjudge.models import sharding as _sharding
@@ -96,8 +96,8 @@ def load(
     start = time.perf_counter()
     if source is None:
         source = _gguf.default_model_path()
-    dname = _cache.dtype_name(dtype)
-    root = _cache.cache_root(cache_dir)
+    dname = _weights_cache.dtype_name(dtype)
+    root = _weights_cache.cache_root(cache_dir)
     memo = root if use_cache else None
     spmd = _sharding.spans_processes(mesh)
     if use_cache and jax.process_count() > 1:
@@ -105,7 +105,7 @@ def load(
     ident = _source.source_identity(source, memo_dir=memo, verify=verify)
     where = ident.path or ident.source
     _check_sha256(where, ident.sha256, expected_sha256)
-    key = _cache.cache_key(ident.digest, dname)
+    key = _weights_cache.cache_key(ident.digest, dname)
     hit, claim = (_lookup(root, key, mesh, spmd) if use_cache and not (verify and ident.sha256 is None)
                   else (None, None))
     if hit is not None:
@@ -125,7 +125,7 @@ def load(
     return judge
 
 
-def _restored(hit: _cache.CachedJudge, ident: _source.SourceIdentity, where: Any, expected: str | None,
+def _restored(hit: _weights_cache.CachedJudge, ident: _source.SourceIdentity, where: Any, expected: str | None,
               mesh: Any) -> Judge:
     """The judge a cache entry holds, its source's content hash checked: a local source's own; a
     remote source's the one recorded when the entry was converted from what keys it."""
@@ -142,7 +142,7 @@ def _save(root: Any, key: str, judge: Judge, hf_config: dict[str, Any], tokenize
     """Writes a converted judge's cache entry; a full or read-only disk costs the next load time,
     nothing else (a warning)."""
     try:
-        _cache.save_converted(root, key, model=judge.model, hf_config=hf_config, tokenizer=tokenizer,
+        _weights_cache.save_converted(root, key, model=judge.model, hf_config=hf_config, tokenizer=tokenizer,
                               chat_template=template, special_tokens=judge.special_tokens, source=judge.source,
                               sha256=judge.sha256, identity=identity, together=together)
     except OSError as e:
@@ -158,7 +158,7 @@ CLAIM_POLL_S = 1.0
 """How often a process waiting for another's conversion of a cache entry looks again."""
 
 
-def _lookup(root: Any, key: str, mesh: Any, spmd: bool) -> tuple[_cache.CachedJudge | None, Any]:
+def _lookup(root: Any, key: str, mesh: Any, spmd: bool) -> tuple[_weights_cache.CachedJudge | None, Any]:
     """The cache entry ``key``, or None and this process's claim to convert it.
 
     In a bucket, for a judge of this process's own (no mesh spanning processes), one process
@@ -168,9 +168,9 @@ def _lookup(root: Any, key: str, mesh: Any, spmd: bool) -> tuple[_cache.CachedJu
     plain look (every process of a spanning mesh looks together).
     """
     if spmd or not isinstance(root, BucketPath):
-        return _cache.load_converted(root, key, mesh=mesh, together=spmd), None
+        return _weights_cache.load_converted(root, key, mesh=mesh, together=spmd), None
     while True:
-        hit = _cache.load_converted(root, key, mesh=mesh)
+        hit = _weights_cache.load_converted(root, key, mesh=mesh)
         if hit is not None:
             return hit, None
         claim = claim_file(root / f".{key}.claim", (root / key / "meta.json").is_file, stale_after=CLAIM_STALE_S)
@@ -189,7 +189,7 @@ def _cache_shared(root: Any, spmd: bool) -> bool:
     if not spmd and isinstance(root, BucketPath):
         return True
     why = ("per-process judges (a mesh over every process's devices shares one entry)" if not spmd else
-           None if _cache.shared_by_all(root) else
+           None if _weights_cache.shared_by_all(root) else
            f"the cache folder {root} is not one folder every process sees (set $JAXJUDGE_CACHE to one)")
     if why is not None:
         warnings.warn(f"jaxjudge: the converted-parameter cache is not used under several processes: {why}; "

@@ -3,12 +3,12 @@
 A model source is a local GGUF file or Hugging Face folder, a ``gs://`` object (a GGUF file) or
 prefix (a Hugging Face folder), or a Hugging Face Hub repo id (``owner/name``, or
 ``owner/name@revision``). Its identity (`source_identity`) is what the cache key
-(`jaxjudge.models.cache.cache_key`) is made from, and it is found without reading the weights
+(`jaxjudge.models.weights_cache.cache_key`) is made from, and it is found without reading the weights
 wherever the source's keeper can say what it holds:
 
 - a local file or folder: its content sha256 (a GGUF file's, or a folder's over its config,
   tokenizer and safetensors files), each file's digest memoised
-  (`jaxjudge.models.cache.memo_file_sha256`): the key is the content hash, as it always was;
+  (`jaxjudge.models.weights_cache.memo_file_sha256`): the key is the content hash, as it always was;
 - ``gs://``: each object's name, generation and size, from the object listing. The service
   never gives other bytes the same name and generation, so an unchanged object hits the cache
   with none of its bytes read or hashed, and a rewritten one (a new generation) misses;
@@ -43,7 +43,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from jaxjudge.models import cache as _cache
+from jaxjudge.models import weights_cache as _weights_cache
 from jaxjudge.models import gguf as _gguf
 from jaxjudge.models import hf as _hf
 from jaxjudge.models.tokenizer import tokenizer_from_gguf_metadata
@@ -104,7 +104,7 @@ def source_identity(source: str | os.PathLike[str], memo_dir: str | os.PathLike[
             return hub
     if not path.is_file():
         path = _hf.resolve_source(text)  # a folder, or (offline) a repo id's snapshot in the Hub cache
-    sha = _cache.source_sha256(path, memo_dir, verify=verify)
+    sha = _weights_cache.source_sha256(path, memo_dir, verify=verify)
     return SourceIdentity(text, "local", sha, sha, path=path)
 
 
@@ -188,12 +188,12 @@ def source_header(source: str | os.PathLike[str], cache_dir: str | os.PathLike[s
     """A model's config, tokenizer, chat template and content hash, no tensor converted.
 
     A remote source with a converted entry in the cache (``cache_dir``, default
-    `jaxjudge.models.cache.cache_root`; either dtype) is answered from the entry's ``meta.json``
+    `jaxjudge.models.weights_cache.cache_root`; either dtype) is answered from the entry's ``meta.json``
     and ``tokenizer.json``, keyed by its identity: none of its bytes read or hashed. Otherwise
     (and under ``verify``) the source is read: a local one's files (its hash memoised), a remote
     one fetched (`local_copy`; kept by `keeping_copies` for the load that follows) and hashed.
     """
-    root = _cache.cache_root(cache_dir)
+    root = _weights_cache.cache_root(cache_dir)
     ident = source_identity(source, memo_dir=root, verify=verify)
     if not verify and ident.digest in _HEADERS:
         return _HEADERS[ident.digest]
@@ -208,20 +208,20 @@ def source_header(source: str | os.PathLike[str], cache_dir: str | os.PathLike[s
 def content_sha256(source: str | os.PathLike[str], memo_dir: str | os.PathLike[str] | None = None, *,
                    verify: bool = False) -> str | None:
     """A model source's content hash: a local one's (memoised in ``memo_dir`` unless ``verify``,
-    `jaxjudge.models.cache.source_sha256`), a remote one's from `source_header`."""
+    `jaxjudge.models.weights_cache.source_sha256`), a remote one's from `source_header`."""
     if is_remote(source):
         return source_header(source, verify=verify).sha256
-    return _cache.source_sha256(source, memo_dir, verify=verify)
+    return _weights_cache.source_sha256(source, memo_dir, verify=verify)
 
 
 def _cached_header(root: Any, digest: str) -> SourceHeader | None:
     """The header a converted entry of the identity ``digest`` records, or None."""
     for dtype in ("float32", "bfloat16"):
-        entry = root / _cache.cache_key(digest, dtype)
+        entry = root / _weights_cache.cache_key(digest, dtype)
         if not (entry / "meta.json").is_file():
             continue
         meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
-        if meta.get("format_version") == _cache.FORMAT_VERSION and (entry / "tokenizer.json").is_file():
+        if meta.get("format_version") == _weights_cache.FORMAT_VERSION and (entry / "tokenizer.json").is_file():
             tokenizer = Tokenizer.from_str((entry / "tokenizer.json").read_text(encoding="utf-8"))
             return SourceHeader(meta["hf_config"], tokenizer, meta.get("chat_template"), meta.get("sha256"))
     return None
@@ -261,7 +261,7 @@ def keeping_copies() -> Iterator[None]:
 def fetched_sha256(path: Path) -> str:
     """The content hash of a fetched copy: memoised beside the kept copies (`keeping_copies`),
     else hashed each time."""
-    return _cache.source_sha256(path, _KEPT[0] if _KEPT else None)
+    return _weights_cache.source_sha256(path, _KEPT[0] if _KEPT else None)
 
 
 @contextlib.contextmanager

@@ -185,7 +185,7 @@ def _flipped_copy_of_the_embedded_model(tmp_path) -> Path:
 def test_flipped_byte_model_is_refused_before_any_weights_load(tmp_path, monkeypatch):
     import jaxjudge.models as M
     from experiments.registry import SMOLLM2
-    from jaxjudge.experiment.jobs import run_extractions
+    from jaxjudge.experiment.extractions import run_extractions
 
     model = _flipped_copy_of_the_embedded_model(tmp_path)
     cfg = _cfg(tmp_path, models=(ModelSpec("smollm2-135m", str(model), SMOLLM2.sha256),), prompt_style="raw")

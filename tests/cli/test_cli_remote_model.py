@@ -31,7 +31,7 @@ import pytest
 
 from jaxjudge.experiment import ExperimentConfig, ModelSpec, TaskSpec, run_extractions
 from jaxjudge.experiment import specs
-from jaxjudge.models import cache as jc
+from jaxjudge.models import weights_cache as jc
 from jaxjudge.models import hf
 from jaxjudge.models import source as js
 from jaxjudge.report.stores import StoreModelMismatch, check_store_model

@@ -65,7 +65,7 @@ def tiny_config(tmp_path_factory, tiny_folder):
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory, tiny_folder):
     work = tmp_path_factory.mktemp("demo")
-    from jaxjudge.models.cache import source_sha256
+    from jaxjudge.models.weights_cache import source_sha256
 
     sha = source_sha256(tiny_folder, verify=True)
     proc = _cli("demo", "--ci", "--quiet", "--set", *_tiny_models(tiny_folder, sha), "--stores", str(work / "stores"),

@@ -38,7 +38,7 @@ def test_contrastive_generation_and_content_free_jobs_write_what_the_engine_give
     # The dry run and the run take one walk (`plan_run`): the stores the plan lists before anything
     # loads are the ones the run writes, in its order.
     import jaxjudge.experiment.dry_run as dry_run
-    import jaxjudge.experiment.jobs as jobs_mod
+    import jaxjudge.experiment.extractions as jobs_mod
     from jaxjudge.experiment import plan as plan_mod
 
     walks = []

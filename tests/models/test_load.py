@@ -23,7 +23,7 @@ from tokenizers import Tokenizer, models as tok_models, pre_tokenizers
 from tests.arrays import assert_same_array
 from jaxjudge.engine import calls
 import jaxjudge.models as jm
-from jaxjudge.models import cache as jc
+from jaxjudge.models import weights_cache as jc
 from jaxjudge.models import gguf as jg
 from jaxjudge.models.config import config_from_hf
 from jaxjudge.models.decoder import Decoder
@@ -435,7 +435,7 @@ def test_load_refuses_a_source_with_another_sha256_before_reading_weights(tmp_pa
 def test_a_folder_hash_reads_each_shard_once_per_version(tmp_path, monkeypatch):
     """A Hugging Face folder's shards are hashed through the memo: a second load reads none of
     them, an edited shard is read again, ``verify`` reads all; the digest is the plain one."""
-    from jaxjudge.models import cache as cache_mod  # noqa: PLC0415
+    from jaxjudge.models import weights_cache as cache_mod  # noqa: PLC0415
     from jaxjudge.models import hf as hf_mod  # noqa: PLC0415
 
     folder = tmp_path / "judge"

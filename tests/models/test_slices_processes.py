@@ -49,13 +49,13 @@ def refused(*a, **k):
 hf.read_safetensors = refused
 
 # Count the files hashed in full (the memo skips the ones it knows).
-from jaxjudge.models import cache
+from jaxjudge.models import weights_cache
 hashed = [0]
-plain_hash = cache.file_sha256
+plain_hash = weights_cache.file_sha256
 def counted_hash(*a, **k):
     hashed[0] += 1
     return plain_hash(*a, **k)
-cache.file_sha256 = counted_hash
+weights_cache.file_sha256 = counted_hash
 
 from flax import nnx
 whole = dict(np.load({reference!r}))

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from jaxjudge import models as jm
-from jaxjudge.models import cache as jc
+from jaxjudge.models import weights_cache as jc
 from jaxjudge.models import hf
 from jaxjudge.models import loading
 from jaxjudge.models import source as js

@@ -355,7 +355,7 @@ def test_store_extracted_under_another_config_is_refused_naming_the_field(tmp_pa
 
 
 def test_upgrade_gives_older_stores_the_setup_after_checking_their_keys(tmp_path):
-    from jaxjudge.experiment.jobs import upgrade_stores
+    from jaxjudge.experiment.extractions import upgrade_stores
 
     cfg = _cfg(tmp_path, scales=("1-5",), methods=("vanilla", "deb_r"), engine={"context_length": 2048})
     arrays = _synthetic_cells(cfg)

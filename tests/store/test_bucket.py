@@ -191,7 +191,7 @@ def test_a_judge_converted_on_a_mesh_is_cached_in_the_bucket_and_loaded_again_wi
 
     monkeypatch.setattr(gguf, "load_gguf", refuse)
     monkeypatch.setattr(keys, "file_sha256", refuse)
-    monkeypatch.setattr("jaxjudge.models.cache.file_sha256", refuse)
+    monkeypatch.setattr("jaxjudge.models.weights_cache.file_sha256", refuse)
     second = jm.load(tiny_gguf, cache_dir=cache, mesh=mesh)
     a, b = nnx.to_pure_dict(first.state), nnx.to_pure_dict(second.state)
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):

@@ -33,7 +33,7 @@ from jaxjudge.experiment.plan import RunPlan, extraction_plan, plan_run, resolve
 from jaxjudge.experiment.schema import ConfigError, ExperimentConfig, engine_options, resolve_model_path
 from jaxjudge.engine import EngineOptions
 from jaxjudge.jobs import CONTENT_FREE, GENERATE_CHUNK_ROWS, ExtractionJob, RunContext
-from jaxjudge.models.cache import cache_root
+from jaxjudge.models.weights_cache import cache_root
 from jaxjudge.models.gguf import gguf_metadata
 from jaxjudge.models.hf import read_config, read_tokenizer, resolve_source
 from jaxjudge.models.source import content_sha256, is_remote, keeping_copies, source_header
