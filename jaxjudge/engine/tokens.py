@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from jaxjudge.prompts import ContextOverflowError, RenderedPrompt, as_tokenizer, truncate_text
+from jaxjudge.prompts.render import token_bound
 
 __all__ = ["TOKENISED", "RowsOnDemand", "TokeniseCount", "Tokenised", "check_prompts", "group_keys", "nll_token_span",
            "positive_int", "tokenise"]
@@ -159,8 +160,9 @@ def tokenise(
 class RowsOnDemand:
     """A `Tokenised` of every prompt whose rows are tokenised when asked for: where chunks are
     claimed (several processes, each with its own work), a process tokenises the chunks it
-    computes and nothing else. Rows go in whole prefix groups, each group tokenised alone, so
-    a group the overflow policy cuts gets the one cut `tokenise` over every prompt gives it.
+    computes and nothing else. A row goes alone where no prompt of its prefix group can exceed
+    the limit (`token_bound`, no tokens needed), else with its whole group, so that a group the
+    overflow policy cuts gets the one cut `tokenise` over every prompt gives it.
 
     Attributes:
         tk: the prompts (the cut ones once tokenised), with ``ids[i]`` None until row ``i`` is.
@@ -175,17 +177,29 @@ class RowsOnDemand:
             self.members.setdefault(g, []).append(i)
         self.tk = Tokenised(list(self.given), [None] * len(self.given),  # type: ignore[list-item]
                             np.asarray([p.truncated_tokens > 0 for p in self.given], bool), group_of)
+        self._may_cut: dict[int, bool] = {}
 
     def missing(self, rows: Sequence[int] | np.ndarray) -> list[int]:
         """The rows of ``rows`` not tokenised yet."""
         return [int(i) for i in rows if self.tk.ids[int(i)] is None]
 
+    def may_cut(self, group: int) -> bool:
+        """Whether a prompt of prefix group ``group`` may exceed the limit (by `token_bound`)."""
+        if group not in self._may_cut:
+            members = [self.given[i] for i in self.members[group]]
+            bound = token_bound(self.tokenizer, [p.text for p in members],
+                                add_special_tokens=members[0].add_special_tokens)
+            self._may_cut[group] = max(bound) > self.limit
+        return self._may_cut[group]
+
     def fill(self, rows: Sequence[int] | np.ndarray) -> None:
-        """Tokenises the prefix groups of ``rows`` not tokenised yet (raising as `tokenise` does)."""
-        groups = sorted({int(self.tk.group_of[i]) for i in self.missing(rows)})
-        todo = [i for g in groups for i in self.members[g]]
-        if not todo:
+        """Tokenises the rows of ``rows`` not tokenised yet, with the whole prefix group of any
+        that may be cut (raising as `tokenise` does)."""
+        alone = self.missing(rows)
+        if not alone:
             return
+        whole = {i for g in {int(self.tk.group_of[i]) for i in alone} if self.may_cut(g) for i in self.members[g]}
+        todo = sorted(set(alone) | whole)
         got = tokenise(self.tokenizer, [self.given[i] for i in todo], limit=self.limit, overflow=self.overflow)
         for j, i in enumerate(todo):
             self.tk.prompts[i], self.tk.ids[i], self.tk.truncated[i] = got.prompts[j], got.ids[j], got.truncated[j]

@@ -23,7 +23,9 @@ program over two processes, not the judge's numbers.
 Slow: three fresh interpreters each load the judge and compile their programs.
 
 A second test runs the ``mesh="auto"`` planner's prompt lengths over two processes (no judge
-loaded): each tokenises the texts of its own rows only, and both plan what one process plans.
+loaded): each tokenises the texts of its own rows only, and both plan what one process plans. A
+third runs ``mesh="auto"`` on CPU devices, where it plans no mesh and two processes share every
+job's chunks by claim: each tokenises and reads only what it computes or reports.
 """
 
 from __future__ import annotations
@@ -264,7 +266,14 @@ def test_two_processes_on_a_bucket_equal_one_on_disk(tmp_path, coordinator, tiny
     assert second == [] and sorted(first) == sorted(alone) and alone, (alone, first)
 
     # 6 test rows in chunks of 2: three chunks in the score store.
-    a, b = _arrays(one / "stores"), _arrays(stores)
+    _same_runs(one / "stores", one / "results", stores, results)
+
+
+def _same_runs(stores_a, results_a, stores_b, results_b) -> None:
+    """Two runs' stores equal within `STORE_ATOL` (labels and ids exactly) and their one
+    results.json each within `REPORT_ATOL` (regenerate.py's comparison); the largest differences
+    printed."""
+    a, b = _arrays(stores_a), _arrays(stores_b)
     assert a.keys() == b.keys() and len(a) > 0
     worst = 0.0
     for k in a:
@@ -276,13 +285,61 @@ def test_two_processes_on_a_bucket_equal_one_on_disk(tmp_path, coordinator, tiny
             worst = max(worst, float(np.abs(a[k][both] - b[k][both]).max(initial=0.0)))
         else:
             np.testing.assert_array_equal(b[k], a[k], err_msg=k)
-    assert len(list(results.rglob("results.json"))) == 1
-    ra = json.loads(next((one / "results").rglob("results.json")).read_text())
-    rb = json.loads(next(results.rglob("results.json")).read_text())
+    assert len(list(results_b.rglob("results.json"))) == 1
+    ra = json.loads(next(results_a.rglob("results.json")).read_text())
+    rb = json.loads(next(results_b.rglob("results.json")).read_text())
     # Labels exactly, numbers within the float32 tolerance: regenerate.py's comparison.
     assert [d for part in COMPARED for d in compare(ra.get(part), rb.get(part), REPORT_ATOL, part)] == []
     print(f"largest difference: stores {worst:.2e}, results.json "
           f"{max(_worst(ra.get(part), rb.get(part)) for part in COMPARED):.2e}")
+
+
+@pytest.mark.slow
+def test_auto_on_cpu_processes_tokenise_and_read_only_their_own_chunks(tmp_path, coordinator, tiny_gguf):
+    """``mesh="auto"`` on CPU devices plans no mesh: two processes share the chunks of every job
+    by claim (one store folder). Each tokenises only the rows of the chunks it computes (counted:
+    the rows the two tokenised, added up, are the rows one process tokenises, none more often),
+    process 1 reads no chunk and process 0 only the report's (the one process's reads),
+    and the stores and report equal one process's. Methods without generation, whose pass one
+    process decodes from the score pass and two processes run apart."""
+    from collections import Counter
+
+    config = _experiment(tmp_path, tiny_gguf, "auto", "auto", methods=("vanilla", "contextual", "deb_r"))
+    (tmp_path / "counted.py").write_text(COUNTED)
+
+    def launch(tag: str, *flags: str) -> subprocess.Popen:
+        runs = "one" if tag == "one" else "two"
+        return subprocess.Popen([sys.executable, str(tmp_path / "counted.py"), str(tmp_path / f"{tag}.json"), "sweep",
+                                 str(config), "--quiet", "--stores", str(tmp_path / runs / "stores"), "--results",
+                                 str(tmp_path / runs / "results"), "--run", "r", *flags],
+                                cwd=tmp_path, env=_env(tmp_path, tag), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+
+    procs = [launch("one"), *(launch(f"p{i}", "--coordinator", coordinator, "--num-processes", "2",
+                                     "--process-id", str(i)) for i in range(2))]
+    try:
+        outs = [p.communicate(timeout=900) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    for i, (out, _) in enumerate(outs[1:]):
+        plan = [line for line in out.splitlines() if line.startswith("plan:")]
+        assert plan and f"process {i} of 2" in plan[0] and "by claim" in plan[0], out[-2000:]
+    one, *each = (json.loads((tmp_path / f"{tag}.json").read_text()) for tag in ("one", "p0", "p1"))
+    every = Counter(e for call in one["engine"] for e in call)
+    mine = [Counter(e for call in run["engine"] for e in call) for run in each]
+    assert mine[0] + mine[1] == every, (every, mine)
+    assert mine[0].total() > 0 and mine[1].total() > 0
+    assert each[1]["reads"] == [] and sorted(each[0]["reads"]) == sorted(one["reads"]) and one["reads"]
+    print(f"rows tokenised: one process {every.total()}, two processes {mine[0].total()} and {mine[1].total()}; "
+          f"chunks read: one process {len(one['reads'])}, two processes {len(each[0]['reads'])} and "
+          f"{len(each[1]['reads'])}")
+    _same_runs(tmp_path / "one" / "stores", tmp_path / "one" / "results", tmp_path / "two" / "stores",
+               tmp_path / "two" / "results")
 
 
 def test_auto_mesh_planner_tokenises_each_process_rows_only(tmp_path, coordinator, tiny_gguf):

@@ -10,6 +10,7 @@ import pytest
 
 from jaxjudge.engine.feed import block_rows, feed_plan, split_chunk
 from jaxjudge.engine.plan import plan_chunks
+from jaxjudge.engine.tokens import TOKENISED, RowsOnDemand, tokenise
 from jaxjudge.models.sharding import DataBlocks, make_mesh
 from test_engine import byte_tokenizer, make_prompts
 
@@ -59,3 +60,30 @@ def test_a_batch_placed_from_its_blocks_equals_the_whole_batch_placed():
         np.testing.assert_array_equal(blocks.read(jax.numpy.asarray(x) * 2, b), 2 * x[3 * b:3 * (b + 1)])
     with pytest.raises(ValueError, match=r"block 1 has shape \(2, 5\), expected \(3, 5\)"):
         blocks.place({0: x[:3], 1: x[3:5], 2: x[6:9], 3: x[9:12]}, 3)
+
+
+@pytest.mark.parametrize("cut", [False, True])
+def test_rows_on_demand_equal_every_prompt_tokenised_at_once(cut):
+    """`RowsOnDemand` (per-process mode: a chunk's rows tokenised when it is taken), filled chunk
+    by chunk, gives every row the ids, text and cut of `tokenise` over all prompts, each row
+    tokenised once. Groups of five in chunks of two: at a limit no prompt can reach, each chunk's
+    rows alone (the first fill tokenises 2 rows); at one that cuts every group, whole groups (the
+    first fill tokenises the 5 of its group), so a group split over chunks keeps its one cut."""
+    tok, prompts = byte_tokenizer(), make_prompts(n_groups=3, per_group=5, doc_words=30)
+    longest = max(len(tok.encode(p.text).ids) for p in prompts)
+    limit = longest - 40 if cut else 4 * longest  # the byte bound of the longest, with room to spare
+    want = tokenise(tok, prompts, limit=limit, overflow="truncate")
+    assert any(p.truncated_tokens for p in want.prompts) == cut
+    rows = RowsOnDemand(tok, prompts, limit=limit, overflow="truncate")
+    chunks = plan_chunks(rows.tk.group_of, 2)
+    before = TOKENISED.rows
+    for ch in chunks:
+        rows.fill(ch.members)
+        assert not rows.missing(ch.members)
+    assert rows.tk.ids == want.ids and rows.tk.prompts == want.prompts
+    assert rows.tk.truncated.tolist() == want.truncated.tolist()
+    assert TOKENISED.rows - before == len(prompts)  # every row once, none twice
+    first = RowsOnDemand(tok, prompts, limit=limit, overflow="truncate")
+    first.fill(chunks[0].members)
+    done = len(prompts) - len(first.missing(range(len(prompts))))
+    assert done == (5 if cut else len(chunks[0].members)), done
