@@ -31,6 +31,7 @@ from typing import Any, Literal
 from jaxjudge.experiment.confirmation import Confirmation
 from jaxjudge.experiment.endpoint import Endpoint
 from jaxjudge.experiment.hardware import check_mesh
+from jaxjudge.jobs.spec import model_named, partner_of, task_named
 from jaxjudge.store.location import LocationError
 from jaxjudge.store.location import check_location as _check_location
 from jaxjudge.experiment.specs import (
@@ -357,29 +358,17 @@ class ExperimentConfig(Typed):
         return tuple(m.name for m in self.models if m.name not in assistants_only)
 
     def model(self, name: str) -> ModelSpec:
-        for m in self.models:
-            if m.name == name:
-                return m
-        raise ConfigError(f"config {self.name!r}: no model named {name!r} (models: {[m.name for m in self.models]})")
+        return model_named(self.models, name, self.name, ConfigError)
 
     def assistant_of(self, judge: str) -> str | None:
-        for main, asst in self.pairs:
-            if main == judge:
-                return asst
-        return None
+        return partner_of(self.pairs, judge)
 
     def control_of(self, judge: str) -> str | None:
         """The judge's other-family assistant in ``control_pairs`` (None if it has none)."""
-        for main, asst in self.control_pairs:
-            if main == judge:
-                return asst
-        return None
+        return partner_of(self.control_pairs, judge)
 
     def task(self, name: str) -> TaskSpec:
-        for t in self.tasks:
-            if t.task == name:
-                return t
-        raise ConfigError(f"config {self.name!r}: no task {name!r}")
+        return task_named(self.tasks, name, self.name, ConfigError)
 
 
 def config_from_dict(d: Mapping[str, Any]) -> ExperimentConfig:

@@ -11,11 +11,11 @@ both import. A config itself still serves wherever a `RunSpec` is read (a notebo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RunSpec", "SPEC_FIELDS"]
+__all__ = ["RunSpec", "SPEC_FIELDS", "model_named", "partner_of", "task_named"]
 
 
 @dataclass(frozen=True)
@@ -79,25 +79,42 @@ class RunSpec:
 
     def model(self, name: str) -> Any:
         """The model entry (`ModelSpec`) named ``name``."""
-        for m in self.models:
-            if m.name == name:
-                return m
-        raise KeyError(f"config {self.name!r}: no model named {name!r} (models: {[m.name for m in self.models]})")
+        return model_named(self.models, name, self.name)
 
     def task(self, name: str) -> Any:
         """The task entry (`TaskSpec`) named ``name``."""
-        for t in self.tasks:
-            if t.task == name:
-                return t
-        raise KeyError(f"config {self.name!r}: no task {name!r}")
+        return task_named(self.tasks, name, self.name)
 
     def assistant_of(self, judge: str) -> str | None:
         """The judge's assistant in ``pairs`` (None if it has none)."""
-        return next((a for m, a in self.pairs if m == judge), None)
+        return partner_of(self.pairs, judge)
 
     def control_of(self, judge: str) -> str | None:
         """The judge's other-family assistant in ``control_pairs`` (None if it has none)."""
-        return next((a for m, a in self.control_pairs if m == judge), None)
+        return partner_of(self.control_pairs, judge)
+
+
+def model_named(models: Sequence[Any], name: str, config: str, error: type[Exception] = KeyError) -> Any:
+    """The entry of ``models`` named ``name``; ``error`` naming config ``config`` and its models
+    otherwise. The one lookup of a `RunSpec` and of an `ExperimentConfig` (which raises its
+    ConfigError)."""
+    for m in models:
+        if m.name == name:
+            return m
+    raise error(f"config {config!r}: no model named {name!r} (models: {[m.name for m in models]})")
+
+
+def task_named(tasks: Sequence[Any], name: str, config: str, error: type[Exception] = KeyError) -> Any:
+    """The entry of ``tasks`` for task ``name``; ``error`` naming config ``config`` otherwise."""
+    for t in tasks:
+        if t.task == name:
+            return t
+    raise error(f"config {config!r}: no task {name!r}")
+
+
+def partner_of(pairs: Sequence[tuple[str, str]], judge: str) -> str | None:
+    """The model ``pairs`` pairs with ``judge`` (the first; None if none)."""
+    return next((a for m, a in pairs if m == judge), None)
 
 
 SPEC_FIELDS: tuple[str, ...] = tuple(
