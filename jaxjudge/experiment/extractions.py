@@ -35,10 +35,9 @@ from jaxjudge.engine import EngineOptions
 from jaxjudge.jobs import CONTENT_FREE, GENERATE_CHUNK_ROWS, ExtractionJob, RunContext
 from jaxjudge.models.weights_cache import cache_root
 from jaxjudge.models.gguf import gguf_metadata
-from jaxjudge.models.hf import read_config, read_tokenizer, resolve_source
-from jaxjudge.models.source import content_sha256, is_remote, keeping_copies, source_header
+from jaxjudge.models.hf import read_config, resolve_source
+from jaxjudge.models.source import content_sha256, is_remote, keeping_copies, local_tokenizer, source_header
 from jaxjudge.models.splash import require_tpu
-from jaxjudge.models.tokenizer import tokenizer_from_gguf_metadata
 from jaxjudge.prompts import as_tokenizer, chat_format
 from jaxjudge.report.stores import check_store_model, key_mismatches
 from jaxjudge.store import Store
@@ -65,12 +64,7 @@ def load_tokenizer(path: str | os.PathLike) -> tuple[Any, str | None]:
         header = source_header(path)
         return header.tokenizer, header.chat_template
     path = Path(path)
-    if path.suffix == ".gguf":
-        meta = gguf_metadata(path)
-        return tokenizer_from_gguf_metadata(meta, source=str(path)), meta.get("tokenizer.chat_template")
-
-    tok, template, _ = read_tokenizer(resolve_source(path))
-    return tok, template
+    return local_tokenizer(path if path.suffix == ".gguf" else resolve_source(path))
 
 
 def job_store_path(root: str | os.PathLike, job: ExtractionJob) -> Path:

@@ -51,7 +51,7 @@ from jaxjudge.store.bucket import BucketPath
 from jaxjudge.store.location import is_bucket, location
 
 __all__ = ["SourceHeader", "SourceIdentity", "bucket_identity", "content_sha256", "fetched_sha256", "hub_identity",
-           "is_remote", "keeping_copies", "local_copy", "source_header", "source_identity"]
+           "is_remote", "keeping_copies", "local_copy", "local_tokenizer", "source_header", "source_identity"]
 
 
 @dataclass(frozen=True)
@@ -229,13 +229,18 @@ def _cached_header(root: Any, digest: str) -> SourceHeader | None:
 
 def _read_header(path: Path) -> tuple[dict[str, Any], Any, str | None]:
     """A local GGUF file's or Hugging Face folder's config, tokenizer and chat template."""
+    config = _gguf.gguf_shape_config(path) if path.is_file() else _hf.read_config(path)
+    return (config, *local_tokenizer(path))
+
+
+def local_tokenizer(path: Path) -> tuple[Any, str | None]:
+    """A local GGUF file's or Hugging Face folder's tokenizer and chat template (no weights read)."""
     if path.is_file():
         meta = _gguf.gguf_metadata(path)
         template = meta.get("tokenizer.chat_template")
-        return (_gguf.gguf_shape_config(path), tokenizer_from_gguf_metadata(meta, source=str(path)),
-                template if isinstance(template, str) else None)
+        return tokenizer_from_gguf_metadata(meta, source=str(path)), template if isinstance(template, str) else None
     tokenizer, template, _ = _hf.read_tokenizer(path)
-    return _hf.read_config(path), tokenizer, template
+    return tokenizer, template
 
 
 _KEPT: list[Path] = []
