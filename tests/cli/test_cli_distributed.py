@@ -44,6 +44,7 @@ import pytest
 from experiments.regenerate import COMPARED, compare
 from jaxjudge.experiment import ExperimentConfig, TaskSpec, config_to_dict
 
+from tests.processes import finish
 from tests.xla_flags import xla_flags
 
 REPO = Path(__file__).resolve().parents[2]
@@ -226,17 +227,8 @@ def test_two_processes_on_a_bucket_equal_one_on_disk(tmp_path, coordinator, tiny
                                                   JAXJUDGE_DATA_DIR=f"{gcs_bucket}/data"),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i, where in enumerate(folders)]
-    try:
-        run, *outs = [p.communicate(timeout=900) for p in (alone, *procs)]
-    finally:
-        for p in (alone, *procs):
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    assert alone.returncode == 0, run[1][-3000:]
+    run, *outs = finish([alone, *procs], 900)
     assert "plan: process 0 of 1" in run[0]
-    for p, (out, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-3000:]
     for i, (out, _) in enumerate(outs):
         plan = [line for line in out.splitlines() if line.startswith("plan:")]
         assert plan and f"process {i} of 2" in plan[0] and "3 devices [cpu:" in plan[0], out[-2000:]
@@ -315,17 +307,8 @@ def test_auto_on_cpu_processes_tokenise_and_read_only_their_own_chunks(tmp_path,
                                 cwd=tmp_path, env=_env(tmp_path, tag), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
 
-    procs = [launch("one"), *(launch(f"p{i}", "--coordinator", coordinator, "--num-processes", "2",
-                                     "--process-id", str(i)) for i in range(2))]
-    try:
-        outs = [p.communicate(timeout=900) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for p, (_, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-3000:]
+    outs = finish([launch("one"), *(launch(f"p{i}", "--coordinator", coordinator, "--num-processes", "2",
+                                           "--process-id", str(i)) for i in range(2))], 900)
     for i, (out, _) in enumerate(outs[1:]):
         plan = [line for line in out.splitlines() if line.startswith("plan:")]
         assert plan and f"process {i} of 2" in plan[0] and "by claim" in plan[0], out[-2000:]
@@ -357,16 +340,7 @@ def test_auto_mesh_planner_tokenises_each_process_rows_only(tmp_path, coordinato
                                  str(config), *flags], cwd=tmp_path, env=_env(tmp_path, tag, devices),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    procs = [launch("one", 6), *(launch(f"p{i}", 3, coordinator, "2", str(i)) for i in range(2))]
-    try:
-        outs = [p.communicate(timeout=300) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for p, (_, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-3000:]
+    finish([launch("one", 6), *(launch(f"p{i}", 3, coordinator, "2", str(i)) for i in range(2))], 300)
     one, *each = (json.loads((tmp_path / f"{tag}.json").read_text()) for tag in ("one", "p0", "p1"))
     assert each[0]["lengths"] == each[1]["lengths"] == one["lengths"] and one["lengths"]
     assert each[0]["plan"] == each[1]["plan"] == one["plan"], (one["plan"], each[0]["plan"])

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from tests.cli.test_cli_distributed import _arrays, _env, _experiment
+from tests.processes import finish
 
 pytestmark = pytest.mark.alone
 STORE_ATOL = 1e-4
@@ -93,14 +94,12 @@ def test_a_killed_process_ends_the_run_in_one_line_and_a_restart_finishes_it(tmp
         again = [_start(tmp_path, f"p{i}", 3, stores, tmp_path / f"again-{i}", 0, *launch(i)) for i in range(2)]
         alone = _start(tmp_path, "one", 6, tmp_path / "alone", tmp_path / "alone-writes", 0)
         procs = [*again, alone]
-        outs = [p.communicate(timeout=900) for p in procs]
-    finally:
+        finish(procs, 900)
+    finally:  # the first run's processes, where a step before the second run failed
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    for p, (_, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-3000:]
     recomputed = sorted(_written(tmp_path / "again-0"))
     print(f"{where}: survivor exited {first[0].returncode} after {took:.1f} s; published before the kill {published}, "
           f"computed on restart {recomputed}")
