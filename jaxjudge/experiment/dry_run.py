@@ -23,9 +23,10 @@ from jaxjudge.experiment.extractions import load_tokenizer
 from jaxjudge.experiment.metadata import portable_path
 from jaxjudge.experiment.plan import RunPlan, plan_run
 from jaxjudge.experiment.schema import ConfigError, ExperimentConfig
+from jaxjudge.models.config import config_from_hf
 from jaxjudge.models.machine import GIB, ChipMemory, chip_memory, usable_memory
 from jaxjudge.models.mesh_plan import MeshPlanError, plan_mesh
-from jaxjudge.models.source import is_remote
+from jaxjudge.models.source import is_remote, source_outline
 from jaxjudge.models.tokenizer import tokenizer_from_gguf_metadata
 from jaxjudge.store import Store
 
@@ -65,7 +66,10 @@ class Launch:
 
 
 def _shown(path: Path) -> str:
-    """A model file's path as printed: under the home folder with ``~``, else `portable_path`'s."""
+    """A model file's path as printed: under the home folder with ``~``, else `portable_path`'s;
+    a remote source as named (a ``gs://`` URL, a Hub repo id)."""
+    if is_remote(path):
+        return str(path)
     try:
         return str(Path("~") / Path(path).resolve().relative_to(Path.home().resolve()))
     except ValueError:
@@ -140,12 +144,17 @@ def _judges(cfg: ExperimentConfig, rp: RunPlan,
     in tokens; a line per judge (and per absent file or unreadable data) added to ``out``."""
     paths = rp.paths
     shapes: dict[str, Any] = {}
+    outlines = {}  # a remote judge's header, from the fewest of its bytes (no checkpoint fetched)
     for m, path in paths.items():
         if not path.exists():
             out.append(f"model {m}: {_shown(path)} is absent (its bytes cannot be planned; extract would "
                        "stop here)")
             continue
-        shapes[m] = model_shapes(path)
+        if is_remote(path):
+            outlines[path] = source_outline(path)
+            shapes[m] = config_from_hf(outlines[path].hf_config)
+        else:
+            shapes[m] = model_shapes(path)
         out.append(f"model {m}: {_shown(path)} ({shapes[m].model_type}, "
                    f"{shapes[m].num_params() / 1e9:.3f} B parameters, {cfg.dtype})")
     data: dict[str, Any] = {}
@@ -155,8 +164,10 @@ def _judges(cfg: ExperimentConfig, rp: RunPlan,
         except (FileNotFoundError, OSError, ValueError) as e:
             out.append(f"data {t.task}: not readable ({str(e).splitlines()[0]})")
 
-    def tokenizer(path: Path) -> Any:  # a GGUF's from the header already read for its shapes
-        if path.suffix == ".gguf" and not is_remote(path):
+    def tokenizer(path: Path) -> Any:  # from the header already read for its shapes
+        if path in outlines:
+            return outlines[path].tokenizer
+        if path.suffix == ".gguf":
             return tokenizer_from_gguf_metadata(model_header(path)[1], source=str(path))
         return load_tokenizer(path)[0]
 

@@ -36,7 +36,8 @@ from jaxjudge.jobs import CONTENT_FREE, GENERATE_CHUNK_ROWS, ExtractionJob, RunC
 from jaxjudge.models.weights_cache import cache_root
 from jaxjudge.models.gguf import gguf_metadata
 from jaxjudge.models.hf import read_config, resolve_source
-from jaxjudge.models.source import content_sha256, is_remote, keeping_copies, local_tokenizer, source_header
+from jaxjudge.models.source import (content_sha256, is_remote, keeping_copies, local_tokenizer, source_header,
+                                    source_outline)
 from jaxjudge.models.splash import require_tpu
 from jaxjudge.prompts import as_tokenizer, chat_format
 from jaxjudge.report.stores import check_store_model, key_mismatches
@@ -228,8 +229,11 @@ def _check_models(cfg: ExperimentConfig, paths: dict[str, Path], companions: dic
 
 
 def _default_context_length(path: Path) -> int | None:
-    """The model file's own context length, read from its metadata (no weights)."""
-    if path.suffix == ".gguf":
+    """The model file's own context length, read from its metadata (no weights; a remote
+    source's from its header alone, `jaxjudge.models.source.source_outline`)."""
+    if is_remote(path):
+        value = source_outline(path).hf_config.get("max_position_embeddings")
+    elif path.suffix == ".gguf":
         meta = gguf_metadata(path)
         value = meta.get(f"{meta.get('general.architecture')}.context_length")
     else:
@@ -291,7 +295,7 @@ def upgrade_stores(
             if ctx is None:
                 if job.model not in contexts:
                     path = resolve_model_path(cfg.model(job.model))
-                    if not path.is_file():
+                    if not path.exists():
                         raise ConfigError(f"store {where}: the model file {path} is needed to check its context "
                                             "length (the config sets none)")
                     contexts[job.model] = _default_context_length(path)

@@ -341,12 +341,13 @@ def _hf_shape(tensor: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in reversed(tensor.shape.tolist()))
 
 
-def gguf_shape_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+def gguf_shape_config(path: str | os.PathLike[str], reader: GGUFFile | None = None) -> dict[str, Any]:
     """The ``config.json``-shaped dict of a GGUF file from its metadata and tensor shapes alone
     (no tensor data read): enough for the parameters' shapes, not for rotary scaling factors
-    stored as a tensor."""
-    path = Path(path)
-    reader = _open(path)
+    stored as a tensor. ``reader``: the file's header already read (`GGUFFile.from_head`)."""
+    if reader is None:
+        path = Path(path)
+        reader = _open(path)
     return hf_config_from_gguf(read_metadata(reader, path), {t.name: _hf_shape(t) for t in reader.tensors}, path)
 
 

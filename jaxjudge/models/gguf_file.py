@@ -56,6 +56,11 @@ _ELEMENT_TYPES = {
 }
 
 
+class TruncatedHeader(GGUFFormatError):
+    """The bytes given end inside the header (a whole file: it is truncated; a file's first
+    bytes, `GGUFFile.from_head`: more of them are needed)."""
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     """One entry of the tensor table.
@@ -117,6 +122,7 @@ class GGUFFile:
         if not self.path.is_file():
             raise FileNotFoundError(f"GGUF file not found: {self.path}")
         self._map: np.memmap | None = None
+        self._head_only = False
         with open(self.path, "rb") as f:
             size = f.seek(0, 2)
             if size < 24:
@@ -126,8 +132,29 @@ class GGUFFile:
             buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         self._parse(memoryview(buf), size)
 
+    @classmethod
+    def from_head(cls, head: bytes, size: int, name: str) -> GGUFFile:
+        """The header read from a file's first bytes ``head``, the whole file being ``size``
+        bytes (a bucket object read in part); ``name`` names it in errors. No tensor's `data`
+        can be read from it.
+
+        Raises:
+          TruncatedHeader: ``head`` ends inside the header (read more of the file).
+          GGUFFormatError, UnsupportedGGUFError: as the constructor.
+        """
+        self = cls.__new__(cls)
+        self.path, self._map, self._head_only = name, None, True  # a URL: not a local Path
+        if len(head) < min(24, size):
+            raise TruncatedHeader(f"{name}: the first {len(head)} bytes end inside the header")
+        if size < 24:
+            raise GGUFFormatError(f"{name}: not a readable GGUF file ({size} bytes: truncated?)")
+        self._parse(memoryview(head), size)
+        return self
+
     def memmap(self) -> np.memmap:
         """The whole file as bytes, mapped read-only (opened on first use)."""
+        if self._head_only:
+            raise GGUFFormatError(f"{self.path}: only the header was read (GGUFFile.from_head); no tensor data")
         if self._map is None:
             self._map = np.memmap(self.path, mode="r")
         return self._map
@@ -168,8 +195,10 @@ class GGUFFile:
                 kind, start = struct.unpack_from(bo + "IQ", buf, offs + 4 + 8 * n_dims)
                 offs += 4 + 8 * n_dims + 12
                 table.append((name, dims, kind, start))
+        except (GGUFFormatError, UnsupportedGGUFError):
+            raise
         except (struct.error, ValueError) as e:  # a read past the end of the buffer
-            raise GGUFFormatError(f"{self.path}: not a readable GGUF file (header truncated?): {e}") from e
+            raise TruncatedHeader(f"{self.path}: not a readable GGUF file (header truncated?): {e}") from e
         self.data_start = offs + (-offs) % alignment
         self.tensors: list[TensorInfo] = []
         seen: set[str] = set()

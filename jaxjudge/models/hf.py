@@ -57,13 +57,13 @@ def is_repo_id(text: str) -> bool:
     return repo.count("/") == 1 and not repo.startswith((".", "/", "~")) and all(repo.split("/"))
 
 
-def resolve_source(source: str | os.PathLike, revision: str | None = None) -> Path:
+def resolve_source(source: str | os.PathLike, revision: str | None = None, *, weights: bool = True) -> Path:
     """A local folder for ``source``: the path itself, or a Hub snapshot for a repo id.
 
     A string that is not an existing path but looks like ``owner/name`` is fetched with
-    ``huggingface_hub.snapshot_download`` (only configs, safetensors and tokenizer files) into
-    the Hub cache, at ``revision`` (a branch, tag or commit; default the one an
-    ``owner/name@revision`` id names, else the main branch). Offline
+    ``huggingface_hub.snapshot_download`` (only configs, safetensors and tokenizer files; no
+    safetensors unless ``weights``) into the Hub cache, at ``revision`` (a branch, tag or
+    commit; default the one an ``owner/name@revision`` id names, else the main branch). Offline
     (``HF_HUB_OFFLINE=1``, or the Hub unreachable) the snapshot already in the Hub cache is used,
     found through ``refs/main`` (or the commit's own snapshot folder).
 
@@ -82,7 +82,8 @@ def resolve_source(source: str | os.PathLike, revision: str | None = None) -> Pa
             # Heavy to import (its HTTP stack) and needed only to fetch a Hub repo id.
             from huggingface_hub import snapshot_download
 
-            return Path(snapshot_download(repo, revision=revision or named or None, allow_patterns=_HUB_PATTERNS))
+            patterns = _HUB_PATTERNS if weights else [x for x in _HUB_PATTERNS if x != "*.safetensors"]
+            return Path(snapshot_download(repo, revision=revision or named or None, allow_patterns=patterns))
         except Exception as e:  # offline, unknown repo, gated repo, ...
             raise FileNotFoundError(f"could not fetch Hugging Face repo {text!r}: {e}") from e
     raise FileNotFoundError(f"model folder {path} does not exist")

@@ -46,12 +46,14 @@ from tokenizers import Tokenizer
 from jaxjudge.models import weights_cache as _weights_cache
 from jaxjudge.models import gguf as _gguf
 from jaxjudge.models import hf as _hf
+from jaxjudge.models.gguf_file import GGUFFile, TruncatedHeader
 from jaxjudge.models.tokenizer import tokenizer_from_gguf_metadata
 from jaxjudge.store.bucket import BucketPath
 from jaxjudge.store.location import is_bucket, location
 
 __all__ = ["SourceHeader", "SourceIdentity", "bucket_identity", "content_sha256", "fetched_sha256", "hub_identity",
-           "is_remote", "keeping_copies", "local_copy", "local_tokenizer", "source_header", "source_identity"]
+           "is_remote", "keeping_copies", "local_copy", "local_tokenizer", "source_header", "source_identity",
+           "source_outline"]
 
 
 @dataclass(frozen=True)
@@ -203,6 +205,57 @@ def source_header(source: str | os.PathLike[str], cache_dir: str | os.PathLike[s
             header = SourceHeader(*_read_header(path), ident.sha256 or fetched_sha256(path))
     _HEADERS[ident.digest] = header
     return header
+
+
+HEAD_BYTES = 4 << 20
+"""The first read of a ``gs://`` GGUF object's header by `source_outline` (doubled until the
+header parses): a judge's header is mostly its tokenizer, 1.8 MB for SmolLM2 and 6 MB for
+Qwen2.5's 150,000-token vocabulary."""
+
+
+def source_outline(source: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> SourceHeader:
+    """A model's config, tokenizer and chat template with as few of its bytes read as its keeper
+    allows, for planning a run (``--dry-run``) without fetching it: a converted entry's, as
+    `source_header`; else a local source's header; a ``gs://`` GGUF object's header by ranged
+    reads (`HEAD_BYTES`, doubled until it parses); a ``gs://`` folder's or Hub repo's config and
+    tokenizer files without the safetensors. ``sha256`` is what is known without reading the
+    weights: a local source's (memoised) or a converted entry's, else None.
+    """
+    root = _weights_cache.cache_root(cache_dir)
+    ident = source_identity(source, memo_dir=root)
+    if ident.kind == "local":
+        return SourceHeader(*_read_header(ident.path), ident.sha256)
+    header = _HEADERS.get(ident.digest) or _cached_header(root, ident.digest)
+    if header is not None:
+        return header
+    if ident.kind == "hub":
+        folder = _hf.resolve_source(ident.fields["repo"], revision=ident.fields["revision"], weights=False)
+        return SourceHeader(*_read_header(folder), None)
+    ((url, generation, size), *more) = ident.fields["objects"]
+    if not more and url == ident.source:  # one object: a GGUF file
+        reader = _gguf_head(BucketPath(url), generation, size)
+        meta, template = dict(reader.metadata), reader.metadata.get("tokenizer.chat_template")
+        return SourceHeader(_gguf.gguf_shape_config(url, reader), tokenizer_from_gguf_metadata(meta, source=url),
+                            template if isinstance(template, str) else None, None)
+    with tempfile.TemporaryDirectory(prefix="jaxjudge-outline-") as tmp:
+        for url, generation, _ in ident.fields["objects"]:
+            if not url.endswith(".safetensors"):
+                BucketPath(url).download(Path(tmp) / BucketPath(url).name, generation)
+        return SourceHeader(*_read_header(Path(tmp)), None)
+
+
+def _gguf_head(obj: BucketPath, generation: int, size: int) -> GGUFFile:
+    """The header of the GGUF object ``obj`` from its first bytes, read in doubling ranges."""
+    head, want = b"", HEAD_BYTES
+    while True:
+        if len(head) < min(want, size):
+            head += obj.read_range(len(head), min(want, size), generation)
+        try:
+            return GGUFFile.from_head(head, size, str(obj))
+        except TruncatedHeader:
+            if len(head) >= size:
+                raise
+            want *= 2
 
 
 def content_sha256(source: str | os.PathLike[str], memo_dir: str | os.PathLike[str] | None = None, *,

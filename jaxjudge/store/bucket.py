@@ -248,6 +248,13 @@ class BucketPath:
         blob = client().bucket(self.bucket).blob(self.key, generation=int(generation))
         blob.download_to_filename(os.fspath(dest), if_generation_match=int(generation), retry=_retry())
 
+    def read_range(self, start: int, end: int, generation: int) -> bytes:
+        """Bytes ``[start, end)`` of the object, only while its generation is ``generation``
+        (as `download`): one ranged read, for a file's header without its body."""
+        blob = client().bucket(self.bucket).blob(self.key, generation=int(generation))
+        return blob.download_as_bytes(start=int(start), end=int(end) - 1, if_generation_match=int(generation),
+                                      retry=_retry())
+
     def _list(self) -> list[str]:
         try:
             return filesystem().ls(self._fs_path + "/", detail=False)

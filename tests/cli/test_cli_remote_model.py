@@ -166,3 +166,32 @@ def test_a_hub_model_of_a_config_is_fetched_only_while_its_entry_is_cold(tiny_hf
     assert cold[0] == len(list(Path(tiny_hf).iterdir())) and cold[1] >= 1  # each file hashed once
     assert warm == (0, 0)
     _assert_same_stores(tmp_path / "cold", tmp_path / "warm")
+
+
+def test_a_dry_run_of_a_bucket_model_reads_its_header_not_its_tensors(gcs_bucket, proxied, tiny_gguf, tmp_path,
+                                                                      monkeypatch):
+    """``--dry-run`` on a config whose judge is an uncached ``gs://`` GGUF object: the plan a local
+    copy of the file gives, from the object's first bytes (`jaxjudge.models.source.source_outline`),
+    no model loaded and no file hashed."""
+    import jaxjudge.models as models
+    from jaxjudge.experiment.dry_run import Launch, describe_run
+    from jaxjudge.models.gguf_file import GGUFFile
+
+    src = location(gcs_bucket) / "models" / "tiny.gguf"
+    src.write_bytes(Path(tiny_gguf).read_bytes())
+    size, header_end = Path(tiny_gguf).stat().st_size, GGUFFile(tiny_gguf).data_start
+    monkeypatch.setenv("JAXJUDGE_CACHE", str(tmp_path / "cache"))
+    launch = Launch(processes=1, process_id=0, local_devices=1, platform="cpu", kind="cpu")
+    local = describe_run(_config(tmp_path, ModelSpec("tiny", str(tiny_gguf))), launch)
+    monkeypatch.setattr(models, "load", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded a model")))
+    monkeypatch.setattr(jc, "file_sha256", lambda *a, **k: (_ for _ in ()).throw(AssertionError("hashed a file")))
+    proxied.sent.clear()
+    remote = describe_run(_config(tmp_path, ModelSpec("tiny", str(src))), launch)
+    read = _read(proxied, "models/tiny.gguf")
+    print(f"dry run of a {size}-byte gs:// judge: {read} bytes of it read (header {header_end} bytes)")
+    assert header_end <= read <= max(js.HEAD_BYTES, 2 * header_end) and read < size
+    model_line = next(x for x in remote if x.startswith("model tiny: "))
+    assert model_line.startswith(f"model tiny: {src} (")
+    # Every line but the model's path is the local file's: shapes, bytes per device, prompt lengths.
+    assert [x for x in remote if x != model_line] == [x for x in local if not x.startswith("model tiny: ")]
+    assert model_line.partition(" (")[2] == next(x for x in local if x.startswith("model tiny: ")).partition(" (")[2]

@@ -237,3 +237,66 @@ def test_a_local_source_is_keyed_by_its_content_hash_as_before(tiny_gguf, tmp_pa
     ident = js.source_identity(tiny_gguf, tmp_path)
     assert ident.kind == "local" and ident.digest == ident.sha256 == file_sha256(tiny_gguf)
     assert ident.path == Path(tiny_gguf)
+
+
+def _same_header(got: js.SourceHeader, want: js.SourceHeader) -> None:
+    assert got.hf_config == want.hf_config and got.chat_template == want.chat_template
+    assert got.tokenizer.get_vocab(with_added_tokens=True) == want.tokenizer.get_vocab(with_added_tokens=True)
+
+
+def test_an_outline_reads_a_bucket_gguf_header_without_its_tensors(gcs_bucket, proxied, counted, tiny_gguf,
+                                                                   tmp_path, monkeypatch):
+    """`source_outline` (what ``--dry-run`` reads of a remote judge): the object's first bytes, in
+    ranges doubling from `HEAD_BYTES` (set small here so that it doubles), until the header parses."""
+    from jaxjudge.models.gguf_file import GGUFFile
+
+    src = location(gcs_bucket) / "models" / "tiny.gguf"
+    src.write_bytes(Path(tiny_gguf).read_bytes())
+    size, header_end = Path(tiny_gguf).stat().st_size, GGUFFile(tiny_gguf).data_start
+    local = js.source_outline(tiny_gguf, tmp_path / "cache")
+    monkeypatch.setattr(js, "HEAD_BYTES", 64 << 10)
+    _reset(counted, proxied)
+    outline = js.source_outline(str(src), tmp_path / "cache")
+    read = _read(proxied, "models/tiny.gguf")
+    ranges = [p for m, p, _ in proxied.sent if m == "GET" and "alt=media" in p]
+    print(f"outline of a {size}-byte GGUF object: {read} bytes read in {len(ranges)} ranges "
+          f"(header {header_end} bytes); {counted.calls} files hashed")
+    _same_header(outline, local)
+    assert outline.sha256 is None and local.sha256 == file_sha256(tiny_gguf)
+    # The doubling ranges stop at the first that holds the header: [64 KiB * 2^k] covers it.
+    k = max(0, (header_end - 1).bit_length() - 16)
+    assert read == min(size, 64 << 10 << k) < size and header_end <= read < 2 * header_end + (64 << 10)
+    assert len(ranges) == k + 1 and counted.calls == 0
+    with pytest.raises(jm.GGUFFormatError, match="only the header was read"):
+        js._gguf_head(src, src.generation(), size).tensors[0].data
+    # `jaxjudge store upgrade` checks an old store's context length from the same header.
+    from jaxjudge.experiment.extractions import _default_context_length
+
+    assert _default_context_length(src) == _default_context_length(Path(tiny_gguf)) == local.hf_config[
+        "max_position_embeddings"]
+
+
+def test_an_outline_of_a_bucket_or_hub_folder_fetches_no_safetensors(gcs_bucket, proxied, tiny_hf, tmp_path,
+                                                                     monkeypatch):
+    prefix = location(gcs_bucket) / "hf" / "tiny-judge"
+    for f in Path(tiny_hf).iterdir():
+        (prefix / f.name).write_bytes(f.read_bytes())
+    local = js.source_outline(tiny_hf, tmp_path / "cache")
+    proxied.sent.clear()
+    outline = js.source_outline(str(prefix), tmp_path / "cache")
+    _same_header(outline, local)
+    assert _read(proxied, "model.safetensors") == 0
+    assert _read(proxied, "tokenizer.json") == (Path(tiny_hf) / "tokenizer.json").stat().st_size
+
+    # A Hub repo: the snapshot is asked for without the safetensors (the Hub's answers from a
+    # stand-in, the files from a Hub cache folder).
+    constants = pytest.importorskip("huggingface_hub.constants")
+    snapshot = tmp_path / "hub" / ("models--" + REPO.replace("/", "--")) / "snapshots" / COMMIT
+    shutil.copytree(tiny_hf, snapshot)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(js, "_hub_api", lambda: StandInHub(Path(tiny_hf), COMMIT))
+    asked, real = [], hf.resolve_source
+    monkeypatch.setattr(hf, "resolve_source", lambda *a, **k: asked.append(k) or real(*a, **k))
+    monkeypatch.setattr(hf, "read_safetensors", lambda *a: (_ for _ in ()).throw(AssertionError("weights read")))
+    _same_header(js.source_outline(REPO, tmp_path / "cache"), local)
+    assert asked == [{"revision": COMMIT, "weights": False}]
