@@ -10,10 +10,15 @@ key-value store every `BEAT_S` seconds and reads the others'; a process whose be
 changed for `LOST_AFTER_S` seconds of this process's clock (well inside the service's timeout,
 so the abort never comes first) is lost: this process runs the hooks registered with
 `on_lost` (the store releases the claims it holds, so a restart does not wait for a lease),
-prints one line naming the lost process and exits with `LOST_EXIT`. When the service itself
-is gone (process 0 was lost), its beats cannot be written: that names process 0. An error that
-ends the program (a collective whose peer died fails at once) waits for that verdict before its
-traceback is printed (`settle`, run from ``sys.excepthook``), so a lost peer is one line.
+prints one line naming the lost process and exits with `LOST_EXIT`. When the service fails
+or stops answering for as long (process 0's host hangs or is cut off: a call into it then
+blocks, so each call runs on a thread of its own and is waited for at most `BEAT_S` at a time),
+that names process 0. A process 0 that dies closes the service's connections, and JAX's client
+then aborts every other process at once (its error poll; jaxlib's hook for that error cannot be
+set from Python: a Python callback fails there with ``std::bad_cast``, measured on jaxlib
+0.10.2), before any watch can act: docs/pods.md. An error that ends the program (a collective
+whose peer died fails at once) waits for that verdict before its traceback is printed
+(`settle`, run from ``sys.excepthook``), so a lost peer is one line.
 
 A process that ends on purpose marks itself done first (at exit), and is not waited for.
 """
@@ -73,6 +78,22 @@ def on_lost(hook: Callable[[], None]) -> Callable[[], None]:
     return lambda: _HOOKS.remove(hook) if hook in _HOOKS else None
 
 
+class _Call(threading.Thread):
+    """``fn()`` on a thread of its own (a daemon: a call the service never answers keeps no
+    process alive); ``result`` or ``error`` once it has returned."""
+
+    def __init__(self, fn: Callable[[], Any]):
+        super().__init__(name="jaxjudge-peers-call", daemon=True)
+        self.fn, self.result, self.error = fn, None, None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.result = self.fn()
+        except Exception as e:  # noqa: BLE001 - handed to the watch, which decides
+            self.error = e
+
+
 class _Watch:
     def __init__(self, client: Any, n: int, me: int):
         self.client, self.n, self.me = client, n, me
@@ -97,17 +118,21 @@ class _Watch:
     def _run(self) -> None:
         start = time.monotonic()
         seen: dict[int, tuple[str | None, float]] = {p: (None, start) for p in range(self.n) if p != self.me}
-        failing = None
+        quiet = None  # since when the service has failed or not answered
+        call = None
         while not self.stopped.wait(BEAT_S):
             now = time.monotonic()
-            try:
-                beats, done = self._beats()
-            except Exception as e:  # noqa: BLE001 - the service is unreachable: process 0 is gone
-                failing = now if failing is None else failing
-                if now - failing >= self.after and self.me != 0:
-                    self._end([0], f"the coordination service stopped answering: {str(e).splitlines()[0][:120]}")
+            call = call or _Call(self._beats)
+            call.join(BEAT_S)  # a call still unanswered is waited for again, not asked twice
+            if call.is_alive() or call.error is not None:  # the service is unreachable: process 0 is gone
+                quiet = now if quiet is None else quiet
+                if now - quiet >= self.after and self.me != 0:
+                    why = (f"has not answered for {now - quiet:.0f} s" if call.is_alive() else
+                           "stopped answering: " + str(call.error).splitlines()[0][:120])
+                    self._end([0], f"the coordination service {why}")
+                call = call if call.is_alive() else None
                 continue
-            failing = None
+            (beats, done), call, quiet = call.result, None, None
             lost = []
             for p, (value, since) in seen.items():
                 if p in done:
