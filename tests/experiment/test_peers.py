@@ -99,11 +99,13 @@ def test_a_lost_peer_or_service_ends_the_watch_in_one_line(watched, capsys, what
         beating.discard(2)
     else:
         service.state = what.split()[0]
-    assert done.wait(AFTER + 10 * BEAT), f"{what}: the watch did not end the process"
+    assert done.wait(AFTER + 20 * BEAT), f"{what}: the watch did not end the process"
     (code, when), = ended
     line = capsys.readouterr().err.strip()
     assert code == peers.LOST_EXIT and len(line.splitlines()) == 1
-    assert AFTER <= when - t0 <= AFTER + 4 * BEAT
+    # The silence is measured from the last beat the watch saw, up to one beat before the change;
+    # the upper bound leaves a loaded machine's scheduling some room (JAX's own abort: 100 s).
+    assert AFTER - BEAT <= when - t0 <= AFTER + 8 * BEAT
     assert line.endswith("process 1 stops: the chunks published so far are kept, start every process again "
                          "to compute the rest")
     expected = {
