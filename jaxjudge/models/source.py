@@ -233,10 +233,7 @@ def source_outline(source: str | os.PathLike[str], cache_dir: str | os.PathLike[
         return SourceHeader(*_read_header(folder), None)
     ((url, generation, size), *more) = ident.fields["objects"]
     if not more and url == ident.source:  # one object: a GGUF file
-        reader = _gguf_head(BucketPath(url), generation, size)
-        meta, template = dict(reader.metadata), reader.metadata.get("tokenizer.chat_template")
-        return SourceHeader(_gguf.gguf_shape_config(url, reader), tokenizer_from_gguf_metadata(meta, source=url),
-                            template if isinstance(template, str) else None, None)
+        return SourceHeader(*_gguf_header(_gguf_head(BucketPath(url), generation, size), url), None)
     with tempfile.TemporaryDirectory(prefix="jaxjudge-outline-") as tmp:
         for url, generation, _ in ident.fields["objects"]:
             if not url.endswith(".safetensors"):
@@ -282,16 +279,26 @@ def _cached_header(root: Any, digest: str) -> SourceHeader | None:
 
 def _read_header(path: Path) -> tuple[dict[str, Any], Any, str | None]:
     """A local GGUF file's or Hugging Face folder's config, tokenizer and chat template."""
-    config = _gguf.gguf_shape_config(path) if path.is_file() else _hf.read_config(path)
-    return (config, *local_tokenizer(path))
+    if path.is_file():
+        return _gguf_header(GGUFFile(path), path)
+    return (_hf.read_config(path), *local_tokenizer(path))
+
+
+def _gguf_header(reader: GGUFFile, name: str | Path) -> tuple[dict[str, Any], Any, str | None]:
+    """The config, tokenizer and chat template of a GGUF header read once (``name``: its file or URL)."""
+    return (_gguf.gguf_shape_config(name, reader), *_gguf_tokenizer(reader, name))
+
+
+def _gguf_tokenizer(reader: GGUFFile, name: str | Path) -> tuple[Any, str | None]:
+    template = reader.metadata.get("tokenizer.chat_template")
+    return (tokenizer_from_gguf_metadata(dict(reader.metadata), source=str(name)),
+            template if isinstance(template, str) else None)
 
 
 def local_tokenizer(path: Path) -> tuple[Any, str | None]:
     """A local GGUF file's or Hugging Face folder's tokenizer and chat template (no weights read)."""
     if path.is_file():
-        meta = _gguf.gguf_metadata(path)
-        template = meta.get("tokenizer.chat_template")
-        return tokenizer_from_gguf_metadata(meta, source=str(path)), template if isinstance(template, str) else None
+        return _gguf_tokenizer(GGUFFile(path), path)
     tokenizer, template, _ = _hf.read_tokenizer(path)
     return tokenizer, template
 
