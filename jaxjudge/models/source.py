@@ -235,10 +235,8 @@ def source_outline(source: str | os.PathLike[str], cache_dir: str | os.PathLike[
     if not more and url == ident.source:  # one object: a GGUF file
         return SourceHeader(*_gguf_header(_gguf_head(BucketPath(url), generation, size), url), None)
     with tempfile.TemporaryDirectory(prefix="jaxjudge-outline-") as tmp:
-        for url, generation, _ in ident.fields["objects"]:
-            if not url.endswith(".safetensors"):
-                BucketPath(url).download(Path(tmp) / BucketPath(url).name, generation)
-        return SourceHeader(*_read_header(Path(tmp)), None)
+        _download(ident, Path(tmp), weights=False)
+        return SourceHeader(*_read_header(_copy_in(ident, Path(tmp))), None)
 
 
 def _gguf_head(obj: BucketPath, generation: int, size: int) -> GGUFFile:
@@ -361,9 +359,10 @@ def _copy_in(identity: SourceIdentity, folder: Path) -> Path:
     return folder / (BucketPath(identity.source).name or "model")
 
 
-def _download(identity: SourceIdentity, folder: Path) -> None:
-    """A bucket source's objects, at their identified generations, into ``folder``."""
-    objects = identity.fields["objects"]
+def _download(identity: SourceIdentity, folder: Path, *, weights: bool = True) -> None:
+    """A bucket source's objects, at their identified generations, into ``folder`` (a folder's
+    safetensors only if ``weights``)."""
+    objects = [o for o in identity.fields["objects"] if weights or not o[0].endswith(".safetensors")]
     one = len(objects) == 1 and objects[0][0] == identity.source  # a file, not a prefix
     dest = _copy_in(identity, folder)
     if not one:
