@@ -46,8 +46,10 @@ class Service:
 
 @pytest.fixture
 def watched(monkeypatch):
-    """``(service, start, ended)``: ``start(me, n)`` watches from process ``me`` of ``n``; the
-    other processes' beats are written here every `BEAT` while ``beating`` holds them."""
+    """``(service, start, beating, ended, done)``: ``start(me, n)`` watches from process ``me``
+    of ``n``; the other processes' beats are written here every half `BEAT` while ``beating``
+    holds them; ``ended`` gets ``(exit status, time)`` when the watch ends the process, and
+    ``done`` is set then."""
     monkeypatch.setattr(peers, "BEAT_S", BEAT)
     monkeypatch.setenv("JAXJUDGE_LOST_AFTER_S", str(AFTER))
     service, ended, done = Service(), [], threading.Event()
