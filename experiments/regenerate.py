@@ -44,6 +44,7 @@ from jaxjudge.cli import enable_compile_cache  # noqa: E402
 from jaxjudge.experiment import load_config  # noqa: E402
 from jaxjudge.report import report_from_store  # noqa: E402
 from jaxjudge.report.few_labels import run_few_labels  # noqa: E402
+from jaxjudge.report.registered import settle  # noqa: E402
 from jaxjudge.report.results import Results  # noqa: E402
 from jaxjudge.report.tables import markdown_report  # noqa: E402
 from jaxjudge.store.registration import registration_of_stores  # noqa: E402
@@ -105,11 +106,14 @@ def with_added(committed: Any, fresh: Any) -> Any:
     return committed
 
 
-def _report_run(words: list[str]) -> dict[str, Any]:
+def _report_run(words: list[str], folder: Path) -> dict[str, Any]:
     spec = words[2]
     overrides = [words[i + 1] for i, w in enumerate(words) if w == "--set"]
     cfg = load_config(spec, overrides)
-    fresh = report_from_store(cfg.store_root, cfg).to_dict()
+    res = report_from_store(cfg.store_root, cfg)
+    # A confirmatory run's registered verdicts, settled (in memory) with its family's committed runs.
+    settle(res, folder, cfg.confirmation.runs if cfg.confirmation is not None else ())
+    fresh = res.to_dict()
     return {k: fresh[k] for k in COMPARED + ADDED if k in fresh}
 
 
@@ -181,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     failed, t_all = 0, time.perf_counter()
     for name, words in todo:
         t0 = time.perf_counter()
-        fresh = _report_run(words) if words[0] == "jaxjudge" else _few_labels_run(words)
+        fresh = _report_run(words, REPO / "results" / name) if words[0] == "jaxjudge" else _few_labels_run(words)
         path = REPO / "results" / name / "results.json"
         whole = json.loads(path.read_text())
         committed = {k: whole[k] for k in COMPARED + ADDED if k in whole} if words[0] == "jaxjudge" else whole

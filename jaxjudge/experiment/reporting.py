@@ -12,6 +12,8 @@ from jaxjudge.experiment.metadata import collect_metadata, portable_path, run_di
 from jaxjudge.experiment.plan import resolve_spec
 from jaxjudge.experiment.schema import ExperimentConfig
 from jaxjudge.report import Results, report_from_store, write_run
+from jaxjudge.report.registered import settle
+from jaxjudge.report.run import rewrite_run
 
 __all__ = ["report_run"]
 
@@ -27,5 +29,8 @@ def report_run(cfg: ExperimentConfig, *, store_root: str | os.PathLike | None = 
     out = run_dir(cfg, run, root=results_root)
     stores = [{"store": portable_path(k), **v} for k, v in sorted(read.items())]
     meta = collect_metadata(cfg, config_file=config_file, extra={"store_root": str(root), "stores": stores})
+    others = settle(results, out, cfg.confirmation.runs if cfg.confirmation is not None else ())
     write_run(results, out, meta)
+    for folder, res in others:  # the runs of its registered family reported before it: their verdicts settled
+        rewrite_run(folder, res)
     return results, out

@@ -23,8 +23,8 @@ class RunSpec:
     """What the report and the extraction jobs read of a run's config, as plain values.
 
     Attributes:
-      name, tasks, scales, methods, ... ``nested_rows``: the config's fields of the same names
-        (`SPEC_FIELDS`), as they are.
+      name, tasks, scales, methods, ... ``nested_rows``, ``confirmation``: the config's fields of
+        the same names (`SPEC_FIELDS`), as they are.
       judge_names: the grid's judges (``ExperimentConfig.judge_names``), in config order.
       family_options: the options of every configured family that declares them
         (``ExperimentConfig.family_options()``).
@@ -72,6 +72,7 @@ class RunSpec:
     options: Mapping[str, Any] = field(default_factory=dict)
     analysis: Mapping[str, Any] = field(default_factory=dict)
     config_type: type | None = None
+    confirmation: Any = None
 
     def family_options(self) -> dict[str, Any]:
         """The configured families' options, as ``ExperimentConfig.family_options()`` gave them."""

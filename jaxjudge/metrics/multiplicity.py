@@ -26,7 +26,7 @@ import numpy as np
 from scipy.special import ndtri
 from scipy.stats import t as student_t
 
-__all__ = ["EXACT_ZERO", "bootstrap_p_value", "holm", "interval_p_value"]
+__all__ = ["EXACT_ZERO", "bootstrap_p_value", "holm", "interval_p_value", "margin_p_values"]
 
 EXACT_ZERO = 1e-6
 """A difference below this in the estimate and in every resample is float32 rounding of two
@@ -147,3 +147,12 @@ def holm(pvalues: Sequence[float | None]) -> list[float | None]:
         running = max(running, min(1.0, (m - rank) * pvalues[i]))
         out[i] = running
     return out
+
+
+def margin_p_values(reps: np.ndarray, margins: Sequence[float]) -> dict[str, float | None]:
+    """``{f"{margin:g}": p}``: the one-sided p-value of ``effect <= margin`` a confirmatory plan
+    registers (`jaxjudge.experiment.confirmation.VERDICT_RULE`), the share of the defined
+    resamples at or below the margin, from the same resamples as the interval."""
+    r = np.asarray(reps, np.float64)
+    r = r[np.isfinite(r)]
+    return {f"{m:g}": float(np.mean(r <= m)) if r.size else None for m in margins}

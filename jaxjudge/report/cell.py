@@ -14,7 +14,8 @@ score, or the parsed greedy generation), `evaluate_cell`:
    (`jaxjudge.report.cell_stats`);
 4. with ``options.nested``, also bootstraps every tuned variant's selection metric with the
    choice redone inside each resample (`jaxjudge.select.nested_bootstrap`, its predictions at
-   every grid point from `grid_predictions`).
+   every grid point from `grid_predictions`), and a fixed row the tuple names (not the
+   reference) on the same resamples, its predictions as they are.
 
 Human scores are mapped linearly onto the prompt's range before anything is computed
 (`jaxjudge.data.to_prompt_range`); correlations are unchanged by that, MSE and SDD are on the
@@ -43,18 +44,8 @@ from jaxjudge.debias import adjust_per_fold, expected_score, greedy_score
 from jaxjudge.metrics.intervals import interval_summary
 from jaxjudge.report.cell_inputs import CellArrays, CellReport, MethodOptions, score_kinds
 from jaxjudge.report.cell_stats import common_docs, resample_key, score_stats, score_stats_batch, stats_context
-from jaxjudge.report.methods import (
-    METHODS,
-    REFERENCE,
-    CellContext,
-    Kind,
-    Method,
-    MethodKind,
-    Role,
-    Variant,
-    check_needs,
-    role_of,
-)
+from jaxjudge.report.methods import (METHODS, REFERENCE, CellContext, Kind, Method, MethodKind, Role, Variant,
+                                     check_needs, role_of)
 from jaxjudge.select import Splits, grid_search, nested_bootstrap
 
 __all__ = ["evaluate_cell", "grid_predictions"]
@@ -369,6 +360,10 @@ class _Cell:
             for kt in self.kinds:
                 if method.kind is MethodKind.FIXED:
                     self.emit(variant.name, variant.fixed(kt), kt, hparams=variant.hparams)
+                    if (self.options.nested is not True and self.options.nested_for(variant.name, kt[0])
+                            and role_of(variant.name) is not Role.REFERENCE):  # held fixed in the resamples
+                        self.nested_pending.setdefault(kt[0], []).append(
+                            (self.rows[-1], self.predictions[(variant.name, kt[0])], variant.baseline))
                 else:
                     self.tuned(method, variant, kt)
 

@@ -150,7 +150,10 @@ class MethodOptions:
     metric's interval with the selection redone inside each resample
     (`jaxjudge.select.nested_bootstrap`): True for every tuned row, or a tuple of row names
     (the pipeline asks for the primary endpoint's rows); ``nested_scores`` limits it to those
-    readings (None: every reading). ``family_options`` holds ``(family, options)`` pairs: the
+    readings (None: every reading); a fixed row named there (not the reference) gets it too, its
+    predictions scored on the same resamples. ``margins``: the registered margins of a confirmatory
+    plan; each interval over ranges with a p-value then also gets ``p_margin`` (`jaxjudge.report.ranges`).
+    ``family_options`` holds ``(family, options)`` pairs: the
     options of the families that declare them (`jaxjudge.report.methods.Method.options`), as
     the config's ``method_options`` set them; `family` reads them.
     """
@@ -179,6 +182,7 @@ class MethodOptions:
     ci_method: str = "expanded"
     nested: bool | tuple[str, ...] = False
     nested_scores: tuple[str, ...] | None = None
+    margins: tuple[float, ...] = ()
     family_options: tuple[tuple[str, Any], ...] = ()
 
     def family(self, name: str, cls: type) -> Any:

@@ -58,7 +58,10 @@ RULE = (
     "registered before extraction (column *plan*) is given the verdict its registration defines, "
     "the one its run's `results.json` holds (with a declared margin: **better** where the interval "
     "lies above +margin, **worse** below -margin, **equivalent** within it, **inconclusive** "
-    "otherwise); every other row is *post hoc*: chosen or read after the data were seen. Holm across "
+    "otherwise; an endpoint of a confirmatory plan registered across runs: **holds** where Holm "
+    "over its family, at the margin and across the runs, rejects, then **equivalent**, **reversed** or "
+    "**inconclusive**, its Holm p the one at the margin); every other row is *post hoc*: chosen or read "
+    "after the data were seen. Holm across "
     "runs adjusts each run's p-value of its own interval (below 0.05 exactly where it excludes 0)."
 )
 
@@ -159,7 +162,8 @@ def _find(res: Results, claim: Claim, judge: str | None) -> list[tuple[dict, dic
 def _comparison(claim: Claim, res: Results, run: Run) -> tuple[dict, dict, dict | None]:
     """The comparison a (non range-pair) claim reads on a run: ``(description, interval, primary)``
     (``primary``: the run's primary endpoint entry of ``results.json``, with its registered
-    ``verdict`` where a margin was declared; None for a secondary comparison); a run's primary
+    ``verdict`` where a margin was declared, or the entry of an endpoint a confirmatory plan
+    registered (`jaxjudge.report.registered`); None for a secondary comparison); a run's primary
     endpoint is quoted with its own interval (the selection redone inside it where its config asks)."""
     hits = _find(res, claim, run.judge)
     if not hits:
@@ -170,7 +174,8 @@ def _comparison(claim: Claim, res: Results, run: Run) -> tuple[dict, dict, dict 
                          "the claims name one judge, task and aspect per run")
     d, iv = hits[0]
     keys = ("judge", "task", "aspect", "score", "method", "versus", "statistic")
-    for e in ((res.endpoints or {}).get("primary") or {}).get("endpoints", []):
+    ep = res.endpoints or {}
+    for e in [*(ep.get("primary") or {}).get("endpoints", []), *ep.get("registered", [])]:
         if all(e["description"].get(k) == d[k] for k in keys) and e["description"].get("metric") == d["metric"]:
             return d, e["interval"], e
     if claim.nested:
@@ -186,7 +191,8 @@ def _comparison(claim: Claim, res: Results, run: Run) -> tuple[dict, dict, dict 
 
 def plan(res: Results, claim: Claim, run: Run | str | None = None) -> str:
     """``"registered"`` where the claim reads the primary endpoint of a run registered before
-    extraction (`jaxjudge.store.registration`), else ``"post hoc"``."""
+    extraction (`jaxjudge.store.registration`), or an endpoint its confirmatory plan registered,
+    else ``"post hoc"``."""
     run = Run(res.experiment) if run is None else Run(run) if isinstance(run, str) else run
     if claim.statistic == "range pairs" or (res.registration or {}).get("status") != REGISTERED:
         return "post hoc"
@@ -232,6 +238,8 @@ def verdict(res: Results, claim: Claim, run: Run | str | None = None,
         iv = {**iv, "p_holm": p_family}
         label += ", Holm across runs"
     if plan(res, claim, run) == "registered" and entry.get("verdict"):
+        if "p_holm" in entry:  # a confirmatory plan's: Holm at the margin over its family, across runs
+            iv, label = {**iv, "p_holm": entry["p_holm"]}, label + f", registered family (at ±{entry['margin']:g})"
         return entry["verdict"], label, _fmt(iv)
     return _rule_word(claim, iv, entry is not None and p_family is None), label, _fmt(iv)
 

@@ -10,7 +10,8 @@ from jaxjudge.report.power import power_words, secondary_power_lines
 from jaxjudge.report.ranges import comparisons
 from jaxjudge.report.results import Results
 
-__all__ = ["RANGES_NOTE", "SECONDARY_NOTE", "interval_p", "primary_line", "ranges_table", "secondary_table"]
+__all__ = ["RANGES_NOTE", "REGISTERED_NOTE", "SECONDARY_NOTE", "interval_p", "primary_line", "ranges_table",
+           "registered_table", "secondary_table"]
 
 RANGES_NOTE = (
     "Mean and spread of the selection metric over the score ranges, and each method's "
@@ -164,4 +165,31 @@ def secondary_table(results: Results) -> str:
             continue
         lines.append(f"| {_describe(d)} | {format_interval(iv)} | {format_p(iv.get('p_interval'), iv.get('n_boot'))} | "
                      f"{format_p(iv['p'], iv.get('n_boot'))} | {format_p(iv.get('p_holm'), iv.get('n_boot'))} |")
+    return "\n".join(lines)
+
+
+REGISTERED_NOTE = (
+    "The endpoints the confirmatory plan registered before extraction, read by its rule (the "
+    "registration record's `rule`): each is a one-sided test of effect <= margin, its p-value the "
+    "share of the endpoint's resamples (the dev-side choice redone in each) at or below the margin, "
+    "Holm-adjusted over its family across every run registered with this one (the primary over the "
+    "data sets, the secondary endpoints over endpoints x data sets) at one-sided 0.025. **holds**: "
+    "Holm rejects; **equivalent**: the 95% interval inside [-margin, +margin]; **reversed**: its "
+    "upper end below -margin; else **inconclusive**; **pending** until every run of the family is "
+    "reported. The power is the registered power analysis's."
+)
+
+
+def registered_table(results: Results) -> str:
+    """Markdown: each registered endpoint of a confirmatory plan (`jaxjudge.report.registered`)
+    with its interval, its p-values at the margin, its verdict and its registered power."""
+    head = ["endpoint", "family", "comparison", "difference [95% interval]", "p at the margin",
+            "Holm p (family, all runs)", "verdict", "registered power"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for e in results.endpoints.get("registered", []):
+        d, iv, n = e["description"], e["interval"], e["interval"].get("n_boot")
+        power = power_words(results.registration, d["method"], d.get("versus")).removeprefix("; registered power ")
+        word = f"**{e.get('verdict', 'pending')}** at ±{e['margin']:g}" + (f" ({e['pending']})" if e.get("pending") else "")
+        lines.append(f"| {e['endpoint']} | {e['family']} | {_describe(d)} | {format_interval(iv)} | "
+                     f"{format_p(e.get('p_margin'), n)} | {format_p(e.get('p_holm'), n)} | {word} | {power or '-'} |")
     return "\n".join(lines)

@@ -29,11 +29,12 @@ from jaxjudge.report.invariance import report_invariance
 from jaxjudge.report.items import cell_items
 from jaxjudge.report.methods import METHODS
 from jaxjudge.report.ranges import endpoints, range_statistics
+from jaxjudge.report.registered import registered_entries
 from jaxjudge.report.results import Results
 from jaxjudge.report.stores import Cell, ExtractionJob, StoreIndex, cells, load_cells, store_match
 from jaxjudge.store.registration import registration_of_stores
 
-__all__ = ["report_from_arrays", "report_from_store"]
+__all__ = ["registered_specs", "report_from_arrays", "report_from_store"]
 
 
 def _as_dict(spec: Any) -> dict[str, Any] | None:
@@ -43,6 +44,27 @@ def _as_dict(spec: Any) -> dict[str, Any] | None:
     if d.get("margin") is None:  # no smallest effect declared: the spec as before the field existed
         d.pop("margin", None)
     return d
+
+
+def registered_specs(cfg: Any) -> list[dict[str, Any]]:
+    """The endpoints a confirmatory plan registers (``cfg.confirmation``), the primary first, as
+    dicts of `jaxjudge.experiment.Endpoint`'s fields; empty for a config without one."""
+    conf = getattr(cfg, "confirmation", None)
+    return [] if conf is None else [_as_dict(e) for e in conf.endpoints(getattr(cfg, "primary", None))]
+
+
+def _nested_options(cfg: Any, options: MethodOptions) -> MethodOptions:
+    """A nested primary endpoint's interval redoes the dev-side choice in every resample, and so
+    does each endpoint of a confirmatory plan, with the p-values at its registered margins."""
+    spec = _as_dict(getattr(cfg, "primary", None))
+    if not spec or spec.get("selection") != "nested":
+        return options
+    registered = registered_specs(cfg)
+    rows = (spec["method"], spec.get("versus"), *getattr(cfg, "nested_rows", ()),
+            *(r for e in registered for r in (e["method"], e.get("versus"))))
+    return replace(options, nested=tuple(dict.fromkeys(r for r in rows if r)),
+                   nested_scores=tuple(dict.fromkeys([spec["score"], *(e["score"] for e in registered)])),
+                   margins=tuple(sorted({e["margin"] for e in registered if e.get("margin") is not None})))
 
 
 def _splits_for(task: Any, arrays: CellArrays, dev_docs):
@@ -92,12 +114,7 @@ def report_from_arrays(
                 options = replace(options, methods=tuple(m for m in options.methods if not getattr(METHODS[m], needs)))
                 if note not in results.notes:
                     results.notes.append(note)
-        spec = _as_dict(getattr(cfg, "primary", None))
-        if spec and spec.get("selection") == "nested":
-            # The primary endpoint's interval redoes the dev-side choice in every resample.
-            rows = (spec["method"], spec.get("versus"), *getattr(cfg, "nested_rows", ()))
-            options = replace(options, nested=tuple(dict.fromkeys(r for r in rows if r)),
-                              nested_scores=(spec["score"],))
+        options = _nested_options(cfg, options)
         if progress is not None:
             progress(cell.label())
         a = arrays[cell]
@@ -115,6 +132,9 @@ def report_from_arrays(
             results.ranges += range_statistics(reps, task_options[name], getattr(cfg, "comparisons", ()))
     primary = getattr(cfg, "primary", None)
     results.endpoints = endpoints(results.rows, results.ranges, _as_dict(primary), cfg.alpha)
+    if registered_specs(cfg):  # a confirmatory plan's endpoints; their verdicts come with the family's runs
+        results.endpoints["registered"] = registered_entries(results.rows, results.ranges, registered_specs(cfg),
+                                                             cfg.confirmation)
     results.invariance = report_invariance(results, cfg)
     return results
 

@@ -50,7 +50,7 @@ import numpy as np
 from jaxjudge.metrics.bootstrap import expanded_levels
 from jaxjudge.metrics.heterogeneity import heterogeneity_interval, net_sd, noise_covariance
 from jaxjudge.metrics.intervals import NAN_SHARE_MAX, interval_summary
-from jaxjudge.metrics.multiplicity import bootstrap_p_value, holm, interval_p_value
+from jaxjudge.metrics.multiplicity import bootstrap_p_value, holm, interval_p_value, margin_p_values
 from jaxjudge.report.methods import REFERENCE, Role, role_of
 
 __all__ = ["REFERENCE_ROLE", "all_comparisons", "comparisons", "endpoints", "find_primary", "nested_comparisons",
@@ -75,6 +75,8 @@ def _iv(estimate: float, reps: np.ndarray | None, options: Any, num_groups: int,
     if p and reps is not None and out.get("low") is not None:
         out["p"] = bootstrap_p_value(estimate, reps)
         out["p_interval"] = interval_p_value(estimate, reps, method=method, num_groups=num_groups)
+        if getattr(options, "margins", ()):  # a confirmatory plan's registered margins
+            out["p_margin"] = margin_p_values(reps, options.margins)
     return out
 
 

@@ -34,7 +34,7 @@ from jaxjudge.report.tables import markdown_report, write_csv
 from jaxjudge.store.bucket import BucketPath
 from jaxjudge.store.location import location
 
-__all__ = ["write_run"]
+__all__ = ["rewrite_run", "write_run"]
 
 
 def write_run(results: Results, out_dir: str | os.PathLike, metadata: dict[str, Any] | None = None) -> dict[str, Path]:
@@ -79,3 +79,14 @@ def write_run(results: Results, out_dir: str | os.PathLike, metadata: dict[str, 
     meta_path.write_text(json.dumps(metadata, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
     paths["metadata"] = meta_path
     return paths
+
+
+def rewrite_run(folder: Any, results: Results) -> None:
+    """Rewrite a written run folder's ``results.json`` and ``results.md`` (with its own metadata),
+    after `jaxjudge.report.registered.settle` gave it its registered verdicts; its other files
+    are left as they are."""
+    folder = location(folder, "results folder")
+    meta_path = folder / "metadata.json"
+    metadata = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
+    results.save_json(folder / "results.json")
+    (folder / "results.md").write_text(markdown_report(results, metadata), encoding="utf-8")

@@ -26,7 +26,8 @@ from jaxjudge.report.edges import edge_table, grid_edges
 from jaxjudge.report.intervals_text import format_interval
 from jaxjudge.report.invariance import INVARIANCE_NOTE, invariance_table
 from jaxjudge.report.methods import PARSED
-from jaxjudge.report.endpoint_tables import RANGES_NOTE, SECONDARY_NOTE, primary_line, ranges_table, secondary_table
+from jaxjudge.report.endpoint_tables import (RANGES_NOTE, REGISTERED_NOTE, SECONDARY_NOTE, primary_line, ranges_table,
+                                             registered_table, secondary_table)
 from jaxjudge.report.results import Results
 
 __all__ = [
@@ -318,6 +319,8 @@ def markdown_report(results: Results, metadata: dict[str, Any] | None = None, *,
             parts += [f"## {m} (headline)", "", headline_table(results, m), ""]
     if any(r.get("delta_matched") for r in results.rows):
         parts += ["## Paired differences (headline)", "", paired_table(results), ""]
+    if results.endpoints.get("registered"):
+        parts += ["## Registered endpoints", "", REGISTERED_NOTE, "", registered_table(results), ""]
     if results.ranges:
         parts += ["## Over ranges", "", RANGES_NOTE, "", ranges_table(results), ""]
     if results.invariance:
