@@ -38,15 +38,17 @@ class Quote:
       score: the reading (``"expected@1"``).
       kind: ``"over ranges"`` or ``"range"`` (a comparison, `typed_comparisons`), ``"own"``
         (the method's own mean or spread), ``"metric"`` (a row's metric on the range
-        ``statistic``), ``"primary"`` (the run's primary endpoint), ``"nested"`` (a comparison
+        ``statistic``), ``"primary"`` (the run's primary endpoint), ``"registered"`` (an endpoint
+        of a confirmatory plan, `jaxjudge.report.registered`), ``"nested"`` (a comparison
         over ranges with the selection redone in every resample), ``"invariance"`` (the item sd
         across ranges of `jaxjudge.report.invariance`, or with ``versus`` its paired difference)
         or ``"secondary count"``.
       role: the comparator's role, where ``versus`` is not named.
       judge: the judge, where the run has several.
       show: ``"interval"`` (``+0.012 [0.002, 0.023]``), ``"estimate"``, ``"p"`` (Wald),
-        ``"p_interval"`` (the interval's own), ``"p_holm"``, ``"verdict"`` (the primary's
-        registered verdict) or ``"count"``.
+        ``"p_interval"`` (the interval's own), ``"p_holm"``, ``"verdict"`` (the primary's or a
+        registered endpoint's registered verdict), ``"p_margin"`` (a registered endpoint's p at its
+        margin; its ``"p_holm"`` is Holm's over its family at the margin) or ``"count"``.
       digits: decimals of an estimate and its bounds.
       metric: the metric (``"spearman"``).
     """
@@ -83,9 +85,10 @@ def _entry(q: Quote, res: Results) -> Any:
     """The interval dict (or entry) a quote reads."""
     if q.kind == "secondary count":
         return res.endpoints["secondary"]
-    if q.kind == "primary":
-        hits = [e for e in ((res.endpoints or {}).get("primary") or {}).get("endpoints", [])
-                if _matches(q, e["description"])]
+    if q.kind in ("primary", "registered"):
+        ep = res.endpoints or {}
+        entries = (ep.get("primary") or {}).get("endpoints", []) if q.kind == "primary" else ep.get("registered", [])
+        hits = [e for e in entries if _matches(q, e["description"])]
         return hits[0] if len(hits) == 1 else _refuse(q, len(hits))
     if q.kind == "metric":
         hits = [r for r in res.rows if (r["method"], r["score"], r["scale"]) == (q.method, q.score, q.statistic)
@@ -121,9 +124,11 @@ def quote_text(q: Quote, res: Results) -> str:
     got = _entry(q, res)
     if q.show == "count":
         return f"{got['count']:,}"
-    if q.kind == "primary":
+    if q.kind in ("primary", "registered"):
         if q.show == "verdict":
             return got["verdict"]
+        if q.kind == "registered" and q.show in ("p_holm", "p_margin"):  # the registered rule's, at the margin
+            return format_p(got.get(q.show), got["interval"].get("n_boot"))
         got = got["interval"]
     d = q.digits
     if q.show in ("p", "p_holm", "p_interval"):

@@ -11,6 +11,7 @@ import pytest
 from jaxjudge.metrics.multiplicity import margin_p_values
 from jaxjudge.report import Results, write_run
 from jaxjudge.report.claims import Claim, plan, verdict
+from jaxjudge.report.quotes import Quote, quote_text
 from jaxjudge.report.registered import family_verdicts, rule_verdict, settle
 from jaxjudge.report.run import rewrite_run
 from jaxjudge.store.registration import REGISTERED
@@ -119,6 +120,10 @@ def test_settle_pending_until_every_run_then_rewrites_the_earlier_run(tmp_path):
     word, label, text = verdict(second, claim)
     assert word == "holds" and label.endswith("registered family (at ±0.02)")
     assert text == "+0.090 [+0.050, +0.130], Holm p 0.002"
+    # ... and so do the prose's quotes of it.
+    q = {show: quote_text(Quote("B", "c", "ensemble", kind="registered", show=show), second)
+         for show in ("interval", "p_margin", "p_holm", "verdict")}
+    assert q == {"interval": "+0.090 [0.050, 0.130]", "p_margin": "0.001", "p_holm": "0.002", "verdict": "holds"}
 
 
 @pytest.mark.slow
