@@ -175,7 +175,7 @@ def _comparison(claim: Claim, res: Results, run: Run) -> tuple[dict, dict, dict 
     d, iv = hits[0]
     keys = ("judge", "task", "aspect", "score", "method", "versus", "statistic")
     ep = res.endpoints or {}
-    for e in [*(ep.get("primary") or {}).get("endpoints", []), *ep.get("registered", [])]:
+    for e in [*ep.get("registered", []), *(ep.get("primary") or {}).get("endpoints", [])]:
         if all(e["description"].get(k) == d[k] for k in keys) and e["description"].get("metric") == d["metric"]:
             return d, e["interval"], e
     if claim.nested:
@@ -232,7 +232,8 @@ def verdict(res: Results, claim: Claim, run: Run | str | None = None,
         word = "holds" if _side(iv, False) != 0 else "not shown"
         return word, f"{d['method']}, ranges {' − '.join(d['scales'])}", _fmt(iv)
     d, iv, entry = _comparison(claim, res, run)
-    label = (f"{d['method']} − {d['versus']}, {d['statistic']}" + (" (*primary*)" if entry is not None else "")
+    role = None if entry is None else "primary" if entry.get("family", "primary") == "primary" else "registered secondary"
+    label = (f"{d['method']} − {d['versus']}, {d['statistic']}" + (f" (*{role}*)" if role else "")
              + (" (*nested*)" if d.get("selection") == "nested" else ""))
     if p_family is not None and claim.expect != "equivalent":
         iv = {**iv, "p_holm": p_family}

@@ -118,7 +118,9 @@ def test_settle_pending_until_every_run_then_rewrites_the_earlier_run(tmp_path):
     claim = Claim("c beats the ensemble", ("B",), "c", "ensemble", "mean", "expected@1", "higher")
     assert plan(second, claim) == "registered"
     word, label, text = verdict(second, claim)
-    assert word == "holds" and label.endswith("registered family (at ±0.02)")
+    assert word == "holds" and label == "c − ensemble, mean (*registered secondary*), registered family (at ±0.02)"
+    primary = Claim("c beats temperature", ("B",), "c", "temperature", "mean", "expected@1", "higher")
+    assert verdict(second, primary)[:2] == ("holds", "c − temperature, mean (*primary*), registered family (at ±0.02)")
     assert text == "+0.090 [+0.050, +0.130], Holm p 0.002"
     # ... and so do the prose's quotes of it.
     q = {show: quote_text(Quote("B", "c", "ensemble", kind="registered", show=show), second)
