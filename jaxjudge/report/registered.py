@@ -70,8 +70,9 @@ def rule_verdict(iv: Mapping[str, Any], margin: float, rejected: bool) -> str:
 def family_verdicts(by_run: Mapping[str, Sequence[Mapping[str, Any]]], alpha: float = ALPHA
                     ) -> dict[str, list[dict[str, Any]]]:
     """Every run's entries (`registered_entries`) with ``p_holm`` (Holm over the entries of the
-    same family across all the runs) and ``verdict`` (`rule_verdict` at ``alpha``); copies."""
-    out = {run: [dict(e) for e in entries] for run, entries in by_run.items()}
+    same family across all the runs) and ``verdict`` (`rule_verdict` at ``alpha``); copies, less
+    an earlier ``pending`` note."""
+    out = {run: [{k: v for k, v in e.items() if k != "pending"} for e in entries] for run, entries in by_run.items()}
     for family in ("primary", "secondary"):
         members = [e for entries in out.values() for e in entries if e["family"] == family]
         for e, p in zip(members, holm([e["p_margin"] for e in members])):

@@ -113,6 +113,7 @@ def test_settle_pending_until_every_run_then_rewrites_the_earlier_run(tmp_path):
     assert second.endpoints["registered"][1]["p_holm"] == pytest.approx(0.002)
     md = (tmp_path / "A" / "results.md").read_text()
     assert "## Registered endpoints" in md and "**holds** at ±0.02" in md and "Command:" in md
+    assert "not reported yet" not in md and not any("pending" in e for e in saved["registered"])  # the earlier note is gone
 
     # The claims table reads the registered verdict and the Holm p at the margin, and calls the row registered.
     claim = Claim("c beats the ensemble", ("B",), "c", "ensemble", "mean", "expected@1", "higher")
