@@ -132,9 +132,9 @@ def report_from_arrays(
             results.ranges += range_statistics(reps, task_options[name], getattr(cfg, "comparisons", ()))
     primary = getattr(cfg, "primary", None)
     results.endpoints = endpoints(results.rows, results.ranges, _as_dict(primary), cfg.alpha)
-    if registered_specs(cfg):  # a confirmatory plan's endpoints; their verdicts come with the family's runs
-        results.endpoints["registered"] = registered_entries(results.rows, results.ranges, registered_specs(cfg),
-                                                             cfg.confirmation)
+    specs = registered_specs(cfg)
+    if specs:  # a confirmatory plan's endpoints; their verdicts come with the family's runs
+        results.endpoints["registered"] = registered_entries(results.rows, results.ranges, specs, cfg.confirmation)
     results.invariance = report_invariance(results, cfg)
     return results
 
